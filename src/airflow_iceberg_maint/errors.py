@@ -1,0 +1,33 @@
+"""Errors raised by the core library. Each names the bad input and what was expected (S7)."""
+
+
+class MaintenanceError(Exception):
+    """Base class: a maintenance action refused to run or could not finish."""
+
+
+class InvalidInputError(MaintenanceError, ValueError):
+    """An argument, policy, path or expression is malformed; nothing was changed."""
+
+
+class LocationRefusedError(InvalidInputError):
+    """A scan location is not the table location or a path under it (S3)."""
+
+
+class GcDisabledError(MaintenanceError):
+    """The table has ``gc.enabled=false``: its files may be shared, so nothing may be deleted."""
+
+
+class MetadataReadError(MaintenanceError):
+    """A metadata, manifest list, manifest or index file could not be read (S2: fail closed)."""
+
+
+class PrefixMismatchError(MaintenanceError):
+    """Listed files match referenced files by path but not by scheme or authority."""
+
+    def __init__(self, message: str, conflicts: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts
+
+
+class TableNotFoundError(InvalidInputError):
+    """The catalog has no such table."""

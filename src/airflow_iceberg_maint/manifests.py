@@ -1,0 +1,79 @@
+"""Reading file paths out of manifest lists and manifests, and nothing else.
+
+Only ``status`` and ``data_file.file_path`` are projected, so the Avro reader skips the
+partition tuples and column metrics that make ``inspect.all_files()`` slow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.avro.decoder import new_decoder
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestEntryStatus, read_manifest_list
+from pyiceberg.schema import Schema, visit_with_partner
+from pyiceberg.typedef import Record
+from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StringType, StructType
+
+from airflow_iceberg_maint.errors import MetadataReadError
+
+_PATHS_SCHEMA = Schema(
+    NestedField(0, "status", IntegerType(), required=True),
+    NestedField(2, "data_file", StructType(NestedField(100, "file_path", StringType(), required=True)), required=True),
+)
+_DELETED = int(ManifestEntryStatus.DELETED)
+
+
+class _ProjectingAccessor(SchemaPartnerAccessor):
+    """Lets the resolver skip maps, lists and structs that the read schema leaves out.
+
+    pyiceberg's own accessor insists that every map and list of the file has a partner.
+    """
+
+    def field_partner(self, partner: IcebergType | None, field_id: int, field_name: str) -> IcebergType | None:
+        return None if partner is None else super().field_partner(partner, field_id, field_name)
+
+    def list_element_partner(self, partner_list: IcebergType | None) -> IcebergType | None:
+        return partner_list.element_type if isinstance(partner_list, ListType) else None
+
+    def map_key_partner(self, partner_map: IcebergType | None) -> IcebergType | None:
+        return partner_map.key_type if isinstance(partner_map, MapType) else None
+
+    def map_value_partner(self, partner_map: IcebergType | None) -> IcebergType | None:
+        return partner_map.value_type if isinstance(partner_map, MapType) else None
+
+
+class _ProjectedAvroFile(AvroFile[Record]):
+    """An Avro container file read through a projection that may drop nested fields."""
+
+    def __enter__(self) -> _ProjectedAvroFile:
+        with self.input_file.open() as f:
+            self.decoder = new_decoder(f.read())
+        self.header = self._read_header()
+        self.schema = self.header.get_schema()
+        resolver: Any = ReadSchemaResolver()
+        self.reader = visit_with_partner(self.schema, self.read_schema, resolver, _ProjectingAccessor())
+        return self
+
+
+def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
+    """The manifest paths a manifest list names. Any read error aborts (S2)."""
+    try:
+        return [m.manifest_path for m in read_manifest_list(io.new_input(manifest_list))]
+    except Exception as exc:
+        raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
+
+
+def live_file_paths(io: FileIO, manifest: str) -> list[str]:
+    """Paths of the live (ADDED or EXISTING) entries of a manifest: data, delete and DV files.
+
+    A DELETED entry does not pin its file: a file removed in snapshot N stays referenced only
+    while a retained snapshot still lists it live (Iceberg Java's rule).
+    """
+    try:
+        with _ProjectedAvroFile(io.new_input(manifest), _PATHS_SCHEMA) as reader:
+            return [entry[1][0] for entry in reader if entry[0] != _DELETED]
+    except Exception as exc:
+        raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc

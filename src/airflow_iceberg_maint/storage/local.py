@@ -1,0 +1,59 @@
+"""Local filesystem listing and deletion."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from airflow_iceberg_maint.locations import local_path
+from airflow_iceberg_maint.storage import DeleteOutcome, FileInfo, KeepComponent
+
+
+class LocalStorage:
+    def __init__(self) -> None:
+        self.list_calls = 0
+
+    def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
+        prefix = root.rstrip("/")
+        base = local_path(prefix)
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            try:
+                with os.scandir(os.path.join(base, rel) if rel else base) as entries:
+                    self.list_calls += 1
+                    for entry in entries:
+                        # Symlinks are never followed nor deleted: they may lead out of the table.
+                        if entry.is_symlink() or not keep(entry.name):
+                            continue
+                        child = f"{rel}/{entry.name}" if rel else entry.name
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(child)
+                        elif entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            yield FileInfo(f"{prefix}/{child}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+            except FileNotFoundError:
+                continue  # removed while listing; nothing under it to consider
+
+    def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
+        outcome = DeleteOutcome()
+
+        def delete(path: str) -> tuple[str, str | None]:
+            try:
+                os.remove(local_path(path))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                return path, f"{type(exc).__name__}: {exc.strerror or exc}"
+            return path, None
+
+        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
+            for path, error in pool.map(delete, paths):
+                outcome.requests += 1
+                if error is None:
+                    outcome.deleted.append(path)
+                else:
+                    outcome.failed.append((path, error))
+        return outcome

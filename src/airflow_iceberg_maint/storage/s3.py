@@ -1,0 +1,152 @@
+"""S3 listing (paginated, spread over prefixes) and bulk deletion (``DeleteObjects``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from airflow_iceberg_maint.locations import Uri
+from airflow_iceberg_maint.storage import DeleteOutcome, FileInfo, KeepComponent
+
+MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
+THROTTLING_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"})
+SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
+
+
+def _property(props: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        if props.get(name):
+            return props[name]
+    return None
+
+
+class S3Storage:
+    def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2) -> None:
+        self.client = client
+        self.list_workers = list_workers
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.list_calls = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> S3Storage:
+        """A client configured like the table's pyiceberg FileIO (``s3.*`` / ``client.*`` properties)."""
+        client = boto3.client(
+            "s3",
+            endpoint_url=_property(props, "s3.endpoint"),
+            aws_access_key_id=_property(props, "s3.access-key-id", "client.access-key-id"),
+            aws_secret_access_key=_property(props, "s3.secret-access-key", "client.secret-access-key"),
+            aws_session_token=_property(props, "s3.session-token", "client.session-token"),
+            region_name=_property(props, "s3.region", "client.region"),
+            config=Config(retries={"mode": "adaptive", "max_attempts": 8}, max_pool_connections=32),
+        )
+        return cls(client)
+
+    # Listing
+
+    def _list_page_set(self, bucket: str, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
+            with self._lock:
+                self.list_calls += 1
+            yield page
+
+    def _list_prefix(self, bucket: str, prefix: str, depth: int) -> tuple[list[dict[str, Any]], list[str]]:
+        """Objects directly found, and sub-prefixes left to list (when ``depth`` > 0)."""
+        objects: list[dict[str, Any]] = []
+        prefixes: list[str] = []
+        for page in self._list_page_set(bucket, prefix, "/" if depth > 0 else None):
+            objects.extend(page.get("Contents", []))
+            prefixes.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+        return objects, prefixes
+
+    def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
+        uri = Uri.parse(root.rstrip("/"))
+        bucket = uri.authority
+        base = uri.path.lstrip("/") + "/"  # a trailing '/' so that 't' never lists 't_backup/'
+        head = f"{uri.scheme}://{bucket}/"
+
+        def kept(key: str) -> bool:
+            return all(keep(part) for part in key[len(base) :].split("/"))
+
+        with ThreadPoolExecutor(max_workers=self.list_workers) as pool:
+            pending = [pool.submit(self._list_prefix, bucket, base, SPREAD_DEPTH)]
+            depth_of = {pending[0]: SPREAD_DEPTH}
+            while pending:
+                future = pending.pop(0)
+                objects, prefixes = future.result()
+                depth = depth_of.pop(future)
+                for obj in objects:
+                    key = obj["Key"]
+                    if not key.endswith("/") and kept(key):
+                        yield FileInfo(head + key, int(obj.get("Size", 0)), obj.get("LastModified"))
+                for prefix in prefixes:
+                    if kept(prefix.rstrip("/")):
+                        sub = pool.submit(self._list_prefix, bucket, prefix, depth - 1)
+                        depth_of[sub] = depth - 1
+                        pending.append(sub)
+
+    # Deletion
+
+    def _delete_batch(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
+        deleted: list[str] = []
+        failed: list[tuple[str, str]] = []
+        requests = 0
+        todo = keys
+        for attempt in range(self.max_attempts):
+            retry: list[str] = []
+            try:
+                requests += 1
+                response = self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in todo], "Quiet": True}
+                )
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+                if (code in THROTTLING_CODES or status == "503") and attempt + 1 < self.max_attempts:
+                    time.sleep(self.backoff_seconds * 2**attempt)
+                    continue
+                return deleted, failed + [(k, f"{code}: {exc}") for k in todo], requests
+            errors = {e["Key"]: e for e in response.get("Errors", [])}
+            for key in todo:
+                error = errors.get(key)
+                if error is None or error.get("Code") == "NoSuchKey":
+                    deleted.append(key)
+                elif error.get("Code") in THROTTLING_CODES:
+                    retry.append(key)
+                else:
+                    failed.append((key, f"{error.get('Code')}: {error.get('Message', '')}"))
+            if not retry:
+                return deleted, failed, requests
+            todo = retry
+            time.sleep(self.backoff_seconds * 2**attempt)
+        return deleted, failed + [(k, "SlowDown: still throttled after retries") for k in todo], requests
+
+    def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
+        outcome = DeleteOutcome()
+        by_bucket: dict[tuple[str, str], list[str]] = {}
+        for path in paths:
+            uri = Uri.parse(path)
+            by_bucket.setdefault((f"{uri.scheme}://{uri.authority}/", uri.authority), []).append(uri.path[1:])
+        batches = [
+            (head, bucket, keys[i : i + MAX_KEYS_PER_DELETE])
+            for (head, bucket), keys in by_bucket.items()
+            for i in range(0, len(keys), MAX_KEYS_PER_DELETE)
+        ]
+        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
+            results = pool.map(lambda b: (b[0], *self._delete_batch(b[1], b[2])), batches)
+            for head, deleted, failed, requests in results:
+                outcome.deleted.extend(head + k for k in deleted)
+                outcome.failed.extend((head + k, err) for k, err in failed)
+                outcome.requests += requests
+        return outcome
