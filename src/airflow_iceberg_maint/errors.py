@@ -22,11 +22,15 @@ class MetadataReadError(MaintenanceError):
 
 
 class PrefixMismatchError(MaintenanceError):
-    """Listed files match referenced files by path but not by scheme or authority."""
+    """Listed files match referenced files by path but not by scheme or authority; nothing was deleted.
 
-    def __init__(self, message: str, conflicts: list[tuple[str, str]]) -> None:
+    ``report`` is the run's report (an ``OrphanReport``), conflicts included.
+    """
+
+    def __init__(self, message: str, conflicts: list[tuple[str, str]], report: object = None) -> None:
         super().__init__(message)
         self.conflicts = conflicts
+        self.report = report
 
 
 class TableNotFoundError(InvalidInputError):

@@ -1,0 +1,95 @@
+"""``iceberg-maint orphans``: find and remove orphan files of one table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from airflow_iceberg_maint.catalog import load_table, open_catalog
+from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
+from airflow_iceberg_maint.orphans import PREFIX_MISMATCH_MODES, OrphanOptions, OrphanReport, remove_orphan_files
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
+
+
+def _mapping(text: str) -> dict[str, str]:
+    """Parse ``a=b,c=d`` into a mapping."""
+    result: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = pair.partition("=")
+        if not eq or not key or not value:
+            raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {text!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("orphans", help="find and remove orphan files")
+    parser.add_argument("table", help="namespace.table")
+    age = parser.add_mutually_exclusive_group()
+    age.add_argument("--older-than-days", type=float, help="only files older than this many days (default 3)")
+    age.add_argument("--older-than", type=_timestamp, help="only files older than this ISO 8601 timestamp")
+    parser.add_argument("--location", help="scan this location (the table location or a path under it)")
+    parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    parser.add_argument("--prefix-mismatch-mode", choices=PREFIX_MISMATCH_MODES, default="error")
+    parser.add_argument("--equal-schemes", type=_mapping, default={}, help="e.g. s3a=s3,s3n=s3")
+    parser.add_argument("--equal-authorities", type=_mapping, default={}, help="e.g. nn1=nn2")
+    parser.add_argument("--max-concurrent-deletes", type=_positive, default=8)
+    add_json_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def _text(report: OrphanReport) -> str:
+    verb = "would delete" if report.dry_run else "deleted"
+    count = report.orphan_file_count if report.dry_run else report.deleted_file_count
+    lines = [
+        f"table {report.table}: {report.orphan_file_count} orphan files ({report.orphan_bytes} bytes) under "
+        f"{report.location}, older than {report.older_than.isoformat()}; {verb} {count}",
+        f"listed {report.files_listed} files in {report.list_calls} list calls; "
+        f"{report.referenced_files} referenced files",
+    ]
+    lines += [f"  {kind}: {t['count']} files, {t['bytes']} bytes" for kind, t in report.by_kind.items() if t["count"]]
+    lines += [f"  failed: {f['path']}: {f['error']}" for f in report.failed]
+    lines += [f"  conflict: {c['listed']} vs {c['referenced']}" for c in report.conflicts]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.older_than_days is not None and args.older_than_days < 0:
+        raise InvalidInputError(f"--older-than-days {args.older_than_days}: expected a number of days >= 0")
+    table = load_table(open_catalog(args.catalog), args.table)
+    options = OrphanOptions(
+        older_than=args.older_than,
+        older_than_days=args.older_than_days,
+        location=args.location,
+        dry_run=args.dry_run,
+        prefix_mismatch_mode=args.prefix_mismatch_mode,
+        equal_schemes=args.equal_schemes,
+        equal_authorities=args.equal_authorities,
+        max_concurrent_deletes=args.max_concurrent_deletes,
+    )
+    try:
+        report = remove_orphan_files(table, options)
+    except PrefixMismatchError as exc:
+        # The pairs are the useful part of this failure: print them before the one-line error.
+        if args.json and isinstance(exc.report, OrphanReport):
+            json.dump(exc.report.to_json(), sys.stdout, default=str)
+            sys.stdout.write("\n")
+        raise
+    return {**report.to_json(), "__text__": _text(report)}

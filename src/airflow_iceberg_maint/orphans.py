@@ -1,0 +1,379 @@
+"""Orphan-file removal: list the table location, subtract every referenced file, delete the rest.
+
+Pipeline (the dry run runs all of it but the last step):
+1. refuse ``gc.enabled=false``, resolve the cutoff, validate the location (S3);
+2. list storage and collect the referenced set concurrently (S1, S2);
+3. match: an exact path match is referenced; a normalised match is kept or is a conflict (S4);
+4. reload the table and keep anything a snapshot committed during the scan references;
+5. delete, collecting per-file failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from itertools import chain
+from typing import Any
+
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import GcDisabledError, InvalidInputError, PrefixMismatchError
+from airflow_iceberg_maint.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.referenced import (
+    ReferencedSet,
+    ReferenceSource,
+    ReferenceWalk,
+    load_reference_sources,
+    metadata_level_paths,
+    snapshot_path_batches,
+    source_path_batches,
+)
+from airflow_iceberg_maint.storage import FileInfo, KeepComponent, storage_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OLDER_THAN_DAYS = 3.0
+PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
+KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
+MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+
+
+@dataclass(frozen=True)
+class OrphanOptions:
+    """What to remove. ``older_than`` (absolute) wins over ``older_than_days``."""
+
+    older_than: datetime | None = None
+    older_than_days: float | None = None
+    location: str | None = None
+    dry_run: bool = False
+    prefix_mismatch_mode: str = "error"
+    equal_schemes: Mapping[str, str] | None = None
+    equal_authorities: Mapping[str, str] | None = None
+    max_concurrent_deletes: int = 8
+
+
+@dataclass
+class OrphanReport:
+    table: str
+    table_uuid: str
+    location: str
+    older_than: datetime
+    dry_run: bool
+    orphan_files: list[str] = field(default_factory=list)
+    orphan_bytes: int = 0
+    deleted_file_count: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    conflicts: list[dict[str, str]] = field(default_factory=list)
+    by_kind: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {"count": 0, "bytes": 0} for k in KINDS})
+    files_listed: int = 0
+    list_calls: int = 0
+    delete_requests: int = 0
+    referenced_files: int = 0
+    snapshots: int = 0
+    manifests_read: int = 0
+    kept_equivalent: int = 0
+    kept_by_recheck: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def orphan_file_count(self) -> int:
+        return len(self.orphan_files)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the orphan list: small enough for an XCom."""
+        return {
+            "table": self.table,
+            "table_uuid": self.table_uuid,
+            "location": self.location,
+            "older_than": self.older_than.isoformat(),
+            "dry_run": self.dry_run,
+            "orphan_file_count": self.orphan_file_count,
+            "orphan_bytes": self.orphan_bytes,
+            "deleted_file_count": self.deleted_file_count,
+            "failed": self.failed,
+            "conflicts": self.conflicts,
+            "by_kind": self.by_kind,
+            "files_listed": self.files_listed,
+            "list_calls": self.list_calls,
+            "delete_requests": self.delete_requests,
+            "referenced_files": self.referenced_files,
+            "snapshots": self.snapshots,
+            "manifests_read": self.manifests_read,
+            "kept_equivalent": self.kept_equivalent,
+            "kept_by_recheck": self.kept_by_recheck,
+            "phase_seconds": self.phase_seconds,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``orphans --json`` object of CLI.md."""
+        return {**self.summary(), "orphan_files": self.orphan_files}
+
+
+def resolve_cutoff(older_than_days: float | None, older_than: datetime | None, now: datetime) -> datetime:
+    """The absolute cutoff: files must be strictly older. A future cutoff is refused."""
+    if older_than is not None:
+        cutoff = older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
+        if cutoff > now:
+            raise InvalidInputError(f"older_than {cutoff.isoformat()}: is in the future (now is {now.isoformat()})")
+        return cutoff.astimezone(UTC)
+    days = DEFAULT_OLDER_THAN_DAYS if older_than_days is None else older_than_days
+    if days < 0:
+        raise InvalidInputError(f"older_than_days {days}: expected a number of days >= 0")
+    if days == 0:
+        log.warning("older_than_days is 0: every unreferenced file is eligible, including files of in-flight writes")
+    return now - timedelta(days=days)
+
+
+def file_kind(path: str) -> str:
+    """A best guess from the name, for the report only."""
+    name = path.rsplit("/", 1)[-1]
+    in_metadata = "/metadata/" in path
+    if name.endswith((".metadata.json", ".metadata.json.gz")) or name == "version-hint.text":
+        return "metadata"
+    if in_metadata and name.startswith("snap-") and name.endswith(".avro"):
+        return "manifest_list"
+    if in_metadata and name.endswith(".avro"):
+        return "manifest"
+    if in_metadata and name.endswith((".puffin", ".stats")):
+        return "statistics"
+    if "delete" in name or name.endswith(".puffin"):
+        return "delete"
+    if name.endswith((".parquet", ".orc", ".avro")):
+        return "data"
+    return "other"
+
+
+def hidden_filter(table: Table) -> KeepComponent:
+    """Skip names starting with ``_`` or ``.``, except ``field=value`` directories of any partition spec."""
+    fields = {f.name for spec in table.metadata.partition_specs for f in spec.fields}
+
+    def keep(name: str) -> bool:
+        if not name.startswith(("_", ".")):
+            return True
+        field_name, eq, _ = name.partition("=")
+        return bool(eq) and field_name in fields
+
+    return keep
+
+
+def _refuse_gc_disabled(table: Table) -> None:
+    if str(table.properties.get("gc.enabled", "true")).strip().lower() == "false":
+        raise GcDisabledError(
+            f"table {_name(table)}: gc.enabled=false, so its files may be shared with other tables "
+            "(for example branches in a Nessie catalog or a table registered twice); "
+            "orphan removal would delete them and is refused"
+        )
+
+
+def _name(table: Table) -> str:
+    return ".".join(table.name())
+
+
+def _check_options(options: OrphanOptions) -> None:
+    if options.prefix_mismatch_mode not in PREFIX_MISMATCH_MODES:
+        raise InvalidInputError(
+            f"prefix_mismatch_mode {options.prefix_mismatch_mode!r}: expected one of {', '.join(PREFIX_MISMATCH_MODES)}"
+        )
+    if options.max_concurrent_deletes < 1:
+        raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")
+
+
+class _Phases:
+    def __init__(self, report: OrphanReport) -> None:
+        self.report = report
+        self.started = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.report.phase_seconds[name] = round(now - self.started, 3)
+        self.started = now
+
+
+def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> tuple[list[FileInfo], int]:
+    """Listed files strictly older than the cutoff; a file with no modification time never is."""
+    candidates: list[FileInfo] = []
+    listed = 0
+    for info in storage.list_files(root, keep):
+        listed += 1
+        if info.mtime is not None and info.mtime < cutoff:
+            candidates.append(info)
+        if listed % 100_000 == 0:
+            log.info("listed %d files under %s", listed, root)
+    return candidates, listed
+
+
+def _table_reference_batches(
+    table: Table, sources: list[ReferenceSource], seen: set[str], walk: ReferenceWalk, skip: frozenset[int]
+) -> Iterator[list[str]]:
+    metadata = table.metadata
+    return chain(
+        [metadata_level_paths(metadata, table.metadata_location)],
+        snapshot_path_batches(table, metadata, seen, walk, skip),
+        source_path_batches(table, sources),
+    )
+
+
+def _match(candidates: list[FileInfo], refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int]:
+    """Split candidates into orphans and conflicts; count files kept as equivalent spellings."""
+    orphans: list[FileInfo] = []
+    conflicts: list[FileInfo] = []
+    equivalent = 0
+    for start in range(0, len(candidates), MATCH_CHUNK):
+        chunk = candidates[start : start + MATCH_CHUNK]
+        exact = refs.contains_exact([c.path for c in chunk])
+        unmatched = [c for c, hit in zip(chunk, exact, strict=True) if not hit]
+        verdicts = refs.classify_unmatched([c.path for c in unmatched])
+        for info in unmatched:
+            verdict = verdicts.get(info.path)
+            if verdict is None:
+                orphans.append(info)
+            elif verdict == "conflict":
+                conflicts.append(info)
+            else:
+                equivalent += 1
+    return orphans, conflicts, equivalent
+
+
+def _conflict_pairs(
+    conflicts: list[FileInfo], batches: Iterator[list[str]], equivalence: PathEquivalence
+) -> list[dict[str, str]]:
+    """Pair each conflicting listed file with the referenced paths it collides with (a second pass)."""
+    by_key: dict[str, list[str]] = {}
+    for info in conflicts:
+        by_key.setdefault(equivalence.path_key(info.path), []).append(info.path)
+    pairs: list[dict[str, str]] = []
+    for batch in batches:
+        for ref in batch:
+            for listed in by_key.get(equivalence.path_key(ref), ()):
+                if not equivalence.equivalent(listed, ref):
+                    pairs.append({"listed": listed, "referenced": ref})
+    return pairs
+
+
+def _recheck(
+    table: Table,
+    orphans: list[FileInfo],
+    sources: list[ReferenceSource],
+    seen: set[str],
+    walk: ReferenceWalk,
+    equivalence: PathEquivalence,
+) -> list[FileInfo]:
+    """Reload the table and keep any orphan that metadata committed during the scan references."""
+    known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
+    table.refresh()
+    _refuse_gc_disabled(table)
+    late = ReferencedSet(equivalence)
+    for batch in _table_reference_batches(table, sources, seen, walk, known):
+        late.add(batch)
+    if late.added == 0:
+        return orphans
+    exact = late.contains_exact([o.path for o in orphans])
+    survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
+    protected = late.classify_unmatched([o.path for o in survivors])
+    return [o for o in survivors if o.path not in protected]
+
+
+def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
+    report.orphan_files = [o.path for o in orphans]
+    for info in orphans:
+        kind = report.by_kind[file_kind(info.path)]
+        kind["count"] += 1
+        kind["bytes"] += info.size
+        report.orphan_bytes += info.size
+
+
+def remove_orphan_files(
+    table: Table, options: OrphanOptions | None = None, *, now: datetime | None = None
+) -> OrphanReport:
+    """Find the files under the table location that nothing references, and delete them unless dry-run."""
+    options = options or OrphanOptions()
+    now = now or datetime.now(UTC)
+    _check_options(options)
+    cutoff = resolve_cutoff(options.older_than_days, options.older_than, now)
+    _refuse_gc_disabled(table)
+    equivalence = PathEquivalence(options.equal_schemes or {}, options.equal_authorities or {})
+    root = validate_location(options.location, table.metadata.location, equivalence)
+    report = OrphanReport(_name(table), str(table.metadata.table_uuid), root, cutoff, options.dry_run)
+    phases = _Phases(report)
+    storage = storage_for(root, table.io.properties)
+    sources = load_reference_sources()
+    log.info(
+        "table %s: scanning %s for files older than %s%s",
+        report.table,
+        root,
+        cutoff.isoformat(),
+        " (dry run)" if options.dry_run else "",
+    )
+
+    refs, walk, seen = ReferencedSet(equivalence), ReferenceWalk(), set[str]()
+    with ThreadPoolExecutor(max_workers=1) as lister:
+        listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
+        for batch in _table_reference_batches(table, sources, seen, walk, frozenset()):
+            refs.add(batch)
+        candidates, report.files_listed = listing.result()
+    report.list_calls = storage.list_calls
+    report.referenced_files = len(refs)
+    log.info(
+        "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d snapshots, "
+        "%d manifests",
+        report.files_listed,
+        len(candidates),
+        report.list_calls,
+        report.referenced_files,
+        walk.snapshots,
+        walk.manifests_read,
+    )
+    phases.done("list_and_reference")
+
+    orphans, conflicts, report.kept_equivalent = _match(candidates, refs)
+    del candidates, refs
+    if conflicts:
+        report.conflicts = _conflict_pairs(
+            conflicts, _table_reference_batches(table, sources, set(), ReferenceWalk(), frozenset()), equivalence
+        )
+        log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
+        if options.prefix_mismatch_mode == "delete":
+            orphans.extend(conflicts)
+    phases.done("match")
+
+    before = len(orphans)
+    orphans = _recheck(table, orphans, sources, seen, walk, equivalence)
+    report.kept_by_recheck = before - len(orphans)
+    report.snapshots, report.manifests_read = walk.snapshots, walk.manifests_read
+    _tally(report, orphans)
+    phases.done("recheck")
+    log.info(
+        "%d orphan files, %d bytes%s",
+        report.orphan_file_count,
+        report.orphan_bytes,
+        f"; {report.kept_by_recheck} kept because a commit during the scan references them"
+        if report.kept_by_recheck
+        else "",
+    )
+
+    if conflicts and options.prefix_mismatch_mode == "error":
+        raise PrefixMismatchError(
+            f"table {report.table}: {len(conflicts)} listed files match referenced files by path but not by "
+            f"scheme or authority (first: {report.conflicts[0]['listed']!r} vs "
+            f"{report.conflicts[0]['referenced']!r}); nothing was deleted. Map them with equal_schemes / "
+            "equal_authorities, or choose prefix_mismatch_mode ignore or delete",
+            [(c["listed"], c["referenced"]) for c in report.conflicts],
+            report,
+        )
+    if not options.dry_run and orphans:
+        outcome = storage.delete_files(report.orphan_files, options.max_concurrent_deletes)
+        report.deleted_file_count = len(outcome.deleted)
+        report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
+        report.delete_requests = outcome.requests
+        log.info(
+            "deleted %d files in %d requests, %d failed",
+            report.deleted_file_count,
+            outcome.requests,
+            len(report.failed),
+        )
+    phases.done("delete")
+    return report
