@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-DIR="$ROOT/.services"
 PG_PORT=${TEST_PG_PORT:-55432}
 S3_PORT=${TEST_S3_PORT:-55000}
+DIR="$ROOT/.services/$PG_PORT-$S3_PORT"  # one folder per port pair: runs side by side never collide
 VENV=${VENV:-$ROOT/.venv}
 
 as_pg() {  # initdb and postgres refuse to run as root
