@@ -1,0 +1,193 @@
+"""Rows of data files with their true positions, and the deletes that remove some of them.
+
+``_pos`` is the ordinal of a row in its data file counted before any delete is applied, so
+data files are read here directly (row groups in file order) rather than through a pyiceberg
+scan, which drops deleted rows and does not expose positions. Columns are resolved by field ID
+against the snapshot's schema with pyiceberg's own projection (renames, promotions, columns
+missing from old files, identity partition values).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import (
+    _get_column_projection_values,
+    _read_deletes,
+    _to_requested_schema,
+    pyarrow_to_schema,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema, prune_columns
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+
+#: Names under which the row location travels next to the projected columns.
+FILE_COLUMN = "_file"
+POS_COLUMN = "_pos"
+
+
+def arange(start: int, stop: int) -> pa.Array:
+    """``start, start+1, ..., stop-1`` as int64, built vectorised (no numpy)."""
+    if stop <= start:
+        return pa.array([], type=pa.int64())
+    ones = pc.fill_null(pa.nulls(stop - start, type=pa.int64()), 1)
+    return pc.add(pc.cumulative_sum(ones), start - 1)
+
+
+def _row_group_starts(metadata: pq.FileMetaData) -> list[int]:
+    """Start offset of each row group, plus the total row count at the end."""
+    starts = [0]
+    for i in range(metadata.num_row_groups):
+        starts.append(starts[-1] + metadata.row_group(i).num_rows)
+    return starts
+
+
+def _groups_and_rows(starts: list[int], positions: Sequence[int] | None) -> tuple[list[int], pa.Array, pa.Array | None]:
+    """Row groups to read, the positions of the returned rows, and their indices in the read groups."""
+    if positions is None:
+        return list(range(len(starts) - 1)), arange(0, starts[-1]), None
+    groups = sorted({bisect_right(starts, p) - 1 for p in positions})
+    offsets: dict[int, int] = {}
+    read = 0
+    for g in groups:
+        offsets[g] = read
+        read += starts[g + 1] - starts[g]
+    local = [offsets[g] + p - starts[g] for p in positions for g in (bisect_right(starts, p) - 1,)]
+    return groups, pa.array(positions, type=pa.int64()), pa.array(local, type=pa.int64())
+
+
+def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequence[int] | None = None) -> pa.Table:
+    """Rows of one data file projected on ``schema``, with a ``_pos`` column.
+
+    With ``positions`` (sorted, unique, in range) only the row groups holding them are read
+    and only those rows returned; without, every row is returned in file order.
+    """
+    if data_file.file_format != FileFormat.PARQUET:
+        raise MetadataReadError(f"data file {data_file.file_path!r}: format {data_file.file_format} is not supported")
+    metadata = table.metadata
+    downcast = metadata.format_version <= 2
+    with table.io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        file_schema = pyarrow_to_schema(
+            parquet.schema_arrow, metadata.name_mapping(), downcast_ns_timestamp_to_us=downcast,
+            format_version=metadata.format_version,
+        )
+        file_project_schema = prune_columns(file_schema, set(schema.field_ids), select_full_types=False)
+        groups, row_positions, local = _groups_and_rows(_row_group_starts(parquet.metadata), positions)
+        columns = [c.name for c in file_project_schema.columns]
+        if groups:
+            raw = parquet.read_row_groups(groups, columns=columns, use_threads=False)
+        else:
+            raw = schema_to_pyarrow(file_project_schema, include_field_ids=False).empty_table()
+    if local is not None:
+        raw = raw.take(local)
+    missing = _get_column_projection_values(
+        data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
+    )
+    raw = raw.combine_chunks()
+    batch = raw.to_batches()[0] if raw.num_rows else pa.RecordBatch.from_pylist([], schema=raw.schema)
+    batch = _to_requested_schema(
+        schema, file_project_schema, batch,
+        downcast_ns_timestamp_to_us=downcast, projected_missing_fields=missing, allow_timestamp_tz_mismatch=True,
+    )
+    return pa.Table.from_batches([batch]).append_column(POS_COLUMN, row_positions)
+
+
+def deleted_positions(table: Table, delete_files: Iterable[DataFile], data_path: str) -> pa.Array:
+    """Positions of ``data_path`` removed by position delete files and deletion vectors."""
+    parts: list[pa.Array] = []
+    for delete in delete_files:
+        if delete.content != DataFileContent.POSITION_DELETES:
+            continue
+        try:
+            by_file = _read_deletes(table.io, delete)
+        except Exception as exc:
+            raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
+        if data_path in by_file:
+            parts.extend(by_file[data_path].cast(pa.int64()).chunks)
+    return pc.unique(pa.chunked_array(parts, type=pa.int64())) if parts else pa.array([], pa.int64())
+
+
+def equality_deleted_mask(table: Table, rows: pa.Table, schema: Schema, delete_files: Iterable[DataFile]) -> pa.Array:
+    """A boolean mask of ``rows`` removed by equality delete files (null-safe equality on the IDs)."""
+    mask = pc.fill_null(pa.nulls(rows.num_rows, type=pa.bool_()), False)
+    for delete in delete_files:
+        if delete.content != DataFileContent.EQUALITY_DELETES or rows.num_rows == 0:
+            continue
+        ids = list(delete.equality_ids or [])
+        key_schema = prune_columns(schema, set(ids), select_full_types=False)
+        deleted = read_rows(table, delete, key_schema).drop_columns([POS_COLUMN])
+        names = [schema.find_column_name(i) or str(i) for i in ids]
+        mask = pc.or_(mask, _null_safe_matches(rows, deleted, names))
+    return mask
+
+
+def _join_keys(left: pa.ChunkedArray, right: pa.ChunkedArray) -> list[tuple[pa.Array, pa.Array]]:
+    """Key columns that compare nulls as equal: a validity flag plus the value with nulls filled."""
+    if left.null_count == 0 and right.null_count == 0:
+        return [(left, right)]
+    flags = (pc.is_valid(left), pc.is_valid(right))
+    sample = pc.drop_null(pa.chunked_array(left.chunks + right.chunks, type=left.type))
+    if len(sample) == 0:
+        return [flags]
+    fill = sample[0]
+    return [flags, (pc.fill_null(left, fill), pc.fill_null(right, fill))]
+
+
+def _null_safe_matches(rows: pa.Table, deleted: pa.Table, names: Sequence[str]) -> pa.Array:
+    rows_index = arange(0, rows.num_rows)
+    left_cols: dict[str, pa.Array] = {"__row": rows_index}
+    right_cols: dict[str, pa.Array] = {}
+    for index, name in enumerate(names):
+        left = _column(rows, name)
+        right = _column(deleted, name).cast(left.type)
+        for part, (lcol, rcol) in enumerate(_join_keys(left, right)):
+            left_cols[f"k{index}_{part}"] = lcol
+            right_cols[f"k{index}_{part}"] = rcol
+    keys = [k for k in left_cols if k != "__row"]
+    matched = pa.table(left_cols).join(pa.table(right_cols).group_by(keys).aggregate([]), keys, join_type="left semi")
+    return pc.is_in(rows_index, value_set=matched.column("__row").combine_chunks())
+
+
+def _column(rows: pa.Table, dotted: str) -> pa.ChunkedArray:
+    """A possibly nested column, by its dotted schema name."""
+    head, *rest = dotted.split(".")
+    column = rows.column(head)
+    for part in rest:
+        column = pc.struct_field(column, part)
+    return column
+
+
+def live_rows_of_file(table: Table, plan: SnapshotFiles, path: str, schema: Schema) -> pa.Table:
+    """The live rows of one data file of ``plan``, projected on ``schema``, with ``_file`` and ``_pos``."""
+    deletes = plan.deletes_for(path)
+    equality_ids = {i for d in deletes if d.content == DataFileContent.EQUALITY_DELETES for i in d.equality_ids or []}
+    read_schema = prune_columns(plan_schema(table, plan), set(schema.field_ids) | equality_ids, select_full_types=False)
+    rows = read_rows(table, plan.data_files[path].data_file, read_schema)
+    if deletes:
+        removed = pc.or_(
+            pc.is_in(rows.column(POS_COLUMN), value_set=deleted_positions(table, deletes, path)),
+            equality_deleted_mask(table, rows, read_schema, deletes),
+        )
+        rows = rows.filter(pc.invert(removed))
+    rows = rows.select([f.name for f in schema.fields] + [POS_COLUMN])
+    zeros = pc.fill_null(pa.nulls(rows.num_rows, type=pa.int32()), 0)
+    file_column = pa.DictionaryArray.from_arrays(zeros, pa.array([path]))
+    return rows.add_column(rows.num_columns - 1, FILE_COLUMN, file_column)
+
+
+def plan_schema(table: Table, plan: SnapshotFiles) -> Schema:
+    """The schema of the planned snapshot (the current schema when the snapshot has none)."""
+    if plan.schema_id is not None:
+        schema = table.metadata.schema_by_id(plan.schema_id)
+        if schema is not None:
+            return schema
+    return table.metadata.schema()

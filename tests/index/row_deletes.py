@@ -1,0 +1,102 @@
+"""Committing merge-on-read deletes for tests: pyiceberg 0.12 writes neither position nor equality deletes.
+
+Delete files are written as Parquet with the table spec's field IDs and committed in a delete
+manifest of a new snapshot (operation ``delete``), with sequence numbers assigned at commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.typedef import Record
+
+POSITION_DELETE_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+])
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class _AddDeleteFiles(_FastAppendFiles):
+    """A snapshot that adds delete files to the parent's manifests."""
+
+    def __init__(self, table: Table, transaction: Any, delete_files: Sequence[DataFile]) -> None:
+        super().__init__(operation=Operation.DELETE, transaction=transaction, io=table.io)
+        self._delete_files = list(delete_files)
+
+    def _manifests(self) -> list[ManifestFile]:
+        spec = self._transaction.table_metadata.spec()
+        writer = _DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                       self._compression)
+        with writer:
+            for delete in self._delete_files:
+                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                   sequence_number=None, file_sequence_number=None, data_file=delete))
+        return [writer.to_manifest_file(), *self._existing_manifests()]
+
+
+def _write(table: Table, data: pa.Table) -> tuple[str, int]:
+    path = f"{table.location()}/data/delete-{uuid.uuid4()}.parquet"
+    with table.io.new_output(path).create() as stream:
+        pq.write_table(data, stream)
+    return path, len(table.io.new_input(path))
+
+
+def _commit(table: Table, delete_file: DataFile) -> Table:
+    with table.transaction() as tx:
+        _AddDeleteFiles(table, tx, [delete_file]).commit()
+    return table.refresh()
+
+
+def commit_position_deletes(table: Table, positions: Mapping[str, Sequence[int]]) -> Table:
+    """Commit one position delete file removing ``positions`` of each data file path."""
+    pairs = sorted((path, pos) for path, poss in positions.items() for pos in poss)
+    data = pa.table({"file_path": [p for p, _ in pairs], "pos": [q for _, q in pairs]}, schema=POSITION_DELETE_SCHEMA)
+    path, size = _write(table, data)
+    delete = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+        partition=Record(), record_count=len(pairs), file_size_in_bytes=size,
+    )
+    delete.spec_id = table.spec().spec_id
+    return _commit(table, delete)
+
+
+def commit_equality_deletes(table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """Commit one equality delete file (unpartitioned, so global) on ``columns`` with the given value rows."""
+    schema = table.schema().select(*columns)
+    arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
+    data = pa.Table.from_pylist([dict(zip(columns, row, strict=True)) for row in rows], schema=arrow_schema)
+    path, size = _write(table, data)
+    delete = DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+        partition=Record(), record_count=len(rows), file_size_in_bytes=size,
+        equality_ids=[table.schema().find_field(c).field_id for c in columns],
+    )
+    delete.spec_id = table.spec().spec_id
+    return _commit(table, delete)
