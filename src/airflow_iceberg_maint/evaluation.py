@@ -78,3 +78,18 @@ def evaluate(
     if days >= interval:
         return result(True, days, f"last cleaned {_days(round(days, 2))} ago, interval {_days(interval)}: due")
     return result(False, days, f"last cleaned {_days(round(days, 2))} ago, interval {_days(interval)}: not due")
+
+
+def unattached(table: str, table_uuid: str, source: str) -> Evaluation:
+    """The result for a table that no policy of ``source`` attaches to: never due."""
+    return Evaluation(
+        table=table,
+        table_uuid=table_uuid,
+        policy=None,
+        last_cleanup_at=None,
+        days_since_last_cleanup=None,
+        min_interval_days=DEFAULT_MIN_INTERVAL_DAYS,
+        due=False,
+        score=0.0,
+        reason=f"no orphan-removal policy in {source} attaches to {table}: not due",
+    )

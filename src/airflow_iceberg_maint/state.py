@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policies import ORPHAN_FILE_REMOVAL
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
@@ -113,6 +114,29 @@ def record_attempt(
     return state
 
 
+def record_orphan_run(store: StateStore, summary: Mapping[str, Any], at: datetime) -> CleanupState:
+    """Record a completed orphan-removal run from its report summary (``OrphanReport.summary()``).
+
+    A run where some deletes failed did not finish the cleanup, so it does not move the clock.
+    """
+    failed = len(summary.get("failed") or [])
+    return record_attempt(
+        store,
+        table_uuid=str(summary["table_uuid"]),
+        table=str(summary["table"]),
+        at=at,
+        dry_run=bool(summary["dry_run"]),
+        succeeded=failed == 0,
+        counts={
+            "orphan_file_count": int(summary["orphan_file_count"]),
+            "orphan_bytes": int(summary["orphan_bytes"]),
+            "deleted_file_count": int(summary["deleted_file_count"]),
+            "failed_count": failed,
+        },
+        error=f"{failed} deletes failed" if failed else None,
+    )
+
+
 def default_state_url() -> str:
     """``$ICEBERG_MAINT_STATE_URL``, else a SQLite file under the user's state directory."""
     url = os.environ.get(STATE_URL_ENV)
@@ -143,17 +167,29 @@ class SqlStateStore:
             raise InvalidInputError(f"state store URL {self.url!r}: {exc}") from exc
         if self._engine.dialect.name == "sqlite" and self._engine.url.database:
             Path(self._engine.url.database).parent.mkdir(parents=True, exist_ok=True)
-        _METADATA.create_all(self._engine)
+        try:
+            _METADATA.create_all(self._engine)
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: Exception) -> MaintenanceError:
+        return MaintenanceError(f"state store {self._engine.url.render_as_string()}: {exc}".splitlines()[0])
 
     def get(self, table_uuid: str, job: str = ORPHAN_FILE_REMOVAL) -> CleanupState | None:
         query = sa.select(_TABLE.c.body).where(_TABLE.c.table_uuid == table_uuid, _TABLE.c.job == job)
-        with self._engine.connect() as conn:
-            body = conn.execute(query).scalar_one_or_none()
+        try:
+            with self._engine.connect() as conn:
+                body = conn.execute(query).scalar_one_or_none()
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
         return CleanupState.from_json(json.loads(body)) if body else None
 
     def put(self, state: CleanupState) -> None:
         body = json.dumps(state.to_json())
         key = (_TABLE.c.table_uuid == state.table_uuid) & (_TABLE.c.job == state.job)
-        with self._engine.begin() as conn:
-            if conn.execute(sa.update(_TABLE).where(key).values(body=body)).rowcount == 0:
-                conn.execute(sa.insert(_TABLE).values(table_uuid=state.table_uuid, job=state.job, body=body))
+        try:
+            with self._engine.begin() as conn:
+                if conn.execute(sa.update(_TABLE).where(key).values(body=body)).rowcount == 0:
+                    conn.execute(sa.insert(_TABLE).values(table_uuid=state.table_uuid, job=state.job, body=body))
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table, open_catalog
 from airflow_iceberg_maint.cli import add_json_flag
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.orphans import PREFIX_MISMATCH_MODES, OrphanOptions, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.state import SqlStateStore, record_orphan_run
 
 
 def _timestamp(text: str) -> datetime:
@@ -92,4 +93,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             json.dump(exc.report.to_json(), sys.stdout, default=str)
             sys.stdout.write("\n")
         raise
+    # Bookkeeping for `due`: only a real run without failed deletes moves the last-cleanup clock.
+    record_orphan_run(SqlStateStore(), report.summary(), datetime.now(UTC))
     return {**report.to_json(), "__text__": _text(report)}

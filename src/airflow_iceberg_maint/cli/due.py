@@ -1,0 +1,41 @@
+"""``iceberg-maint due``: is a table due for orphan-file removal under its policy?"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_iceberg_maint.catalog import load_table, open_catalog
+from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.evaluation import evaluate, unattached
+from airflow_iceberg_maint.policies import load_policies, policy_for_table
+from airflow_iceberg_maint.state import SqlStateStore
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "due",
+        help="evaluate whether a table is due for orphan-file removal",
+        description="State comes from $ICEBERG_MAINT_STATE_URL (a SQLAlchemy URL), "
+        "by default a SQLite file under ~/.local/state/iceberg-maint/.",
+    )
+    parser.add_argument("table", help="namespace.table")
+    parser.add_argument("--policy", help="policy file (JSON or YAML); without it the default interval applies")
+    add_json_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Validate the policy file before touching the catalog: a bad file is the likelier mistake.
+    policies = load_policies(args.policy) if args.policy else None
+    table = load_table(open_catalog(args.catalog), args.table)
+    table_uuid = str(table.metadata.table_uuid)
+    policy = policy_for_table(policies, args.table) if policies is not None else None
+    if policies is not None and policy is None:
+        result = unattached(args.table, table_uuid, args.policy)
+    else:
+        state = SqlStateStore().get(table_uuid)
+        result = evaluate(args.table, table_uuid, policy, state, datetime.now(UTC))
+    verdict = "due" if result.due else "not due"
+    return {**result.to_json(), "__text__": f"{args.table}: {verdict} ({result.reason}), score {result.score:g}"}
