@@ -83,7 +83,8 @@ class Files:
                 found.update(f"{root.rstrip('/')}{dirpath[len(uri.path):]}/{n}" for n in names)
             return found
         head = f"{uri.scheme}://{uri.authority}/"
-        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=uri.authority, Prefix=uri.path.lstrip("/") + "/")
+        paginator = self.s3.get_paginator("list_objects_v2")
+        pages = paginator.paginate(Bucket=uri.authority, Prefix=uri.path.lstrip("/") + "/")
         return {head + o["Key"] for page in pages for o in page.get("Contents", [])}
 
 

@@ -1,0 +1,28 @@
+"""Reference sources plugged into the engine by tests, the way the index package plugs in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyiceberg.table import Table
+
+from tests.orphans.scenario import Files
+
+
+def broken(table: Table) -> Iterator[list[str]]:
+    raise OSError("index metadata unreadable")
+    yield []
+
+
+def first_region(table: Table) -> Iterator[list[str]]:
+    yield [table.location() + "/index/idx/region-1.parquet"]
+
+
+def commit_late_file(table: Table) -> Iterator[list[str]]:
+    """Runs while the engine collects references, after listing started: another writer commits."""
+    other = table.catalog.load_table(table.name())
+    late = table.location() + "/data/late.parquet"
+    if late not in set(other.inspect.files()["file_path"].to_pylist()):
+        other.add_files([late])
+    assert Files(other).exists(late)
+    yield []

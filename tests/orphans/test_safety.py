@@ -1,0 +1,217 @@
+"""The safety gates of orphan removal: refusals, fail-closed reads, re-check, hidden paths, age."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_iceberg_maint import referenced
+from airflow_iceberg_maint.errors import (
+    GcDisabledError,
+    InvalidInputError,
+    LocationRefusedError,
+    MetadataReadError,
+)
+from airflow_iceberg_maint.locations import local_path
+from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.storage.local import LocalStorage
+from tests.orphans.scenario import SCHEMA, rows
+
+OLD = time.time() - 10 * 86400
+
+
+def _table(catalog, name="db.t", **kwargs):
+    table = catalog.create_table(name, schema=SCHEMA, **kwargs)
+    table.append(rows(0, 10))
+    table.append(rows(10, 10))
+    return catalog.load_table(name)
+
+
+def _plant_old(path: str, data: bytes = b"x") -> str:
+    fs = local_path(path)
+    os.makedirs(os.path.dirname(fs), exist_ok=True)
+    with open(fs, "wb") as fh:
+        fh.write(data)
+    os.utime(fs, (OLD, OLD))
+    return path
+
+
+def _age_everything(table) -> None:
+    root = local_path(table.location())
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD))
+
+
+def test_gc_disabled_is_refused_and_nothing_is_deleted(sqlite_catalog):
+    table = _table(sqlite_catalog, properties={"gc.enabled": "false"})
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    with pytest.raises(GcDisabledError, match=r"table db\.t: gc\.enabled=false"):
+        remove_orphan_files(table)
+    assert os.path.exists(local_path(orphan))
+
+
+def test_unreadable_manifest_aborts_before_deleting(sqlite_catalog):
+    table = _table(sqlite_catalog)
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path
+    with open(local_path(manifest), "r+b") as fh:
+        fh.truncate(20)
+    with pytest.raises(MetadataReadError, match=f"manifest '{manifest}': cannot be read"):
+        remove_orphan_files(table)
+    assert os.path.exists(local_path(orphan))
+
+
+def test_missing_manifest_list_aborts(sqlite_catalog):
+    table = _table(sqlite_catalog)
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    os.remove(local_path(table.current_snapshot().manifest_list))
+    with pytest.raises(MetadataReadError, match="manifest list"):
+        remove_orphan_files(table)
+    assert os.path.exists(local_path(orphan))
+
+
+def test_a_failing_reference_source_aborts(sqlite_catalog, monkeypatch):
+    table = _table(sqlite_catalog)
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    monkeypatch.setattr(referenced, "REFERENCE_SOURCES", ("tests.orphans.sources:broken",))
+    with pytest.raises(MetadataReadError, match="reference source"):
+        remove_orphan_files(table)
+    monkeypatch.setattr(referenced, "REFERENCE_SOURCES", ("tests.orphans.no_such_module:x",))
+    with pytest.raises(MetadataReadError, match="cannot be loaded"):
+        remove_orphan_files(table)
+    assert os.path.exists(local_path(orphan))
+
+
+def test_reference_sources_protect_their_files(sqlite_catalog, monkeypatch):
+    table = _table(sqlite_catalog)
+    protected = _plant_old(table.location() + "/index/idx/region-1.parquet")
+    orphan = _plant_old(table.location() + "/index/idx/region-2.parquet")
+    monkeypatch.setattr(referenced, "REFERENCE_SOURCES", ("tests.orphans.sources:first_region",))
+    report = remove_orphan_files(table)
+    assert report.orphan_files == [orphan]
+    assert os.path.exists(local_path(protected))
+
+
+def test_a_commit_during_the_scan_protects_the_files_it_adds(sqlite_catalog, monkeypatch):
+    """A writer commits a file that was listed as an orphan; the re-check keeps it."""
+    table = _table(sqlite_catalog)
+    late = table.location() + "/data/late.parquet"
+    pq.write_table(rows(100, 5).cast(SCHEMA.as_arrow()), local_path(late))
+    os.utime(local_path(late), (OLD, OLD))
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    monkeypatch.setattr(referenced, "REFERENCE_SOURCES", ("tests.orphans.sources:commit_late_file",))
+    report = remove_orphan_files(table)
+    assert report.kept_by_recheck == 1
+    assert report.orphan_files == [orphan]
+    assert os.path.exists(local_path(late))
+    reloaded = sqlite_catalog.load_table("db.t")
+    assert len(reloaded.scan().to_arrow()) == 25
+
+
+def test_hidden_paths_are_skipped_but_hidden_partition_fields_are_not(sqlite_catalog):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "_cat", StringType()))
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "_cat"))
+    table = sqlite_catalog.create_table("db.hidden", schema=schema, partition_spec=spec)
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "_cat": pa.array(["a", "b"])}))
+    _age_everything(table)
+    loc = table.location()
+    in_partition = _plant_old(f"{loc}/data/_cat=a/orphan.parquet")
+    hidden = [_plant_old(f"{loc}/data/_tmp/x.parquet"), _plant_old(f"{loc}/data/_cat/x.parquet"),
+              _plant_old(f"{loc}/.trash/x.parquet"), _plant_old(f"{loc}/data/_cat=a/.x.crc")]
+    report = remove_orphan_files(table)
+    assert report.orphan_files == [in_partition]
+    assert all(os.path.exists(local_path(h)) for h in hidden)
+    assert len(sqlite_catalog.load_table("db.hidden").scan().to_arrow()) == 2
+
+
+def test_symlinks_are_neither_followed_nor_deleted(sqlite_catalog, tmp_path):
+    table = _table(sqlite_catalog)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "precious.parquet"
+    victim.write_bytes(b"x")
+    os.utime(victim, (OLD, OLD))
+    link_dir = local_path(table.location()) + "/data/link"
+    os.symlink(outside, link_dir)
+    os.symlink(victim, local_path(table.location()) + "/data/link.parquet")
+    report = remove_orphan_files(table, OrphanOptions(older_than_days=0))
+    assert report.orphan_files == []
+    assert victim.exists()
+    with pytest.raises(LocationRefusedError, match="symlink"):
+        remove_orphan_files(table, OrphanOptions(location=table.location() + "/data/link"))
+    assert victim.exists()
+
+
+def test_cutoff_is_strict_and_never_in_the_future(sqlite_catalog, caplog):
+    table = _table(sqlite_catalog)
+    at = _plant_old(table.location() + "/data/at-cutoff.parquet")
+    before = _plant_old(table.location() + "/data/before-cutoff.parquet")
+    os.utime(local_path(before), (OLD - 1, OLD - 1))
+    cutoff = datetime.fromtimestamp(os.stat(local_path(at)).st_mtime, UTC)
+    report = remove_orphan_files(table, OrphanOptions(older_than=cutoff, dry_run=True))
+    assert report.orphan_files == [before]
+    with pytest.raises(InvalidInputError, match="is in the future"):
+        remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC) + timedelta(hours=1)))
+    with pytest.raises(InvalidInputError, match="older_than_days -1"):
+        remove_orphan_files(table, OrphanOptions(older_than_days=-1))
+    with caplog.at_level(logging.WARNING):
+        zero = remove_orphan_files(table, OrphanOptions(older_than_days=0, dry_run=True))
+    assert "older_than_days is 0" in caplog.text
+    assert set(zero.orphan_files) == {at, before}
+
+
+def test_default_cutoff_is_three_days(sqlite_catalog):
+    table = _table(sqlite_catalog)
+    two_days = _plant_old(table.location() + "/data/two-days.parquet")
+    four_days = _plant_old(table.location() + "/data/four-days.parquet")
+    now = time.time()
+    os.utime(local_path(two_days), (now - 2 * 86400,) * 2)
+    os.utime(local_path(four_days), (now - 4 * 86400,) * 2)
+    report = remove_orphan_files(table, OrphanOptions(dry_run=True))
+    assert report.orphan_files == [four_days]
+
+
+def test_bad_options_change_nothing(sqlite_catalog):
+    table = _table(sqlite_catalog)
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    with pytest.raises(InvalidInputError, match="prefix_mismatch_mode 'sometimes'"):
+        remove_orphan_files(table, OrphanOptions(prefix_mismatch_mode="sometimes"))
+    with pytest.raises(InvalidInputError, match="max_concurrent_deletes 0"):
+        remove_orphan_files(table, OrphanOptions(max_concurrent_deletes=0))
+    with pytest.raises(LocationRefusedError):
+        remove_orphan_files(table, OrphanOptions(location=table.location() + "_backup"))
+    assert os.path.exists(local_path(orphan))
+
+
+def test_scan_of_a_sub_location_only(sqlite_catalog):
+    table = _table(sqlite_catalog)
+    in_data = _plant_old(table.location() + "/data/orphan.parquet")
+    in_metadata = _plant_old(table.location() + "/metadata/orphan.avro")
+    report = remove_orphan_files(table, OrphanOptions(location=table.location() + "/data/"))
+    assert report.location == table.location() + "/data"
+    assert report.orphan_files == [in_data]
+    assert os.path.exists(local_path(in_metadata))
+
+
+def test_local_delete_counts_missing_files_as_deleted_and_reports_failures(tmp_path):
+    present = tmp_path / "a"
+    present.write_bytes(b"x")
+    blocked = tmp_path / "dir"
+    blocked.mkdir()
+    outcome = LocalStorage().delete_files([str(present), str(tmp_path / "gone"), str(blocked)], max_concurrency=2)
+    assert sorted(outcome.deleted) == sorted([str(present), str(tmp_path / "gone")])
+    assert [p for p, _ in outcome.failed] == [str(blocked)]
+    assert not present.exists()
+
