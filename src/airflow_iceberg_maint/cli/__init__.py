@@ -61,7 +61,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(_render_text(result))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
