@@ -1,0 +1,172 @@
+"""Building index data: entries for a set of data files, index order, region cuts, region files.
+
+The pieces are separate so the incremental refresh can reuse them: ``entries_for_files`` turns
+live rows into entries (identity columns of the extract schema), ``ordering_columns`` evaluates
+the ordering key, ``sort_entries`` puts entries in index order, ``cut_regions`` chooses region
+boundaries, and ``write_regions`` writes region files and returns their tracking entries.
+"""
+
+from __future__ import annotations
+
+import uuid
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema, prune_columns
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COLUMNS
+from airflow_iceberg_maint.index.extract_files import RegionEntry, StatsColumn, region_stats, write_region_file
+from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.metadata import IndexMetadata, OrderingField
+from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
+from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+
+_METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
+
+
+@dataclass(frozen=True)
+class EntryLayout:
+    """How entries of one extract schema are built, ordered and described in tracking files."""
+
+    metadata: IndexMetadata
+    extract_schema: Schema
+    region_schema: pa.Schema
+    ordering: tuple[OrderingField, ...]
+    stats_columns: tuple[StatsColumn, ...]
+
+    @property
+    def source_ids(self) -> dict[int, int]:
+        """Extract field ID -> source field ID."""
+        return {f.field_id: f.source_id for f in self.metadata.identity_fields}
+
+
+def entry_layout(metadata: IndexMetadata, extract_schema: Schema) -> EntryLayout:
+    ordering = tuple(metadata.ordering_fields(extract_schema))
+    sources = {f.field_id: f.source_id for f in metadata.identity_fields}
+    file_field = next((f for f in extract_schema.fields if sources[f.field_id] == FILE_COLUMN_ID), None)
+    region_fields = []
+    for arrow_field, field in zip(schema_to_pyarrow(extract_schema, include_field_ids=True), extract_schema.fields,
+                                  strict=True):
+        # _file repeats few distinct values: keep it dictionary-encoded in memory and in region files.
+        is_file = file_field is not None and field.field_id == file_field.field_id
+        region_fields.append(arrow_field.with_type(pa.dictionary(pa.int32(), pa.string())) if is_file else arrow_field)
+    names = {f.field_id: f.name for f in extract_schema.fields}
+    columns = [
+        StatsColumn(o.field_id, names.get(o.field_id) or o.expression.to_text(extract_schema),
+                    schema_to_pyarrow(o.data_type), ordering=True)
+        for o in ordering
+    ]
+    if file_field is not None and file_field.field_id not in metadata.ordering_key:
+        # Bounds on _file let maintenance find the regions holding a data file's entries.
+        columns.append(StatsColumn(file_field.field_id, file_field.name, pa.string(), ordering=False))
+    return EntryLayout(metadata, extract_schema, pa.schema(region_fields), ordering, tuple(columns))
+
+
+def entries_for_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout) -> pa.Table:
+    """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``."""
+    table_schema = plan_schema(table, plan)
+    table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
+    read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
+    parts = [_entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+             for path in paths]
+    if not parts:
+        return layout.region_schema.empty_table()
+    return pa.concat_tables(parts).unify_dictionaries()
+
+
+def _entries_of_rows(rows: pa.Table, read_schema: Schema, layout: EntryLayout) -> pa.Table:
+    columns = []
+    for field in layout.extract_schema.fields:
+        source_id = layout.source_ids[field.field_id]
+        if source_id in _METADATA_COLUMN_NAMES:
+            columns.append(rows.column(_METADATA_COLUMN_NAMES[source_id]))
+        else:
+            columns.append(rows.column(read_schema.find_column_name(source_id) or ""))
+    return pa.Table.from_arrays(columns, schema=layout.region_schema)
+
+
+def ordering_columns(entries: pa.Table, layout: EntryLayout) -> list[pa.Array]:
+    """The ordering-key values of each entry, one array per ordering-key field."""
+    return [o.expression.evaluate(entries, layout.extract_schema) for o in layout.ordering]
+
+
+def sort_entries(entries: pa.Table, layout: EntryLayout) -> tuple[pa.Table, list[pa.Array]]:
+    """Entries in index order, with their ordering-key columns in the same order."""
+    keys = ordering_columns(entries, layout)
+    order = sort_indices(keys)
+    return entries.take(order), [k.take(order) for k in keys]
+
+
+def cut_regions(keys: Sequence[pa.Array], target_rows: int, allow_key_spanning: bool) -> list[tuple[int, int]]:
+    """Region boundaries ``[(start, stop), ...]`` over sorted entries.
+
+    A region ends at the first key change at or after ``target_rows`` entries, so a key never
+    spans two regions. With ``allow_key_spanning`` a run of one key longer than twice the target
+    is cut every ``target_rows`` entries instead (readers follow equal ``group_max_value`` keys).
+    """
+    length = len(keys[0]) if keys else 0
+    if length == 0:
+        return []
+    changes = key_changes(keys)
+    starts = pc.indices_nonzero(changes).to_pylist()  # first entry of each distinct key
+    regions: list[tuple[int, int]] = []
+    start = 0
+    while start < length:
+        want = start + max(target_rows, 1)
+        if want >= length:
+            stop = length
+        else:
+            at = bisect_left(starts, want)
+            stop = starts[at] if at < len(starts) else length
+            if allow_key_spanning and stop - start > 2 * target_rows:
+                # Only a hot key (a run longer than the target) overshoots this far: end the region
+                # before it, or, when the region starts inside it, cut it into target-sized pieces.
+                key_start = starts[at - 1]
+                stop = key_start if key_start > start else want
+        regions.append((start, stop))
+        start = stop
+    return regions
+
+
+def target_rows(entries: pa.Table, target_bytes: int) -> int:
+    """Entries per region for a target size, from the in-memory size of the stored columns."""
+    if entries.num_rows == 0:
+        return 1
+    per_entry = max(entries.nbytes / entries.num_rows, 1.0)
+    return max(int(target_bytes / per_entry), 1)
+
+
+def write_regions(
+    io: FileIO, location: str, entries: pa.Table, keys: Sequence[pa.Array], regions: Sequence[tuple[int, int]],
+    layout: EntryLayout,
+) -> list[RegionEntry]:
+    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order."""
+    stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
+    written: list[RegionEntry] = []
+    for start, stop in regions:
+        rows = entries.slice(start, stop - start)
+        values = {fid: v.slice(start, stop - start) for fid, v in stats_values.items()}
+        for column in layout.stats_columns:
+            if column.field_id not in values:
+                values[column.field_id] = rows.column(column.name)
+        path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
+        size = write_region_file(io, path, rows, layout.region_schema)
+        written.append(RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values)))
+    return written
+
+
+def build_regions(table: Table, plan: SnapshotFiles, layout: EntryLayout) -> tuple[list[RegionEntry], int]:
+    """All region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count."""
+    entries = entries_for_files(table, plan, sorted(plan.data_files), layout)
+    entries, keys = sort_entries(entries, layout)
+    metadata = layout.metadata
+    regions = cut_regions(keys, target_rows(entries, metadata.region_target_size_bytes()),
+                          metadata.allow_key_spanning())
+    return write_regions(table.io, metadata.location, entries, keys, regions, layout), entries.num_rows
+

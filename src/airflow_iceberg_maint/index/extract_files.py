@@ -1,0 +1,270 @@
+"""Region files and tracking files of an extract: Parquet with field IDs, read and written by ID.
+
+A tracking file holds one entry per region file, in index order: ``100 file_path``,
+``101 file_format``, ``103 record_count``, ``104 file_size_in_bytes`` and the required
+``146 content_stats``. Each stats struct sits at ``10000 + 200 * field-id`` and holds
+``lower_bound`` (+1), ``upper_bound`` (+2), ``null_value_count`` (+5) and, for ordering-key
+fields, ``group_max_value`` (+8). Bounds are exact (never truncated) and exclude nulls and NaN;
+a bound is null when the region holds no such value. Locations are written absolute.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+
+from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.metadata import (
+    GROUP_MAX_VALUE,
+    LOWER_BOUND,
+    NULL_VALUE_COUNT,
+    UPPER_BOUND,
+    stats_base_id,
+)
+from airflow_iceberg_maint.index.ordering import sortable
+
+FIELD_ID = b"PARQUET:field_id"
+FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID = 100, 101, 103, 104, 146
+#: Rows per Parquet row group in region files: small, so a lookup reads little past the footer.
+REGION_ROW_GROUP_ROWS = 16_384
+_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class StatsColumn:
+    """An index field that gets a stats struct; ordering-key fields also get ``group_max_value``."""
+
+    field_id: int
+    name: str
+    arrow_type: pa.DataType
+    ordering: bool
+
+
+@dataclass(frozen=True)
+class FieldStats:
+    lower_bound: Any
+    upper_bound: Any
+    null_value_count: int | None
+    group_max_value: Any = None
+    #: A null ``group_max_value`` is a null key; this tells it apart from an absent metric.
+    has_group_max_value: bool = False
+
+
+@dataclass(frozen=True)
+class RegionEntry:
+    """One tracking-file entry: a region file and its statistics, keyed by index field ID."""
+
+    file_path: str
+    file_format: str
+    record_count: int
+    file_size_in_bytes: int
+    stats: dict[int, FieldStats]
+
+
+def _field(name: str, arrow_type: pa.DataType, field_id: int, nullable: bool = True) -> pa.Field:
+    return pa.field(name, arrow_type, nullable=nullable, metadata={FIELD_ID: str(field_id).encode()})
+
+
+def _stats_struct(column: StatsColumn) -> pa.Field:
+    base = stats_base_id(column.field_id)
+    children = [
+        _field("lower_bound", column.arrow_type, base + LOWER_BOUND),
+        _field("upper_bound", column.arrow_type, base + UPPER_BOUND),
+        _field("null_value_count", pa.int64(), base + NULL_VALUE_COUNT),
+    ]
+    if column.ordering:
+        children.append(_field("group_max_value", column.arrow_type, base + GROUP_MAX_VALUE))
+    return _field(column.name, pa.struct(children), base)
+
+
+def tracking_schema(columns: Sequence[StatsColumn]) -> pa.Schema:
+    return pa.schema([
+        _field("file_path", pa.string(), FILE_PATH_ID, nullable=False),
+        _field("file_format", pa.string(), FILE_FORMAT_ID, nullable=False),
+        _field("record_count", pa.int64(), RECORD_COUNT_ID, nullable=False),
+        _field("file_size_in_bytes", pa.int64(), FILE_SIZE_ID, nullable=False),
+        _field("content_stats", pa.struct([_stats_struct(c) for c in columns]), CONTENT_STATS_ID, nullable=False),
+    ])
+
+
+def _bounds(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
+    """Exact min and max in the index order, ignoring nulls and NaN; None when there is none."""
+    if pa.types.is_dictionary(column.type):
+        column = pc.cast(column, column.type.value_type)
+    if pa.types.is_floating(column.type):
+        column = pc.filter(column, pc.invert(pc.is_nan(column)))
+    column = pc.drop_null(column)
+    if len(column) == 0:
+        return None, None
+    order = sortable(column)
+    extremes = pc.min_max(order)
+    low = pc.index(order, extremes["min"]).as_py()
+    high = pc.index(order, extremes["max"]).as_py()
+    return column[low].as_py(), column[high].as_py()
+
+
+def region_stats(
+    columns: Sequence[StatsColumn], values: dict[int, pa.ChunkedArray | pa.Array]
+) -> dict[int, FieldStats]:
+    """Statistics of one region's entries (``values`` by field ID, in index order)."""
+    stats: dict[int, FieldStats] = {}
+    for column in columns:
+        data = values[column.field_id]
+        lower, upper = _bounds(data)
+        last = data[len(data) - 1].as_py() if column.ordering and len(data) else None
+        stats[column.field_id] = FieldStats(lower, upper, data.null_count, last, column.ordering)
+    return stats
+
+
+def write_region_file(io: FileIO, path: str, rows: pa.Table, schema: pa.Schema) -> int:
+    """Write one region file (columns by field ID from ``schema``); returns its size in bytes."""
+    buffer = pa.BufferOutputStream()
+    with pq.ParquetWriter(buffer, schema, write_statistics=True) as writer:
+        writer.write_table(rows.cast(schema), row_group_size=REGION_ROW_GROUP_ROWS)
+    return _put(io, path, buffer.getvalue())
+
+
+def _put(io: FileIO, path: str, data: pa.Buffer) -> int:
+    with io.new_output(path).create(overwrite=False) as stream:
+        stream.write(data.to_pybytes())
+    return data.size
+
+
+def write_tracking_file(io: FileIO, path: str, columns: Sequence[StatsColumn], entries: Sequence[RegionEntry]) -> int:
+    """Write the tracking file of an extract (entries already in index order); returns its size."""
+    rows = [
+        {
+            "file_path": e.file_path,
+            "file_format": e.file_format,
+            "record_count": e.record_count,
+            "file_size_in_bytes": e.file_size_in_bytes,
+            "content_stats": {c.name: _stats_row(c, e.stats.get(c.field_id)) for c in columns},
+        }
+        for e in entries
+    ]
+    schema = tracking_schema(columns)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer)
+    return _put(io, path, buffer.getvalue())
+
+
+def _stats_row(column: StatsColumn, stats: FieldStats | None) -> dict[str, Any] | None:
+    if stats is None:
+        return None
+    row = {"lower_bound": stats.lower_bound, "upper_bound": stats.upper_bound,
+           "null_value_count": stats.null_value_count}
+    if column.ordering:
+        row["group_max_value"] = stats.group_max_value
+    return row
+
+
+def _field_id(field: pa.Field) -> int | None:
+    raw = (field.metadata or {}).get(FIELD_ID)
+    return int(raw) if raw is not None else None
+
+
+def _by_id(fields: Sequence[pa.Field]) -> dict[int, int]:
+    return {fid: i for i, f in enumerate(fields) if (fid := _field_id(f)) is not None}
+
+
+def _read_tracking_table(io: FileIO, path: str) -> pa.Table:
+    try:
+        with io.new_input(path).open() as stream:
+            return pq.read_table(stream)
+    except Exception as exc:
+        raise MetadataReadError(f"tracking file {path!r}: cannot be read ({exc})") from exc
+
+
+def _resolved(location: str, index_location: str | None, tracking_file: str) -> str:
+    if "://" in location or location.startswith("/"):
+        return location
+    if index_location is None:
+        raise MetadataReadError(
+            f"tracking file {tracking_file!r}: relative location {location!r} without an index location"
+        )
+    return f"{index_location.rstrip('/')}/{location}"
+
+
+def region_file_paths(io: FileIO, tracking_file: str, index_location: str | None = None) -> list[str]:
+    """Locations of every region file a tracking file lists (relative ones resolved). Errors abort (S2)."""
+    table = _read_tracking_table(io, tracking_file)
+    ids = _by_id(table.schema)
+    if FILE_PATH_ID not in ids:
+        raise MetadataReadError(f"tracking file {tracking_file!r}: no field 100 file_path")
+    paths = table.column(ids[FILE_PATH_ID]).to_pylist()
+    return [_resolved(p, index_location, tracking_file) for p in paths]
+
+
+_tracking_cache: OrderedDict[str, list[RegionEntry]] = OrderedDict()
+_tracking_lock = Lock()
+
+
+def read_tracking_file(io: FileIO, path: str, index_location: str | None = None) -> list[RegionEntry]:
+    """The entries of a tracking file, stats resolved by field ID (cached: tracking files are immutable)."""
+    with _tracking_lock:
+        if path in _tracking_cache:
+            _tracking_cache.move_to_end(path)
+            return _tracking_cache[path]
+    entries = _parse_tracking(_read_tracking_table(io, path), path, index_location)
+    with _tracking_lock:
+        _tracking_cache[path] = entries
+        while len(_tracking_cache) > _CACHE_SIZE:
+            _tracking_cache.popitem(last=False)
+    return entries
+
+
+def _parse_tracking(table: pa.Table, path: str, index_location: str | None) -> list[RegionEntry]:
+    ids = _by_id(table.schema)
+    missing = {FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID} - ids.keys()
+    if missing:
+        raise MetadataReadError(f"tracking file {path!r}: missing required fields {sorted(missing)}")
+    stats_type: pa.StructType = table.schema.field(ids[CONTENT_STATS_ID]).type
+    values = {fid: table.column(ids[fid]).to_pylist() for fid in (FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID,
+                                                                  FILE_SIZE_ID)}
+    stats_rows = table.column(ids[CONTENT_STATS_ID]).to_pylist()
+    layout = _stats_layout(stats_type)
+    entries = []
+    for row in range(table.num_rows):
+        entries.append(RegionEntry(
+            file_path=_resolved(values[FILE_PATH_ID][row], index_location, path),
+            file_format=values[FILE_FORMAT_ID][row],
+            record_count=values[RECORD_COUNT_ID][row],
+            file_size_in_bytes=values[FILE_SIZE_ID][row],
+            stats=_row_stats(stats_rows[row], layout),
+        ))
+    return entries
+
+
+def _stats_layout(stats_type: pa.StructType) -> dict[int, tuple[str, dict[int, str]]]:
+    """For each stats struct: its name, and the names of its metrics by offset."""
+    layout: dict[int, tuple[str, dict[int, str]]] = {}
+    for field in stats_type:
+        base = _field_id(field)
+        if base is None or base < 10_000 or (base - 10_000) % 200:
+            continue
+        metrics = {fid - base: child.name for child in field.type if (fid := _field_id(child)) is not None}
+        layout[(base - 10_000) // 200] = (field.name, metrics)
+    return layout
+
+
+def _row_stats(row: dict[str, Any] | None, layout: dict[int, tuple[str, dict[int, str]]]) -> dict[int, FieldStats]:
+    stats: dict[int, FieldStats] = {}
+    for field_id, (name, metrics) in layout.items():
+        struct = (row or {}).get(name)
+        if struct is None:
+            continue
+
+        def metric(offset: int, struct: dict[str, Any] = struct, metrics: dict[int, str] = metrics) -> Any:
+            return struct.get(metrics[offset]) if offset in metrics else None
+
+        stats[field_id] = FieldStats(metric(LOWER_BOUND), metric(UPPER_BOUND), metric(NULL_VALUE_COUNT),
+                                     metric(GROUP_MAX_VALUE), GROUP_MAX_VALUE in metrics)
+    return stats
