@@ -1,0 +1,347 @@
+"""Where indexes live and how their metadata is committed.
+
+Each index of a table lives at ``<table-location>/index/<name>/``. Its metadata files are
+numbered: ``metadata/00001.metadata.json``, ``00002...``; the highest number is the current
+metadata. A commit writes version N+1 only if no file of that name exists (exclusive create on
+local disks, ``PutObject`` with ``If-None-Match: *`` on S3), so of two writers that started from
+version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
+up to a limit, then gives up (S6). Nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.index.metadata import (
+    IndexMetadata,
+    MetadataLogEntry,
+    check_index_name,
+    index_location,
+    is_valid_promotion,
+    now_ms,
+)
+from airflow_iceberg_maint.locations import Uri, local_path
+
+log = logging.getLogger(__name__)
+
+METADATA_DIR = "metadata"
+_VERSION_RE = re.compile(r"^(\d{5,})\.metadata\.json$")
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+BACKOFF_BASE_SECONDS = 0.02
+BACKOFF_MAX_SECONDS = 2.0
+RELOAD_ATTEMPTS = 3  # a listed version can vanish when a concurrent commit deletes old metadata
+
+
+class IndexNotFoundError(InvalidInputError):
+    """The table has no index of that name."""
+
+
+class IndexExistsError(InvalidInputError):
+    """``create`` found an index of that name already."""
+
+
+class IndexCommitConflictError(MaintenanceError):
+    """Every commit attempt lost to a concurrent writer; nothing was committed."""
+
+
+def version_file_name(version: int) -> str:
+    return f"{version:05d}.metadata.json"
+
+
+class MetadataFiles(Protocol):
+    """The few storage operations the commit protocol needs."""
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
+        ...
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        """Write a complete file only if none exists there; False when one already does."""
+        ...
+
+    def read(self, location: str) -> bytes:
+        ...
+
+    def delete(self, location: str) -> None:
+        ...
+
+
+class LocalMetadataFiles:
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        try:
+            with os.scandir(local_path(directory)) as entries:
+                items = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except FileNotFoundError:
+            return [], []
+        return [n for n, is_dir in items if not is_dir], [n for n, is_dir in items if is_dir]
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        path = local_path(location)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # Write a private temporary file, then hard-link it into place: link() fails if the
+        # name exists, and readers never see a partly written file.
+        temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with open(temporary, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+        return True
+
+    def read(self, location: str) -> bytes:
+        with open(local_path(location), "rb") as f:
+            return f.read()
+
+    def delete(self, location: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local_path(location))
+
+
+class S3MetadataFiles:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        files: list[str] = []
+        dirs: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=uri.authority, Prefix=prefix, Delimiter="/"):
+            files.extend(o["Key"][len(prefix) :] for o in page.get("Contents", []))
+            dirs.extend(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
+        return [f for f in files if f], [d for d in dirs if d]
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        uri = Uri.parse(location)
+        try:
+            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in _CONFLICT_CODES or status in _CONFLICT_CODES:
+                return False
+            raise
+        return True
+
+    def read(self, location: str) -> bytes:
+        uri = Uri.parse(location)
+        try:
+            body: bytes = self.client.get_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise FileNotFoundError(location) from exc
+            raise
+        return body
+
+    def delete(self, location: str) -> None:
+        uri = Uri.parse(location)
+        self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
+
+
+def metadata_files_for(location: str, io_properties: Mapping[str, str]) -> MetadataFiles:
+    """Local or S3 access for a table location, configured like the table's FileIO."""
+    uri = Uri.parse(location)
+    if uri.is_local:
+        return LocalMetadataFiles()
+    if uri.scheme in ("s3", "s3a", "s3n"):
+        from airflow_iceberg_maint.storage.s3 import S3Storage
+
+        return S3MetadataFiles(S3Storage.from_properties(io_properties).client)
+    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} has no atomic create (expected file or s3)")
+
+
+def _check_definition_unchanged(base: IndexMetadata, updated: IndexMetadata, name: str) -> None:
+    """An update may add extracts, schemas and keys, drop extracts, and change properties; nothing else."""
+    fixed = ("format_version", "index_uuid", "table_uuid", "location", "index_type", "identity_fields", "ordering_key")
+    for attr in fixed:
+        if getattr(base, attr) != getattr(updated, attr):
+            raise InvalidInputError(f"commit to index {name!r}: {attr.replace('_', '-')} is fixed at creation")
+    if updated.schemas[: len(base.schemas)] != base.schemas:
+        raise InvalidInputError(f"commit to index {name!r}: existing extract schemas cannot change")
+    old_stats = {f.field_id: f for f in base.stats_fields}
+    if set(old_stats) != {f.field_id for f in updated.stats_fields}:
+        raise InvalidInputError(f"commit to index {name!r}: stats-fields cannot be added or removed")
+    for f in updated.stats_fields:
+        old = old_stats[f.field_id]
+        if f.expr != old.expr or f.type != old.type or not is_valid_promotion(old.data_type, f.data_type):
+            raise InvalidInputError(f"commit to index {name!r}: stats field {f.field_id} may only promote its type")
+    old_extracts = {e.extract_id: e for e in base.extracts}
+    for e in updated.extracts:
+        if e.extract_id in old_extracts and old_extracts[e.extract_id] != e:
+            raise InvalidInputError(f"commit to index {name!r}: extract {e.extract_id} is immutable")
+
+
+class IndexStore:
+    """The indexes of one table: discovery, loading, creation and atomic commits."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.table_location = table.metadata.location.rstrip("/")
+        self.root = f"{self.table_location}/index"
+        self.files = metadata_files_for(self.table_location, table.io.properties)
+
+    def index_dir(self, name: str) -> str:
+        return index_location(self.table_location, check_index_name(name))
+
+    def metadata_dir(self, name: str) -> str:
+        return f"{self.index_dir(name)}/{METADATA_DIR}"
+
+    def version_location(self, name: str, version: int) -> str:
+        return f"{self.metadata_dir(name)}/{version_file_name(version)}"
+
+    def versions(self, name: str) -> dict[int, str]:
+        """Every metadata file of the index, by version number."""
+        directory = self.metadata_dir(name)
+        try:
+            names, _ = self.files.list_names(directory)
+        except (OSError, ClientError) as exc:
+            raise MetadataReadError(f"index directory {directory!r}: cannot be listed ({exc})") from exc
+        found = ((_VERSION_RE.match(n), n) for n in names)
+        return {int(m.group(1)): f"{directory}/{n}" for m, n in found if m}
+
+    def names(self) -> list[str]:
+        """Names of the table's indexes: directories under ``index/`` holding at least one metadata file."""
+        try:
+            _, dirs = self.files.list_names(self.root)
+        except (OSError, ClientError) as exc:
+            raise MetadataReadError(f"index root {self.root!r}: cannot be listed ({exc})") from exc
+        valid = []
+        for name in sorted(dirs):
+            try:
+                check_index_name(name)
+            except InvalidInputError:
+                log.warning("ignoring %s/%s: not an index name", self.root, name)
+                continue
+            if self.versions(name):
+                valid.append(name)
+        return valid
+
+    def read_metadata(self, location: str) -> IndexMetadata:
+        """Read and check one metadata file against this table."""
+        try:
+            data = self.files.read(location)
+        except FileNotFoundError:
+            raise
+        except (OSError, ClientError) as exc:
+            raise MetadataReadError(f"index metadata {location!r}: cannot be read ({exc})") from exc
+        metadata = IndexMetadata.from_bytes(data, location)
+        try:
+            metadata.validate(self.table.metadata)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"index metadata {location}: {exc}") from exc
+        return metadata
+
+    def load(self, name: str) -> tuple[IndexMetadata, str, int]:
+        """The current metadata of an index, its file location and its version number."""
+        for _ in range(RELOAD_ATTEMPTS):
+            versions = self.versions(name)
+            if not versions:
+                raise IndexNotFoundError(f"index {name!r}: table {self.table_location!r} has no such index")
+            version = max(versions)
+            try:
+                metadata = self.read_metadata(versions[version])
+            except FileNotFoundError:
+                continue  # deleted by a newer commit's metadata clean-up: list again
+            if metadata.location.rstrip("/") != self.index_dir(name):
+                raise InvalidInputError(
+                    f"index metadata {versions[version]}: location {metadata.location!r} is not the index directory"
+                )
+            return metadata, versions[version], version
+        raise MetadataReadError(f"index {name!r}: its newest metadata file kept disappearing while being read")
+
+    def create(self, metadata: IndexMetadata, name: str) -> str:
+        """Write version 1 of a new index; fails cleanly if the index exists (even concurrently)."""
+        if metadata.location.rstrip("/") != self.index_dir(name):
+            raise InvalidInputError(f"index {name!r}: location {metadata.location!r} is not {self.index_dir(name)!r}")
+        metadata.validate(self.table.metadata)
+        if self.versions(name):
+            raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
+        location = self.version_location(name, 1)
+        if not self.files.create_exclusive(location, metadata.to_bytes()):
+            raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
+        return location
+
+    def commit(
+        self,
+        name: str,
+        update: Callable[[IndexMetadata], IndexMetadata],
+        max_attempts: int | None = None,
+    ) -> tuple[IndexMetadata, str]:
+        """Apply ``update`` to the current metadata and commit the result as the next version.
+
+        On losing the race for the next version, re-read the winner and re-apply ``update`` to it
+        (so ``update`` must be a pure function of its argument), up to ``max_attempts`` in all
+        (default: the ``commit.retry.num-retries`` property + 1); then raise
+        ``IndexCommitConflictError``. Exceptions from ``update`` abort without writing anything.
+        """
+        if max_attempts is not None and max_attempts < 1:
+            raise InvalidInputError(f"max_attempts: must be at least 1, got {max_attempts}")
+        attempt = 0
+        while True:
+            base, base_location, version = self.load(name)
+            limit = max_attempts if max_attempts is not None else base.commit_num_retries() + 1
+            new = self._next_metadata(name, base, base_location, update(base))
+            location = self.version_location(name, version + 1)
+            if self.files.create_exclusive(location, new.to_bytes()):
+                self._delete_dropped_metadata(base, base_location, new)
+                return new, location
+            attempt += 1
+            log.info("index %s: version %d was committed concurrently (attempt %d)", name, version + 1, attempt)
+            if attempt >= limit:
+                raise IndexCommitConflictError(
+                    f"index {name!r}: commit lost to concurrent writers {attempt} time(s); nothing was committed"
+                )
+            time.sleep(random.uniform(0, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))))
+
+    def _next_metadata(
+        self, name: str, base: IndexMetadata, base_location: str, updated: IndexMetadata
+    ) -> IndexMetadata:
+        if not isinstance(updated, IndexMetadata):
+            raise InvalidInputError(f"commit to index {name!r}: the update returned {type(updated).__name__}")
+        _check_definition_unchanged(base, updated, name)
+        keep = updated.previous_versions_max()
+        log_entries = (*base.metadata_log, MetadataLogEntry(base_location, base.last_updated_ms))
+        new = replace(
+            updated,
+            last_updated_ms=max(now_ms(), base.last_updated_ms + 1),
+            metadata_log=log_entries[len(log_entries) - keep :] if keep else (),
+        )
+        new.check()
+        new.check_properties()
+        new.validate(self.table.metadata)
+        return new
+
+    def _delete_dropped_metadata(self, base: IndexMetadata, base_location: str, new: IndexMetadata) -> None:
+        """With ``write.metadata.delete-after-commit.enabled``, delete files the log no longer lists."""
+        if not new.delete_after_commit():
+            return
+        kept = {e.metadata_file for e in new.metadata_log}
+        dropped = [e.metadata_file for e in base.metadata_log if e.metadata_file not in kept]
+        if base_location not in kept:
+            dropped.append(base_location)
+        for location in dropped:
+            try:
+                self.files.delete(location)
+            except (OSError, ClientError) as exc:
+                # The commit stands; a file left behind is removed later as an unreferenced index file.
+                log.warning("index metadata %s: not deleted after commit (%s)", location, exc)
+
