@@ -7,13 +7,14 @@ cleaned 6.9 days ago is not due under a 7-day interval.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.policies import DEFAULT_MIN_INTERVAL_DAYS, Policy
-from airflow_iceberg_maint.state import CleanupState
+from airflow_iceberg_maint.policies import DEFAULT_MIN_INTERVAL_DAYS, ORPHAN_FILE_REMOVAL, Policy, policy_for_table
+from airflow_iceberg_maint.state import CleanupState, StateStore
 
 #: Score of a table never cleaned: above any real "days since" (JSON has no infinity).
 NEVER_CLEANED_SCORE = 1_000_000.0
@@ -93,3 +94,19 @@ def unattached(table: str, table_uuid: str, source: str) -> Evaluation:
         score=0.0,
         reason=f"no orphan-removal policy in {source} attaches to {table}: not due",
     )
+
+
+def evaluate_table(
+    table: str,
+    table_uuid: str,
+    policies: Sequence[Policy] | None,
+    store: StateStore,
+    now: datetime,
+    source: str = "the policies",
+) -> Evaluation:
+    """Find the table's policy (None: no policies given, default interval) and evaluate it."""
+    policy = policy_for_table(policies, table) if policies is not None else None
+    if policies is not None and policy is None:
+        return unattached(table, table_uuid, source)
+    state = store.get(table_uuid, policy.type if policy else ORPHAN_FILE_REMOVAL)
+    return evaluate(table, table_uuid, policy, state, now)

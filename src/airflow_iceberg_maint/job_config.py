@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pyiceberg.catalog import Catalog
+
+from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.evaluation import Evaluation, evaluate_table
 from airflow_iceberg_maint.locations import PathEquivalence, validate_location
 from airflow_iceberg_maint.orphans import OrphanOptions, resolve_cutoff
-from airflow_iceberg_maint.policies import OrphanRemovalContent
+from airflow_iceberg_maint.policies import OrphanRemovalContent, Policy, attached_tables, policy_for_table
+from airflow_iceberg_maint.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -58,3 +63,29 @@ def build_orphan_job(
         location=validate_location(content.location, table_location, equivalence),
         dry_run=content.dry_run,
     )
+
+
+@dataclass(frozen=True)
+class OrphanPlan:
+    """Every attached table's evaluation, and a job for each due one, highest score first."""
+
+    evaluations: list[Evaluation]
+    jobs: list[tuple[OrphanJobConfig, str]]  # (job, policy name)
+
+
+def plan_orphan_jobs(
+    catalog: Catalog, policies: list[Policy], store: StateStore, now: datetime, source: str = "the policies"
+) -> OrphanPlan:
+    """Evaluate each table the policies attach and configure a job for the due ones."""
+    evaluations: list[Evaluation] = []
+    jobs: list[tuple[OrphanJobConfig, str, float]] = []
+    for name in attached_tables(catalog, policies):
+        table = load_table(catalog, name)
+        evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now, source)
+        evaluations.append(evaluation)
+        policy = policy_for_table(policies, name)
+        if evaluation.due and policy is not None:
+            job = build_orphan_job(name, table.metadata.location, policy.content, now)
+            jobs.append((job, policy.name, evaluation.score))
+    jobs.sort(key=lambda entry: entry[2], reverse=True)
+    return OrphanPlan(evaluations, [(job, policy_name) for job, policy_name, _ in jobs])

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchNamespaceError
 
-from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.catalog import parse_identifier
+from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 
 ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
@@ -205,3 +208,45 @@ def policy_for_table(policies: Iterable[Policy], table: str, policy_type: str = 
     exact = [p for p in candidates if p.attaches_exactly(table)]
     chosen = exact or candidates
     return chosen[0] if chosen else None
+
+
+def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[str]:
+    """Every table in one namespace, or in all namespaces (nested ones too) when ``namespace`` is None."""
+    if namespace is not None:
+        try:
+            return [".".join(ident) for ident in catalog.list_tables(namespace)]
+        except NoSuchNamespaceError:
+            return []
+    names: list[str] = []
+    pending = [tuple(ns) for ns in catalog.list_namespaces()]
+    while pending:
+        ns = pending.pop()
+        names += _catalog_tables(catalog, ns)
+        pending += [tuple(child) for child in catalog.list_namespaces(ns) if tuple(child) != ns]
+    return names
+
+
+def attached_tables(catalog: Catalog, policies: Iterable[Policy], policy_type: str = ORPHAN_FILE_REMOVAL) -> list[str]:
+    """The tables that enabled policies of a type attach to, sorted.
+
+    An exact name that is not in the catalog is an error naming it; a glob may match nothing.
+    A glob with a literal namespace lists only that namespace.
+    """
+    wanted = [p for p in policies if p.enabled and p.type == policy_type]
+    names: set[str] = set()
+    listed: dict[tuple[str, ...] | None, list[str]] = {}
+    for policy in wanted:
+        for pattern in policy.tables:
+            namespace_part = pattern.rsplit(".", 1)[0]
+            if pattern in policy.exact_tables:
+                if not catalog.table_exists(parse_identifier(pattern)):
+                    raise TableNotFoundError(
+                        f"policy {policy.name!r} attaches table {pattern!r}, which is not in catalog {catalog.name!r}"
+                    )
+                names.add(pattern)
+                continue
+            scope = None if _GLOB_CHARS & set(namespace_part) else tuple(namespace_part.split("."))
+            if scope not in listed:
+                listed[scope] = _catalog_tables(catalog, scope)
+            names.update(name for name in listed[scope] if fnmatch.fnmatchcase(name, pattern))
+    return sorted(names)

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table, open_catalog
 from airflow_iceberg_maint.cli import add_json_flag
-from airflow_iceberg_maint.evaluation import evaluate, unattached
-from airflow_iceberg_maint.policies import load_policies, policy_for_table
+from airflow_iceberg_maint.evaluation import evaluate_table
+from airflow_iceberg_maint.policies import load_policies
 from airflow_iceberg_maint.state import SqlStateStore
 
 
@@ -31,11 +31,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     policies = load_policies(args.policy) if args.policy else None
     table = load_table(open_catalog(args.catalog), args.table)
     table_uuid = str(table.metadata.table_uuid)
-    policy = policy_for_table(policies, args.table) if policies is not None else None
-    if policies is not None and policy is None:
-        result = unattached(args.table, table_uuid, args.policy)
-    else:
-        state = SqlStateStore().get(table_uuid)
-        result = evaluate(args.table, table_uuid, policy, state, datetime.now(UTC))
+    result = evaluate_table(args.table, table_uuid, policies, SqlStateStore(), datetime.now(UTC), args.policy)
     verdict = "due" if result.due else "not due"
     return {**result.to_json(), "__text__": f"{args.table}: {verdict} ({result.reason}), score {result.score:g}"}

@@ -1,0 +1,41 @@
+"""Daily: evaluate every table the policies attach, then remove orphans of the due ones.
+
+``plan_due_tables`` reads ``iceberg_maint_policies.yaml`` next to this file and returns one
+job per due table; ``remove_orphan_files`` runs once per job (dynamic task mapping) in the
+``iceberg_maint`` pool, which caps how many tables are cleaned at once. A table cleaned less
+than ``minIntervalDays`` ago is not due, so on most days nothing is mapped and the removal
+task is skipped. Each run records its outcome in the cleanup state.
+
+Set up once: an ``iceberg`` connection ``iceberg_default`` and
+``airflow pools set iceberg_maint 4 "Iceberg maintenance"``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
+from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+
+POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")
+
+with DAG(
+    dag_id="iceberg_orphan_cleanup_scheduled",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["iceberg", "maintenance"],
+    doc_md=__doc__,
+):
+    plan = IcebergOrphanPolicyExpansionOperator(task_id="plan_due_tables", policy_file=str(POLICY_FILE))
+    IcebergRemoveOrphanFilesOperator.partial(
+        task_id="remove_orphan_files",
+        pool="iceberg_maint",
+        map_index_template="{{ task.table }}",
+        retries=2,
+        retry_delay=timedelta(minutes=5),
+    ).expand_kwargs(plan.output)

@@ -1,0 +1,67 @@
+"""``IcebergOrphanPolicyExpansionOperator``: one orphan-removal job per due table, for dynamic task mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.job_config import plan_orphan_jobs
+from airflow_iceberg_maint.policies import load_policies
+
+EVALUATIONS_KEY = "evaluations"
+
+
+class IcebergOrphanPolicyExpansionOperator(BaseOperator):
+    """Evaluate every table the policies attach; return the jobs of the due ones, highest score first.
+
+    The return value feeds ``IcebergRemoveOrphanFilesOperator.partial(...).expand_kwargs(...)``:
+    each item holds ``table``, ``older_than`` (absolute UTC), ``location`` (validated),
+    ``dry_run`` and ``policy``. Every evaluation, due or not, with its reason, is pushed to
+    XCom under the key ``evaluations``. A bad policy file, an attached table that does not
+    exist or a refused location fails the task without retries.
+
+    :param policy_file: JSON or YAML policy file, read when the task runs.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    """
+
+    template_fields: Sequence[str] = ("policy_file",)
+    ui_color = "#e8f0d4"
+
+    def __init__(
+        self,
+        *,
+        policy_file: str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.policy_file = policy_file
+        self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        try:
+            policies = load_policies(self.policy_file)
+            plan = plan_orphan_jobs(
+                catalog_for(self.iceberg_conn_id),
+                policies,
+                state_store_for(self.state_url),
+                datetime.now(UTC),
+                source=str(self.policy_file),
+            )
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        for evaluation in plan.evaluations:
+            self.log.info("%s: %s", evaluation.table, evaluation.reason)
+        self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
+        context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in plan.evaluations])
+        return [{**job.to_json(), "policy": policy} for job, policy in plan.jobs]

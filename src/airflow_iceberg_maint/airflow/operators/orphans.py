@@ -1,0 +1,218 @@
+"""``IcebergRemoveOrphanFilesOperator``: remove the orphan files of one table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_table, report_uri, write_report
+from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import MaintenanceError, MetadataReadError, PrefixMismatchError
+from airflow_iceberg_maint.job_config import OrphanJobConfig, build_orphan_job
+from airflow_iceberg_maint.orphans import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.policies import parse_orphan_removal_content
+from airflow_iceberg_maint.state import StateStore, record_attempt, record_orphan_run
+
+
+def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:
+    """The small, fixed-size part of a report pushed to XCom (lists are counted, not copied)."""
+    return {
+        "table": summary["table"],
+        "table_uuid": summary["table_uuid"],
+        "policy": policy,
+        "location": summary["location"],
+        "older_than": summary["older_than"],
+        "dry_run": summary["dry_run"],
+        "orphan_file_count": summary["orphan_file_count"],
+        "orphan_bytes": summary["orphan_bytes"],
+        "deleted_file_count": summary["deleted_file_count"],
+        "failed_count": len(summary["failed"]),
+        "conflict_count": len(summary["conflicts"]),
+        "files_listed": summary["files_listed"],
+        "list_calls": summary["list_calls"],
+        "phase_seconds": summary["phase_seconds"],
+        "report": report,
+    }
+
+
+class IcebergRemoveOrphanFilesOperator(BaseOperator):
+    """Delete files under a table's location that no snapshot, metadata or index references.
+
+    The arguments mirror the engine's and are templated. The run is configured by the job
+    layer (absolute cutoff, validated ``location``), logged by phase, recorded in the cleanup
+    state, and its full report (every orphan path) is written to ``report_location``; XCom
+    gets a small summary with the report's URI. A retry is safe: it lists storage again.
+
+    :param table: ``namespace.table``.
+    :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
+    :param older_than_days: only files older than this many days (default 3; 0 means now).
+    :param older_than: absolute ISO 8601 cutoff with a time zone; wins over ``older_than_days``.
+    :param location: scan this location, which must be the table location or under it.
+    :param dry_run: report only, delete nothing.
+    :param prefix_mismatch_mode: ``error`` | ``ignore`` | ``delete`` for paths that differ only by
+        scheme or authority from referenced ones.
+    :param equal_schemes: scheme aliases, e.g. ``{"s3a": "s3"}`` or ``"s3a=s3,s3n=s3"``.
+    :param equal_authorities: authority aliases.
+    :param max_concurrent_deletes: parallel delete requests.
+    :param report_location: base URI of report files (default ``$AIRFLOW_HOME/iceberg_maint/reports``).
+    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    :param policy: name of the policy this run applies, for the summary and logs.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "older_than_days",
+        "older_than",
+        "location",
+        "dry_run",
+        "prefix_mismatch_mode",
+        "equal_schemes",
+        "equal_authorities",
+        "max_concurrent_deletes",
+        "report_location",
+        "policy",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {"equal_schemes": "json", "equal_authorities": "json"}
+    ui_color = "#d4e8f7"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        older_than_days: float | str | None = None,
+        older_than: datetime | str | None = None,
+        location: str | None = None,
+        dry_run: bool | str = False,
+        prefix_mismatch_mode: str = "error",
+        equal_schemes: Mapping[str, str] | str | None = None,
+        equal_authorities: Mapping[str, str] | str | None = None,
+        max_concurrent_deletes: int | str = 8,
+        report_location: str | None = None,
+        state_url: str | None = None,
+        policy: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.iceberg_conn_id = iceberg_conn_id
+        self.older_than_days = older_than_days
+        self.older_than = older_than
+        self.location = location
+        self.dry_run = dry_run
+        self.prefix_mismatch_mode = prefix_mismatch_mode
+        self.equal_schemes = equal_schemes
+        self.equal_authorities = equal_authorities
+        self.max_concurrent_deletes = max_concurrent_deletes
+        self.report_location = report_location
+        self.state_url = state_url
+        self.policy = policy
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            return self._run(context)
+        except MaintenanceError as exc:
+            if isinstance(exc, MetadataReadError):
+                raise AirflowException(f"table {self.table}: {exc}") from exc  # may be transient: retry
+            # Misconfiguration (bad argument, missing table, refused location, gc.enabled=false):
+            # retrying cannot help.
+            raise AirflowFailException(str(exc)) from exc
+
+    def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
+        body: dict[str, Any] = {
+            "location": arguments.optional_str(self.location, "location"),
+            "dryRun": arguments.boolean(self.dry_run, "dry_run"),
+        }
+        days = arguments.optional_number(self.older_than_days, "older_than_days")
+        if days is not None:
+            body["olderThanDays"] = days
+        content = parse_orphan_removal_content(body, f"task {self.task_id}")
+        return build_orphan_job(
+            table_name,
+            table.metadata.location,
+            content,
+            now,
+            older_than=arguments.optional_datetime(self.older_than, "older_than"),
+            equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
+            equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
+        )
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        table_name = arguments.optional_str(self.table, "table") or ""
+        policy = arguments.optional_str(self.policy, "policy")
+        catalog = catalog_for(self.iceberg_conn_id)
+        table = load_table(catalog, table_name)
+        now = datetime.now(UTC)
+        job = self._job(table_name, table, now)
+        base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
+        refuse_inside_table(base, table.metadata.location)
+        self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {policy})" if policy else "")
+        options = job.to_options(
+            prefix_mismatch_mode=str(self.prefix_mismatch_mode),
+            equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
+            equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
+            max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+        )
+        store = state_store_for(self.state_url)
+        ti = context["ti"]
+        uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
+        io_properties = {**catalog.properties, **table.io.properties}
+        try:
+            report = remove_orphan_files(table, options, now=now)
+        except MaintenanceError as exc:
+            self._record_failure(store, table, table_name, job, exc)
+            if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport):
+                write_report(uri, exc.report.to_json(), io_properties)
+                raise PrefixMismatchError(f"{exc} (every pair: {uri})", exc.conflicts, exc.report) from exc
+            raise
+        write_report(uri, report.to_json(), io_properties)
+        summary = report.summary()
+        record_orphan_run(store, summary, datetime.now(UTC))
+        self._log_report(report, uri)
+        if report.failed:
+            raise AirflowException(
+                f"table {table_name}: {len(report.failed)} of {report.orphan_file_count} deletes failed "
+                f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {uri}"
+            )
+        return xcom_summary(summary, uri, policy)
+
+    def _record_failure(
+        self, store: StateStore, table: Table, table_name: str, job: OrphanJobConfig, exc: Exception
+    ) -> None:
+        record_attempt(
+            store,
+            table_uuid=str(table.metadata.table_uuid),
+            table=table_name,
+            at=datetime.now(UTC),
+            dry_run=job.dry_run,
+            succeeded=False,
+            error=str(exc).splitlines()[0][:500],
+        )
+
+    def _log_report(self, report: OrphanReport, uri: str) -> None:
+        verb = "would delete" if report.dry_run else "deleted"
+        count = report.orphan_file_count if report.dry_run else report.deleted_file_count
+        self.log.info(
+            "table %s: %d orphan files (%d bytes) under %s older than %s; %s %d; listed %d files in %d calls",
+            report.table,
+            report.orphan_file_count,
+            report.orphan_bytes,
+            report.location,
+            report.older_than.isoformat(),
+            verb,
+            count,
+            report.files_listed,
+            report.list_calls,
+        )
+        for kind, tally in report.by_kind.items():
+            if tally["count"]:
+                self.log.info("  %s: %d files, %d bytes", kind, tally["count"], tally["bytes"])
+        self.log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)

@@ -1,0 +1,51 @@
+"""Full orphan-removal reports, written as JSON files or objects next to (never inside) tables.
+
+XCom carries only a summary; the complete orphan list goes to ``<base>/<dag>/<run>/<table>.json``
+through pyiceberg's FileIO, so any location the catalog can write (local, ``s3://``) works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.io import load_file_io
+
+from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
+from airflow_iceberg_maint.locations import validate_location
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def default_report_base() -> str:
+    """``$AIRFLOW_HOME/iceberg_maint/reports`` on the worker, as a ``file://`` URI."""
+    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+    return (home / "iceberg_maint" / "reports").absolute().as_uri()
+
+
+def report_uri(base: str, dag_id: str, run_id: str, table: str, map_index: int | None) -> str:
+    """One report per task try target: a retry overwrites the report of the failed try."""
+    name = _UNSAFE.sub("_", table) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
+    return f"{base.rstrip('/')}/{_UNSAFE.sub('_', dag_id)}/{_UNSAFE.sub('_', run_id)}/{name}.json"
+
+
+def refuse_inside_table(base: str, table_location: str) -> None:
+    """A report under the table location would itself look like an orphan file."""
+    try:
+        validate_location(base, table_location)
+    except LocationRefusedError:
+        return
+    raise InvalidInputError(f"report location {base!r}: is inside the table location {table_location!r}")
+
+
+def write_report(uri: str, body: Mapping[str, Any], io_properties: Mapping[str, str]) -> str:
+    data = json.dumps(body, indent=1, default=str).encode("utf-8")
+    if uri.startswith("file://"):
+        Path(uri.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
+    with load_file_io(dict(io_properties), uri).new_output(uri).create(overwrite=True) as out:
+        out.write(data)
+    return uri

@@ -1,0 +1,100 @@
+"""``IcebergTableDueSensor``: wait until a table is due for orphan-file removal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
+from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
+from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.evaluation import Evaluation
+from airflow_iceberg_maint.policies import Policy, load_policies, policy_for_table
+
+
+class IcebergTableDueSensor(BaseSensorOperator):
+    """Succeed when ``days_since_last_cleanup >= minIntervalDays`` for the table (or it was never cleaned).
+
+    Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
+    is the evaluation (``due``, ``score``, ``reason``, ...). A table no policy of the file
+    attaches to, a missing table or a bad policy file fails at once.
+
+    :param table: ``namespace.table``.
+    :param policy_file: JSON or YAML policy file; without it the default 7-day interval applies.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("table", "policy_file")
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        policy_file: str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.policy_file = policy_file
+        self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url
+        self.deferrable = deferrable
+
+    def _policies(self) -> list[Policy] | None:
+        if not self.policy_file:
+            return None
+        policies = load_policies(self.policy_file)
+        if policy_for_table(policies, self.table) is None:
+            raise AirflowFailException(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
+        return policies
+
+    def _evaluate(self, policies: list[Policy] | None) -> Evaluation:
+        evaluation = evaluate_due(self.iceberg_conn_id, self.table, policies, self.state_url, str(self.policy_file))
+        self.log.info("%s: %s", self.table, evaluation.reason)
+        return evaluation
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        try:
+            evaluation = self._evaluate(self._policies())
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        return PokeReturnValue(is_done=evaluation.due, xcom_value=evaluation.to_json())
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        try:
+            policies = self._policies()
+            evaluation = self._evaluate(policies)
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if evaluation.due:
+            return evaluation.to_json()
+        policy = policy_for_table(policies, self.table) if policies else None
+        self.defer(
+            trigger=IcebergTableDueTrigger(
+                table=self.table,
+                iceberg_conn_id=self.iceberg_conn_id,
+                policy=policy.to_json() if policy else None,
+                state_url=self.state_url,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "due":
+            raise AirflowException(f"table {self.table}: {event.get('message', event)}")
+        self.log.info("%s: %s", self.table, event["evaluation"]["reason"])
+        return event["evaluation"]

@@ -1,0 +1,66 @@
+"""``IcebergTableDueTrigger``: polls a table's evaluation until it is due (for the deferrable sensor)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.policies import parse_policy
+
+
+class IcebergTableDueTrigger(BaseTrigger):
+    """Yield once, when the table becomes due (``status: due``), or on an error (``status: error``).
+
+    ``policy`` is the table's policy as a JSON object (None: default interval): the
+    triggerer may not see the DAG folder, so the sensor resolves the policy file first.
+    pyiceberg and the state store are synchronous, so each evaluation runs in a thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        iceberg_conn_id: str,
+        policy: dict[str, Any] | None = None,
+        state_url: str | None = None,
+        poll_interval: float = 3600.0,
+    ) -> None:
+        super().__init__()
+        self.table = table
+        self.iceberg_conn_id = iceberg_conn_id
+        self.policy = policy
+        self.state_url = state_url
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table": self.table,
+                "iceberg_conn_id": self.iceberg_conn_id,
+                "policy": self.policy,
+                "state_url": self.state_url,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        policies = [parse_policy(self.policy, "trigger policy")] if self.policy is not None else None
+        while True:
+            try:
+                evaluation = await asyncio.to_thread(
+                    evaluate_due, self.iceberg_conn_id, self.table, policies, self.state_url, "the sensor's policy"
+                )
+            except MaintenanceError as exc:
+                yield TriggerEvent({"status": "error", "table": self.table, "message": str(exc)})
+                return
+            if evaluation.due:
+                yield TriggerEvent({"status": "due", "table": self.table, "evaluation": evaluation.to_json()})
+                return
+            self.log.info("%s: %s; next check in %ss", self.table, evaluation.reason, self.poll_interval)
+            await asyncio.sleep(self.poll_interval)
