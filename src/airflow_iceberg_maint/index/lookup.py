@@ -1,0 +1,316 @@
+"""Point lookups through an index, exact for any snapshot (S5).
+
+1. The probe values are turned into ordering keys with the index's own expressions.
+2. The tracking file's ``group_max_value`` keys (inclusive upper bounds, in index order) are
+   binary-searched for the first region that can hold the key; following regions are read too
+   while the previous one ends exactly on the key (a spanning hot key) and their bounds admit it.
+3. In a region, only the row groups whose statistics admit the probe are read, and filtered.
+4. Table rows are fetched by ``_file`` and ``_pos`` (only the row groups holding them).
+
+An extract is used as is only for exactly its source snapshot. For another snapshot the lookup
+is reconciled against that snapshot's files: hits in data files that are gone are dropped; hits
+in data files whose deletes only grew get the new deletes applied; data files that are new (or
+whose deletes shrank) are scanned with the key filter. When those files exceed
+``RECONCILE_MAX_SCAN_FRACTION`` of the snapshot's data bytes, or no usable extract exists, the
+lookup is a plain filtered scan instead.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import NestedField
+
+from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COLUMNS, POS_COLUMN_ID
+from airflow_iceberg_maint.index.extract_files import FIELD_ID, FieldStats, RegionEntry, read_tracking_file
+from airflow_iceberg_maint.index.key_scan import Probe, check_probe, probe_mask, scan_files
+from airflow_iceberg_maint.index.lag import closest_extract
+from airflow_iceberg_maint.index.live_rows import (
+    POS_COLUMN,
+    deleted_positions,
+    equality_deleted_mask,
+    plan_schema,
+    read_rows,
+)
+from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
+from airflow_iceberg_maint.index.ordering import comparable
+from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot
+from airflow_iceberg_maint.index.store import IndexStore
+
+#: Reconcile a lagging extract only while the data files to scan stay below this share of the
+#: snapshot's data bytes; beyond it a plain scan is about as cheap and simpler (Hyperspace's 30%).
+RECONCILE_MAX_SCAN_FRACTION = 0.3
+
+
+@dataclass
+class LookupResult:
+    index: str
+    snapshot_id: int | None
+    rows: pa.Table
+    mode: str  # "index", "reconciled" or "scan"
+    extract_snapshot_id: int | None = None
+    region_files_read: int = 0
+    reconciled_files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "snapshot_id": self.snapshot_id,
+            "rows": self.rows.to_pylist(),
+            "region_files_read": self.region_files_read,
+            "reconciled_files": self.reconciled_files,
+            "mode": self.mode,
+            "extract_snapshot_id": self.extract_snapshot_id,
+        }
+
+
+def key_columns(metadata: IndexMetadata) -> list[NestedField]:
+    """The table columns a lookup gives values for: identity columns the ordering key reads, in order."""
+    schema = metadata.current_schema()
+    seen: list[int] = []
+    for ordering in metadata.ordering_fields(schema):
+        seen.extend(i for i in ordering.expression.source_ids if i not in seen)
+    by_id = {f.field_id: f for f in schema.fields}
+    return [by_id[i] for i in seen if metadata.source_id_of(i) not in METADATA_COLUMNS]
+
+
+@dataclass
+class _Plan:
+    """What a lookup reads: the extract, the snapshot and, for reconciliation, both file sets."""
+
+    target: SnapshotFiles
+    extract: Extract | None = None
+    source: SnapshotFiles | None = None
+    rescan: set[str] = field(default_factory=set)
+
+
+def lookup(
+    table: Table, name: str, probes: Sequence[Probe], snapshot_id: int | None = None,
+    columns: Sequence[str] | None = None, store: IndexStore | None = None,
+) -> LookupResult:
+    """Rows of the snapshot (default: current) whose key columns equal one of the probes."""
+    metadata, _, _ = (store or IndexStore(table)).load(name)
+    keys = key_columns(metadata)
+    unique = list(dict.fromkeys(check_probe(tuple(p)) for p in probes))
+    if not unique or any(len(p) != len(keys) for p in unique):
+        raise InvalidInputError(
+            f"lookup values: index {name!r} needs one value per key column ({', '.join(f.name for f in keys)})"
+        )
+    snapshot = resolve_snapshot(table, snapshot_id)
+    if snapshot is None:
+        return LookupResult(name, None, _output_schema(table.schema(), columns).empty_table(), "scan")
+    plan = _choose(table, metadata, snapshot)
+    table_schema = plan_schema(table, plan.target)
+    output = _output_schema(table_schema, columns)
+    table_names = [_table_name(table_schema, metadata.source_id_of(k.field_id)) for k in keys]
+    if plan.extract is None:
+        parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output)
+        return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
+    hits, regions_read = _index_hits(table.io, metadata, plan.extract, keys, unique)
+    parts = _fetch(table, plan, hits, output)
+    scanned_parts, scanned = scan_files(table, plan.target, plan.rescan, table_names, unique, output)
+    mode = "index" if plan.source is None else "reconciled"
+    return LookupResult(name, snapshot.snapshot_id, _concat(parts + scanned_parts, output), mode,
+                        plan.extract.source_table_snapshot_id, regions_read, scanned)
+
+
+def _table_name(schema: Schema, source_id: int) -> str:
+    name = schema.find_column_name(source_id)
+    if name is None:
+        raise InvalidInputError(f"index key column {source_id}: not in the table schema (dropped)")
+    return name
+
+
+def _output_schema(schema: Schema, columns: Sequence[str] | None) -> Schema:
+    if not columns:
+        return schema
+    by_name = {f.name: f for f in schema.fields}
+    unknown = [c for c in columns if c not in by_name]
+    if unknown:
+        raise InvalidInputError(f"--columns: the table has no column(s) {', '.join(map(repr, unknown))}")
+    return Schema(*[by_name[c] for c in columns], schema_id=schema.schema_id)
+
+
+def _concat(parts: list[pa.Table], schema: Schema) -> pa.Table:
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return schema_to_pyarrow(schema, include_field_ids=False).empty_table()
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _has_row_location(metadata: IndexMetadata) -> bool:
+    sources = {f.source_id for f in metadata.identity_fields}
+    return FILE_COLUMN_ID in sources and POS_COLUMN_ID in sources
+
+
+def _choose(table: Table, metadata: IndexMetadata, snapshot: Snapshot) -> _Plan:
+    target = plan_snapshot(table, snapshot)
+    extract = closest_extract(table, metadata, snapshot) if _has_row_location(metadata) else None
+    source_snapshot = table.snapshot_by_id(extract.source_table_snapshot_id) if extract else None
+    if extract is None or source_snapshot is None:
+        return _Plan(target)  # no extract, or its snapshot expired: its files are unknown
+    if source_snapshot.snapshot_id == snapshot.snapshot_id:
+        return _Plan(target, extract)
+    source = plan_snapshot(table, source_snapshot)
+    rescan = {p for p in target.data_files if p not in source.data_files or not _deletes_only_grew(source, target, p)}
+    rescan_bytes = sum(target.data_files[p].data_file.file_size_in_bytes for p in rescan)
+    if rescan_bytes > RECONCILE_MAX_SCAN_FRACTION * max(target.data_bytes(), 1):
+        return _Plan(target)
+    return _Plan(target, extract, source, rescan)
+
+
+def _deletes_only_grew(source: SnapshotFiles, target: SnapshotFiles, path: str) -> bool:
+    """Whether every delete applied to the file in the extract's snapshot still applies (rows can't revive)."""
+    before = {d.file_path for d in source.deletes_for(path)}
+    return before <= {d.file_path for d in target.deletes_for(path)}
+
+
+# Reading the index
+
+
+def _key_tuple(metadata: IndexMetadata, schema: Schema, keys: Sequence[NestedField], probe: Probe) -> tuple[Any, ...]:
+    arrow = schema_to_pyarrow(Schema(*keys), include_field_ids=False)
+    row = pa.Table.from_pylist([dict(zip([k.name for k in keys], probe, strict=True))], schema=arrow)
+    return tuple(o.expression.evaluate(row, schema)[0].as_py() for o in metadata.ordering_fields(schema))
+
+
+def _admits(stats: FieldStats | None, value: Any, arrow_type: pa.DataType) -> bool:
+    """Whether a region's bounds for one ordering field may include the value (unknown: yes)."""
+    if stats is None:
+        return True
+    if value is None:
+        return stats.null_value_count is None or stats.null_value_count > 0
+    if stats.lower_bound is None or stats.upper_bound is None:
+        return stats.null_value_count is None  # bounds are null only when the region has no such value
+    low = comparable([stats.lower_bound], [arrow_type])
+    high = comparable([stats.upper_bound], [arrow_type])
+    return low <= comparable([value], [arrow_type]) <= high
+
+
+def candidate_regions(metadata: IndexMetadata, schema: Schema, entries: Sequence[RegionEntry],
+                      key: tuple[Any, ...]) -> list[RegionEntry]:
+    """The region files that can hold entries with this ordering key, in index order."""
+    ordering = metadata.ordering_fields(schema)
+    types = [schema_to_pyarrow(o.data_type) for o in ordering]
+    for entry in entries:
+        for o in ordering:
+            stats = entry.stats.get(o.field_id)
+            if stats is None or not stats.has_group_max_value:
+                raise InvalidInputError(f"tracking entry {entry.file_path}: no group_max_value for field {o.field_id}")
+    bounds = [comparable([e.stats[o.field_id].group_max_value for o in ordering], types) for e in entries]
+    if any(a > b for a, b in pairwise(bounds)):
+        raise MetadataReadError("tracking file: entries are not in index order (group_max_value decreases)")
+    wanted = comparable(key, types)
+    first = bisect_left(bounds, wanted)
+    found: list[RegionEntry] = []
+    index = first
+    while index < len(entries):
+        entry = entries[index]
+        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(ordering, key, types, strict=True)):
+            found.append(entry)
+        if bounds[index] != wanted:
+            break  # the key cannot continue past a region that ends above it
+        index += 1
+    return found
+
+
+def _index_hits(io: FileIO, metadata: IndexMetadata, extract: Extract, keys: Sequence[NestedField],
+                probes: Sequence[Probe]) -> tuple[dict[str, set[int]], int]:
+    """Data file -> positions of the entries matching a probe; and the number of region files read."""
+    schema = metadata.extract_schema(extract)
+    entries = read_tracking_file(io, metadata.resolve_location(extract.tracking_file), metadata.location)
+    regions: dict[str, list[Probe]] = defaultdict(list)
+    for probe in probes:
+        for region in candidate_regions(metadata, schema, entries, _key_tuple(metadata, schema, keys, probe)):
+            regions[region.file_path].append(probe)
+    file_id = next(f.field_id for f in metadata.identity_fields if f.source_id == FILE_COLUMN_ID)
+    pos_id = next(f.field_id for f in metadata.identity_fields if f.source_id == POS_COLUMN_ID)
+    hits: dict[str, set[int]] = defaultdict(set)
+    for path, region_probes in regions.items():
+        rows = read_region_matches(io, path, [k.field_id for k in keys], [file_id, pos_id], region_probes)
+        for data_file, pos in zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True):
+            hits[data_file].add(pos)
+    return hits, len(regions)
+
+
+def _group_admits(statistics: Any, value: Any) -> bool:
+    if statistics is None or not statistics.has_min_max:
+        return True
+    if value is None:
+        return statistics.null_count is None or statistics.null_count > 0
+    try:
+        return bool(statistics.min <= value <= statistics.max)
+    except TypeError:
+        return True  # statistics in a different Python type (e.g. naive vs aware): cannot prune
+
+
+def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],
+                        probes: Sequence[Probe]) -> pa.Table:
+    """The ``output_ids`` columns of a region file's entries whose ``key_ids`` columns equal a probe."""
+    with io.new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        arrow_schema = parquet.schema_arrow
+        column_of = {int(f.metadata[FIELD_ID]): i for i, f in enumerate(arrow_schema) if f.metadata and
+                     FIELD_ID in f.metadata}
+        missing = [i for i in (*key_ids, *output_ids) if i not in column_of]
+        if missing:
+            raise InvalidInputError(f"region file {path}: no column with field ID(s) {missing}")
+        groups = []
+        for g in range(parquet.metadata.num_row_groups):
+            group = parquet.metadata.row_group(g)
+            if any(all(_group_admits(group.column(column_of[k]).statistics, v) for k, v in zip(key_ids, p,
+                                                                                           strict=True))
+                   for p in probes):
+                groups.append(g)
+        names = [arrow_schema[column_of[i]].name for i in (*key_ids, *output_ids)]
+        rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
+    key_names = [arrow_schema[column_of[i]].name for i in key_ids]
+    rows = rows.filter(probe_mask(rows, key_names, probes))
+    return rows.select([arrow_schema[column_of[i]].name for i in output_ids])
+
+
+# Fetching table rows
+
+
+def _fetch(table: Table, plan: _Plan, hits: dict[str, set[int]], output: Schema) -> list[pa.Table]:
+    parts = []
+    for path, positions in sorted(hits.items()):
+        if path not in plan.target.data_files or path in plan.rescan:
+            continue  # removed since the extract, or scanned instead
+        rows = read_rows(table, plan.target.data_files[path].data_file, output, sorted(positions))
+        if plan.source is not None:
+            rows = _apply_new_deletes(table, plan, path, rows, output)
+        parts.append(rows.drop_columns([POS_COLUMN]))
+    return parts
+
+
+def _apply_new_deletes(table: Table, plan: _Plan, path: str, rows: pa.Table, output: Schema) -> pa.Table:
+    """Drop fetched rows removed by delete files added since the extract's snapshot."""
+    assert plan.source is not None
+    before = {d.file_path for d in plan.source.deletes_for(path)}
+    added = [d for d in plan.target.deletes_for(path) if d.file_path not in before]
+    if not added:
+        return rows
+    removed = pc.is_in(rows.column(POS_COLUMN), value_set=deleted_positions(table, added, path))
+    equality_ids = {i for d in added for i in d.equality_ids or []}
+    if equality_ids:
+        schema = plan_schema(table, plan.target)
+        key_schema = Schema(*[f for f in schema.fields if f.field_id in equality_ids], schema_id=schema.schema_id)
+        keyed = read_rows(table, plan.target.data_files[path].data_file, key_schema,
+                          rows.column(POS_COLUMN).to_pylist())
+        removed = pc.or_(removed, equality_deleted_mask(table, keyed, key_schema, added))
+    return rows.filter(pc.invert(removed))

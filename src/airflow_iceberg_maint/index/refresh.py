@@ -1,0 +1,93 @@
+"""Refreshing an index: build a full extract of a snapshot and commit it by atomic swap (S6).
+
+Region and tracking files get fresh unique names before the commit; the commit only adds the
+extract to the metadata. When the commit fails, the files written for it are deleted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.build import build_regions, entry_layout
+from airflow_iceberg_maint.index.extract_files import write_tracking_file
+from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, new_extract
+from airflow_iceberg_maint.index.snapshot_files import plan_snapshot, resolve_snapshot
+from airflow_iceberg_maint.index.store import IndexStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    index: str
+    extract: Extract
+    mode: str
+    region_files_written: int
+    region_files_reused: int
+    entries: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "extract_id": self.extract.extract_id,
+            "source_table_snapshot_id": self.extract.source_table_snapshot_id,
+            "mode": self.mode,
+            "region_files_written": self.region_files_written,
+            "region_files_reused": self.region_files_reused,
+            "entries": self.entries,
+            "tracking_file": self.extract.tracking_file,
+        }
+
+
+def tracking_file_location(metadata: IndexMetadata) -> str:
+    return f"{metadata.location.rstrip('/')}/metadata/tracking-{uuid.uuid4()}.parquet"
+
+
+def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> RefreshResult:
+    """Index every live row of the snapshot (default: current) in a new extract, and commit it."""
+    store = IndexStore(table)
+    metadata, _, _ = store.load(name)
+    snapshot = resolve_snapshot(table, snapshot_id)
+    if snapshot is None:
+        raise InvalidInputError(f"table {table.name()}: has no snapshot to index")
+    working, schema_id = metadata.with_extract_schema_for(table.metadata, snapshot.snapshot_id)
+    layout = entry_layout(working, working.schema_by_id(schema_id))
+    regions, entries = build_regions(table, plan_snapshot(table, snapshot), layout)
+    tracking = tracking_file_location(metadata)
+    try:
+        size = write_tracking_file(table.io, tracking, layout.stats_columns, regions)
+        committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size)
+    except BaseException:
+        _delete_quietly(table, [tracking, *(r.file_path for r in regions)])
+        raise
+    return RefreshResult(name, committed, "full", len(regions), 0, entries)
+
+
+def commit_extract(store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int) -> Extract:
+    """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry."""
+    added: list[Extract] = []
+
+    def update(current: IndexMetadata) -> IndexMetadata:
+        updated, schema_id = current.with_extract_schema_for(table.metadata, snapshot_id)
+        extract = new_extract(updated, snapshot_id, schema_id, tracking, size)
+        added[:] = [extract]
+        return updated.with_extract(extract)
+
+    store.commit(name, update)
+    return added[0]
+
+
+def _delete_quietly(table: Table, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except OSError as exc:
+            # Left behind, the file is unreferenced and removed by the index file clean-up.
+            log.warning("could not delete %s after a failed refresh: %s", path, exc)
+
