@@ -116,6 +116,17 @@ def _column(batch: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
+def _plain(values: pa.Array) -> pa.Array:
+    """Arrow layouts pyiceberg-core's transforms accept: no dictionaries, views or large binary."""
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if pa.types.is_string_view(values.type):
+        return values.cast(pa.large_string())
+    if pa.types.is_large_binary(values.type) or pa.types.is_binary_view(values.type):
+        return values.cast(pa.binary())
+    return values
+
+
 class IndexExpression(ABC):
     """A deterministic value expression over the fields of one row."""
 
@@ -290,7 +301,7 @@ class Apply(IndexExpression):
 
     def evaluate(self, batch: pa.Table | pa.RecordBatch, schema: Schema) -> pa.Array:
         source = self.argument.result_type(schema)
-        values = self.argument.evaluate(batch, schema)
+        values = _plain(self.argument.evaluate(batch, schema))
         result = self.transform.pyarrow_transform(source)(values)
         # pyiceberg-core returns day ordinals as int32; the function's result type is date.
         return result.cast(pa.date32()) if isinstance(self.result_type(schema), DateType) else result
