@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_iceberg_maint.errors import MaintenanceError
 
-COMMAND_MODULES = ("orphans", "due", "policy")
+COMMAND_MODULES = ("orphans", "due", "policy", "index")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,10 +17,13 @@ lookup is a plain filtered scan instead.
 
 from __future__ import annotations
 
+import uuid
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
 from itertools import pairwise
 from typing import Any
 
@@ -32,7 +35,20 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.types import NestedField
+from pyiceberg.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    UUIDType,
+)
 
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COLUMNS, POS_COLUMN_ID
@@ -76,6 +92,36 @@ class LookupResult:
             "mode": self.mode,
             "extract_snapshot_id": self.extract_snapshot_id,
         }
+
+
+def parse_lookup_value(text: str, column: NestedField) -> Any:
+    """A command-line value as the key column's type (ISO 8601 for dates and timestamps)."""
+    kind = column.field_type
+    try:
+        if isinstance(kind, (IntegerType, LongType)):
+            return int(text)
+        if isinstance(kind, (FloatType, DoubleType)):
+            return float(text)
+        if isinstance(kind, DecimalType):
+            return Decimal(text)
+        if isinstance(kind, BooleanType):
+            if text.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return text.lower() == "true"
+        if isinstance(kind, DateType):
+            return date.fromisoformat(text)
+        if isinstance(kind, (TimestampType, TimestamptzType)):
+            value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            if isinstance(kind, TimestamptzType):
+                return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+            return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+        if isinstance(kind, UUIDType):
+            return uuid.UUID(text)
+        if isinstance(kind, StringType):
+            return text
+    except (ValueError, InvalidOperation) as exc:
+        raise InvalidInputError(f"--eq {text!r}: not a {kind} value for column {column.name!r} ({exc})") from exc
+    raise InvalidInputError(f"--eq {text!r}: lookups on {kind} column {column.name!r} are not supported")
 
 
 def key_columns(metadata: IndexMetadata) -> list[NestedField]:

@@ -1,0 +1,193 @@
+"""``iceberg-maint index``: create, list, refresh, lag, lookup and expire secondary indexes (CLI.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from airflow_iceberg_maint.catalog import load_table, open_catalog
+from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.lag import index_lag
+from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
+from airflow_iceberg_maint.index.metadata import IndexMetadata, new_index_metadata
+from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.store import IndexStore
+
+
+def _property(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected k=v, got {text!r}")
+    return key.strip(), value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _columns(text: str) -> list[str]:
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    if not columns:
+        raise argparse.ArgumentTypeError(f"expected column names separated by commas, got {text!r}")
+    return columns
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("index", help="secondary indexes: create, list, refresh, lag, lookup, expire")
+    commands = parser.add_subparsers(dest="index_command", required=True)
+
+    create = commands.add_parser("create", help="define a new index (no extract yet)")
+    _table_and_index(create)
+    create.add_argument("--ordering", required=True, help='ordering key, e.g. "bucket(16, id), id"')
+    create.add_argument("--identity", action="append", default=[], metavar="COLUMN", help="extra identity column")
+    create.add_argument("--with-row-location", action="store_true", help="store _file and _pos to fetch rows")
+    create.add_argument("--property", action="append", default=[], type=_property, metavar="k=v")
+    create.set_defaults(func=run_create)
+
+    listing = commands.add_parser("list", help="the indexes of a table")
+    listing.add_argument("table", help="namespace.table")
+    add_json_flag(listing)
+    listing.set_defaults(func=run_list)
+
+    refresh = commands.add_parser("refresh", help="build and commit an extract")
+    _table_and_index(refresh)
+    refresh.add_argument("--snapshot-id", type=int, help="table snapshot to index (default: current)")
+    refresh.add_argument("--full", action="store_true", help="rebuild every region (the only mode so far)")
+    refresh.set_defaults(func=run_refresh)
+
+    lag = commands.add_parser("lag", help="how far the index lags the table")
+    _table_and_index(lag)
+    lag.set_defaults(func=run_lag)
+
+    find = commands.add_parser("lookup", help="rows whose key equals a value, through the index")
+    _table_and_index(find)
+    values = find.add_mutually_exclusive_group(required=True)
+    values.add_argument("--eq", action="append", metavar="VALUE", help="key value (repeat for several keys)")
+    values.add_argument("--is-null", action="store_true", help="look up the null key")
+    find.add_argument("--snapshot-id", type=int, help="table snapshot to read (default: current)")
+    find.add_argument("--columns", type=_columns, help="c1,c2: columns to return (default: all)")
+    find.set_defaults(func=run_lookup)
+
+    expire = commands.add_parser("expire", help="drop old extracts and their unreferenced files")
+    _table_and_index(expire)
+    expire.add_argument("--retain-last", type=_non_negative, help="keep this many newest extracts")
+    expire.add_argument("--older-than", type=_timestamp, help="drop extracts created before this ISO 8601 time")
+    expire.set_defaults(func=run_expire)
+
+
+def _table_and_index(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table", help="namespace.table")
+    parser.add_argument("index", help="index name")
+    add_json_flag(parser)
+
+
+def _table(args: argparse.Namespace) -> Any:
+    return load_table(open_catalog(args.catalog), args.table)
+
+
+def ordering_texts(metadata: IndexMetadata) -> list[str]:
+    """The ordering expressions in the CLI form they were given in."""
+    schema = metadata.current_schema()
+    return [o.expression.to_text(schema) for o in metadata.ordering_fields(schema)]
+
+
+def run_create(args: argparse.Namespace) -> dict[str, Any]:
+    table = _table(args)
+    metadata = new_index_metadata(
+        table, args.index, split_expression_list(args.ordering), args.identity, args.with_row_location,
+        dict(args.property),
+    )
+    location = IndexStore(table).create(metadata, args.index)
+    return {"index": args.index, "metadata_location": location, "index_uuid": metadata.index_uuid,
+            "ordering": ordering_texts(metadata), "location": metadata.location}
+
+
+def run_list(args: argparse.Namespace) -> dict[str, Any]:
+    table = _table(args)
+    store = IndexStore(table)
+    indexes = []
+    for name in store.names():
+        metadata, location, _ = store.load(name)
+        newest = metadata.newest_extract()
+        indexes.append({
+            "name": name,
+            "metadata_location": location,
+            "index_uuid": metadata.index_uuid,
+            "ordering": ordering_texts(metadata),
+            "extracts": len(metadata.extracts),
+            "newest_extract_snapshot_id": newest.source_table_snapshot_id if newest else None,
+        })
+    text = "\n".join(f"{i['name']}: ordering {', '.join(i['ordering'])}; {i['extracts']} extract(s)" for i in indexes)
+    return {"table": args.table, "indexes": indexes, "__text__": text or "no indexes"}
+
+
+def run_refresh(args: argparse.Namespace) -> dict[str, Any]:
+    # Without --full the refresh is full as well until the incremental refresh lands; "mode" says so.
+    return refresh_full(_table(args), args.index, args.snapshot_id).to_json()
+
+
+def run_lag(args: argparse.Namespace) -> dict[str, Any]:
+    table = _table(args)
+    metadata, _, _ = IndexStore(table).load(args.index)
+    return index_lag(table, args.index, metadata).to_json()
+
+
+def run_lookup(args: argparse.Namespace) -> dict[str, Any]:
+    table = _table(args)
+    store = IndexStore(table)
+    keys = key_columns(store.load(args.index)[0])
+    if args.is_null:
+        probes = [tuple(None for _ in keys)]
+    elif len(keys) == 1:
+        probes = [(parse_lookup_value(v, keys[0]),) for v in args.eq]
+    elif len(args.eq) == len(keys):
+        probes = [tuple(parse_lookup_value(v, k) for v, k in zip(args.eq, keys, strict=True))]
+    else:
+        names = ", ".join(k.name for k in keys)
+        raise InvalidInputError(f"--eq: index {args.index!r} has key columns ({names}): give one --eq per column")
+    result = lookup(table, args.index, probes, args.snapshot_id, args.columns, store).to_json()
+    result["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in result["rows"]]
+    result["__text__"] = "\n".join(json.dumps(row) for row in result["rows"]) or "no rows"
+    return result
+
+
+def _json_value(value: Any) -> Any:
+    """Row values as JSON: ISO 8601 for dates and times, text for decimals and UUIDs, hex for bytes."""
+    if isinstance(value, (date, time)):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, (Decimal, UUID)):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def run_expire(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_iceberg_maint.index.expire import expire_extracts
+
+    table = _table(args)
+    return expire_extracts(table, args.index, retain_last=args.retain_last, older_than=args.older_than).to_json()
