@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, CronTriggerTimetable
 
 from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
@@ -24,7 +24,7 @@ POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")
 
 with DAG(
     dag_id="iceberg_orphan_cleanup_scheduled",
-    schedule="@daily",
+    schedule=CronTriggerTimetable("@daily", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -1,0 +1,80 @@
+"""A real Airflow around the tests: a fresh SQLite metadata database, the repo's ``dags/``,
+and an ``iceberg_default`` connection (``AIRFLOW_CONN_ICEBERG_DEFAULT``) to a real SQLite
+``SqlCatalog``. The environment is set before anything imports Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from tests.airflow.helpers import TaskContextTI, plant_orphans
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="iceberg-maint-airflow-"))
+
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
+
+POOL = "iceberg_maint"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def airflow_db() -> Iterator[Path]:
+    """Migrate the metadata database once per session and create the maintenance pool."""
+    from airflow.models.pool import Pool
+    from airflow.utils import db
+
+    db.resetdb()
+    Pool.create_or_update_pool(POOL, slots=2, description="iceberg maintenance", include_deferred=False)
+    yield AIRFLOW_HOME
+
+
+def connection_json(catalog_db: Path, warehouse: Path) -> str:
+    extra = {"type": "sql", "uri": f"sqlite:///{catalog_db}", "warehouse": f"file://{warehouse}"}
+    return json.dumps({"conn_type": "iceberg", "extra": extra})
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> SqlCatalog:
+    """A SQLite ``SqlCatalog`` and the ``iceberg_default`` connection to it.
+
+    ``IcebergHook`` names the catalog after the connection id, and a SQL catalog only sees
+    its own name's tables, so the test catalog is named ``iceberg_default`` too.
+    """
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", connection_json(tmp_path / "catalog.db", warehouse))
+    return SqlCatalog("iceberg_default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{warehouse}")
+
+
+
+
+@pytest.fixture
+def context() -> dict[str, Any]:
+    return {"ti": TaskContextTI()}
+
+
+@pytest.fixture
+def demo_tables(catalog: SqlCatalog) -> dict:
+    """Two tables in namespace ``demo`` (attached by ``dags/iceberg_maint_policies.yaml``), each with
+    two commits and two planted orphans: one 10 days old (removable) and one fresh (kept)."""
+    import pyarrow as pa
+
+    catalog.create_namespace("demo")
+    planted: dict[str, dict] = {}
+    for name in ("demo.orders", "demo.events"):
+        table = catalog.create_table(name, pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [1, 2]}))
+        table.append(pa.table({"id": [3]}))
+        planted[name] = plant_orphans(Path(table.location().removeprefix("file://")))
+    return planted

@@ -1,0 +1,69 @@
+"""Helpers for the Airflow tests: planting orphan files and reading what a DAG run left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DAY = 86_400
+
+
+def plant_orphans(table_dir: Path) -> dict:
+    old = table_dir / "data" / "00000-0-stale-orphan.parquet"
+    fresh = table_dir / "data" / "00000-0-in-flight.parquet"
+    for path in (old, fresh):
+        path.write_bytes(b"PAR1" + b"\0" * 60)
+    stamp = time.time() - 10 * DAY
+    os.utime(old, (stamp, stamp))
+    return {"old": old, "fresh": fresh, "old_uri": f"file://{old}"}
+
+
+@dataclass
+class TaskContextTI:
+    """The task-instance fields an operator's ``execute`` reads, for calling it outside a DAG run."""
+
+    dag_id: str = "unit"
+    run_id: str = "manual__unit"
+    map_index: int = -1
+    pushed: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_id, run_id=run_id, task_id=task_id, key=key, map_index=map_index)
+            .one_or_none()
+        )
+        return None if row is None else row.value
+
+
+def task_states(dag_id: str, run_id: str) -> dict[tuple[str, int], str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id).all()
+        return {(ti.task_id, ti.map_index): str(ti.state) for ti in rows}
+
+
+def stored_state(table_uuid: str) -> dict | None:
+    """The cleanup state the Airflow store keeps for a table, read from the metadata database."""
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+
+    from airflow_iceberg_maint.airflow.state_store import variable_key
+
+    with create_session() as session:
+        row = session.query(Variable).filter_by(key=variable_key(table_uuid)).one_or_none()
+        return None if row is None else json.loads(row.val)

@@ -1,0 +1,47 @@
+"""The provider is discovered through its entry point, and the sample DAGs load cleanly."""
+
+from __future__ import annotations
+
+from airflow.dag_processing.dagbag import DagBag
+from airflow.providers_manager import ProvidersManager
+
+from tests.airflow.conftest import DAGS
+
+
+def test_provider_is_discovered_with_its_modules() -> None:
+    info = ProvidersManager().providers["airflow-iceberg-maint"]
+    assert info.version == "0.1.0"
+    modules = {m for entry in info.data["operators"] for m in entry["python-modules"]}
+    assert modules == {
+        "airflow_iceberg_maint.airflow.operators.orphans",
+        "airflow_iceberg_maint.airflow.operators.expansion",
+    }
+    for section in ("operators", "sensors", "triggers"):
+        for entry in info.data[section]:
+            for module in entry["python-modules"]:
+                __import__(module)
+
+
+def test_dagbag_has_no_import_errors() -> None:
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"iceberg_orphan_cleanup_scheduled", "iceberg_orphan_cleanup_manual"}
+
+
+def test_scheduled_dag_maps_removal_in_the_pool() -> None:
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("iceberg_orphan_cleanup_scheduled")
+    assert dag.timetable.expression == "0 0 * * *"
+    removal = dag.get_task("remove_orphan_files")
+    assert removal.pool == "iceberg_maint"
+    assert dag.get_task("plan_due_tables").downstream_task_ids == {"remove_orphan_files"}
+
+
+def test_manual_dag_form() -> None:
+    dag = DagBag(dag_folder=str(DAGS)).get_dag("iceberg_orphan_cleanup_manual")
+    assert dag.schedule is None
+    params = dag.params
+    assert set(params.keys()) == {"table", "older_than_days", "location", "dry_run"}
+    assert params["dry_run"] is True
+    assert params["older_than_days"] == 3
+    assert params["location"] is None
+    assert params.get_param("table").schema["type"] == "string"
