@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 #: Further sources of referenced paths, as "module:function"; each function takes the table
 #: and yields batches of paths (S1: the files of the table's indexes).
-REFERENCE_SOURCES: tuple[str, ...] = ()
+REFERENCE_SOURCES: tuple[str, ...] = ("airflow_iceberg_maint.index.references:index_file_batches",)
 
 ReferenceSource = Callable[[Table], Iterable[list[str]]]
 _EMPTY = 0  # hash value standing for "no scheme" / "no authority": matches any (as Iceberg Java)

@@ -1,0 +1,141 @@
+"""The files an index keeps alive (S1), and the clean-up of index files nothing references.
+
+Live index files are: every numbered metadata file of the index, and the tracking file and
+region files of every extract of the current metadata (the spec's only reachability root).
+``index_file_batches`` feeds them to the orphan engine's referenced set; any read error aborts
+the orphan run (S2). ``remove_unreferenced_index_files`` deletes what lies under an index
+directory outside that set: files of failed builds, of expired extracts whose deletion failed,
+metadata versions dropped from the log, and temporary files of interrupted commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.index.extract_files import region_file_paths
+from airflow_iceberg_maint.index.metadata import IndexMetadata
+from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.locations import PathEquivalence
+from airflow_iceberg_maint.referenced import ReferencedSet
+from airflow_iceberg_maint.storage import storage_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENT_DELETES = 8
+
+
+def extract_file_batches(table: Table, metadata: IndexMetadata) -> Iterator[list[str]]:
+    """Per extract of ``metadata``: its tracking file and the region files that tracking file lists."""
+    for extract in metadata.extracts:
+        tracking = metadata.resolve_location(extract.tracking_file)
+        yield [tracking, *region_file_paths(table.io, tracking, metadata.location)]
+
+
+def _index_batches(store: IndexStore, name: str) -> Iterator[list[str]]:
+    metadata, _, _ = store.load(name)
+    # Every numbered metadata file: they are cleaned by the index itself (delete-after-commit, or
+    # remove_unreferenced_index_files), never by the orphan run.
+    yield [*store.versions(name).values(), *(entry.metadata_file for entry in metadata.metadata_log)]
+    yield from extract_file_batches(store.table, metadata)
+
+
+def index_file_batches(table: Table) -> Iterator[list[str]]:
+    """Every metadata, tracking and region file of every live extract of every index of the table.
+
+    Registered in ``airflow_iceberg_maint.referenced.REFERENCE_SOURCES``. Any failure raises
+    ``MetadataReadError`` so the orphan run deletes nothing (S2).
+    """
+    try:
+        store = IndexStore(table)
+        for name in store.names():
+            yield from _index_batches(store, name)
+    except MetadataReadError:
+        raise
+    except Exception as exc:
+        raise MetadataReadError(f"indexes of table {table.metadata.location!r}: cannot be read ({exc})") from exc
+
+
+@dataclass
+class UnreferencedReport:
+    """What ``remove_unreferenced_index_files`` found and did."""
+
+    table: str
+    older_than: datetime
+    dry_run: bool
+    indexes: list[str] = field(default_factory=list)
+    unreferenced_files: list[str] = field(default_factory=list)
+    deleted_file_count: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "older_than": self.older_than.isoformat(),
+            "dry_run": self.dry_run,
+            "indexes": self.indexes,
+            "unreferenced_files": self.unreferenced_files,
+            "deleted_file_count": self.deleted_file_count,
+            "failed": self.failed,
+        }
+
+
+def _unreferenced_in(store: IndexStore, name: str, cutoff: datetime) -> list[str]:
+    """Files under the index directory, older than ``cutoff``, that nothing of the index references.
+
+    Referenced: the current metadata file, those its log lists, any newer one (a concurrent
+    commit), and the files of the current extracts.
+    """
+    metadata, location, current = store.load(name)
+    refs = ReferencedSet(PathEquivalence())
+    newer = [loc for version, loc in store.versions(name).items() if version > current]
+    refs.add([location, *(entry.metadata_file for entry in metadata.metadata_log), *newer])
+    for batch in extract_file_batches(store.table, metadata):
+        refs.add(batch)
+    directory = store.index_dir(name)
+    listed = [
+        f.path
+        for f in storage_for(directory, store.table.io.properties).list_files(directory, lambda _: True)
+        if f.mtime is not None and f.mtime < cutoff
+    ]
+    unmatched = [path for path, hit in zip(listed, refs.contains_exact(listed), strict=True) if not hit]
+    # A path equal to a referenced one under another spelling is kept (S4).
+    protected = refs.classify_unmatched(unmatched)
+    return sorted(p for p in unmatched if p not in protected)
+
+
+def remove_unreferenced_index_files(
+    table: Table,
+    older_than: datetime,
+    name: str | None = None,
+    dry_run: bool = False,
+    max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES,
+    now: datetime | None = None,
+) -> UnreferencedReport:
+    """Delete index files older than ``older_than`` that no extract or metadata version references.
+
+    All indexes of the table, or only ``name``. Every index is read before anything is deleted,
+    so a read error deletes nothing (S2). The age cutoff protects files of builds still running.
+    """
+    cutoff = older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
+    if cutoff > (now or datetime.now(UTC)):
+        raise InvalidInputError(f"older_than {older_than.isoformat()}: is in the future")
+    store = IndexStore(table)
+    report = UnreferencedReport(table.metadata.location, cutoff, dry_run)
+    report.indexes = [name] if name is not None else store.names()
+    for index in report.indexes:
+        report.unreferenced_files.extend(_unreferenced_in(store, index, cutoff))
+    if dry_run or not report.unreferenced_files:
+        return report
+    storage = storage_for(store.root, table.io.properties)
+    outcome = storage.delete_files(report.unreferenced_files, max_concurrent_deletes)
+    report.deleted_file_count = len(outcome.deleted)
+    report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
+    log.info("deleted %d unreferenced index files, %d failed", report.deleted_file_count, len(report.failed))
+    return report
