@@ -1,18 +1,18 @@
 """Reading file paths out of manifest lists and manifests, and nothing else.
 
-Only ``status`` and ``data_file.file_path`` are projected, so the Avro reader skips the
-partition tuples and column metrics that make ``inspect.all_files()`` slow.
+Only the paths (and a manifest entry's ``status``) are projected, so the Avro reader skips
+the partition tuples, summaries and column metrics that make ``inspect.all_files()`` slow.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import AvroFile
 from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestEntryStatus, read_manifest_list
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.schema import Schema, visit_with_partner
 from pyiceberg.typedef import Record
 from pyiceberg.types import IcebergType, IntegerType, ListType, MapType, NestedField, StringType, StructType
@@ -23,6 +23,7 @@ _PATHS_SCHEMA = Schema(
     NestedField(0, "status", IntegerType(), required=True),
     NestedField(2, "data_file", StructType(NestedField(100, "file_path", StringType(), required=True)), required=True),
 )
+_MANIFEST_LIST_SCHEMA = Schema(NestedField(500, "manifest_path", StringType(), required=True))
 _DELETED = int(ManifestEntryStatus.DELETED)
 
 
@@ -46,22 +47,36 @@ class _ProjectingAccessor(SchemaPartnerAccessor):
 
 
 class _ProjectedAvroFile(AvroFile[Record]):
-    """An Avro container file read through a projection that may drop nested fields."""
+    """An Avro container file read through a projection that may drop nested fields.
+
+    Resolving a reader costs far more than decoding a small manifest, and a table's manifests
+    share a handful of file schemas: readers are cached by (file schema, read schema).
+    """
+
+    _readers: ClassVar[dict[tuple[str, int], Any]] = {}
 
     def __enter__(self) -> _ProjectedAvroFile:
         with self.input_file.open() as f:
             self.decoder = new_decoder(f.read())
         self.header = self._read_header()
-        self.schema = self.header.get_schema()
-        resolver: Any = ReadSchemaResolver()
-        self.reader = visit_with_partner(self.schema, self.read_schema, resolver, _ProjectingAccessor())
+        cache_key = (self.header.meta.get("avro.schema", ""), id(self.read_schema))
+        reader = self._readers.get(cache_key)
+        if reader is None:
+            if len(self._readers) >= 256:  # many tables with many schemas: start over rather than grow
+                self._readers.clear()
+            self.schema = self.header.get_schema()
+            resolver: Any = ReadSchemaResolver()
+            reader = visit_with_partner(self.schema, self.read_schema, resolver, _ProjectingAccessor())
+            self._readers[cache_key] = reader
+        self.reader = reader
         return self
 
 
 def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
     """The manifest paths a manifest list names. Any read error aborts (S2)."""
     try:
-        return [m.manifest_path for m in read_manifest_list(io.new_input(manifest_list))]
+        with _ProjectedAvroFile(io.new_input(manifest_list), _MANIFEST_LIST_SCHEMA) as reader:
+            return [entry[0] for entry in reader]
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
 

@@ -65,27 +65,51 @@ class ReferencedSet:
         self._keys: list[pa.RecordBatch] = []
         self._frozen_exact: pa.Array | None = None
         self._frozen_keys: pa.Table | None = None
+        self._head = ""
+        self._scopes: dict[str, tuple[int, int]] = {}
         self.added = 0
 
     def add(self, paths: list[str]) -> None:
         if not paths:
             return
-        eq = self.equivalence
-        uris = [Uri.parse(p) for p in paths]
+        keys: list[int] = []
+        schemes: list[int] = []
+        authorities: list[int] = []
+        for path in paths:
+            key, scope = self._key_and_scope(path)
+            keys.append(key)
+            schemes.append(scope[0])
+            authorities.append(scope[1])
         self._exact.append(pa.array([_hash(p) for p in paths], pa.int64()))
         self._keys.append(
             pa.record_batch(
-                {
-                    "key": pa.array([_hash(eq.path_key(p)) for p in paths], pa.int64()),
-                    "scheme": pa.array(
-                        [_component_hash(eq.scheme(u.scheme) if u.scheme else "") for u in uris], pa.int64()
-                    ),
-                    "authority": pa.array([_component_hash(eq.authority(u.authority)) for u in uris], pa.int64()),
-                }
+                [pa.array(keys, pa.int64()), pa.array(schemes, pa.int64()), pa.array(authorities, pa.int64())],
+                schema=_KEY_SCHEMA,
             )
         )
         self.added += len(paths)
         self._frozen_exact = self._frozen_keys = None
+
+    def _key_and_scope(self, path: str) -> tuple[int, tuple[int, int]]:
+        """Hash of the path key, and hashes of the mapped scheme and authority.
+
+        Paths of one table nearly all share one ``scheme://authority`` head: it is parsed once.
+        """
+        head = self._head
+        if not (head and path.startswith(head) and path[len(head) : len(head) + 1] in ("/", "")):
+            uri = Uri.parse(path)
+            head = path[: len(path) - len(uri.path)]
+            if head not in self._scopes:
+                eq = self.equivalence
+                self._scopes[head] = (
+                    _component_hash(eq.scheme(uri.scheme) if uri.scheme else ""),
+                    _component_hash(eq.authority(uri.authority)),
+                )
+            self._head = head
+        key = path[len(head) :]
+        if "//" in key or key.endswith("/"):
+            key = PathEquivalence.path_key(key)
+        return _hash(key), self._scopes[head]
 
     def _freeze(self) -> tuple[pa.Array, pa.Table]:
         if self._frozen_exact is None or self._frozen_keys is None:
@@ -118,7 +142,7 @@ class ReferencedSet:
             return {}
         eq = self.equivalence
         _, keys = self._freeze()
-        path_keys = [_hash(eq.path_key(p)) for p in paths]
+        path_keys = [_hash(eq.path_key(p)) for p in paths]  # the same value _key_and_scope computes
         hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
         scopes: dict[int, list[tuple[int, int]]] = {}
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
