@@ -38,6 +38,13 @@ def extract_file_batches(table: Table, metadata: IndexMetadata) -> Iterator[list
         yield [tracking, *region_file_paths(table.io, tracking, metadata.location)]
 
 
+def not_referenced(paths: list[str], refs: ReferencedSet) -> list[str]:
+    """The paths that are neither referenced exactly nor the same file under another spelling (S4)."""
+    unmatched = [path for path, hit in zip(paths, refs.contains_exact(paths), strict=True) if not hit]
+    protected = refs.classify_unmatched(unmatched)
+    return [path for path in unmatched if path not in protected]
+
+
 def _index_batches(store: IndexStore, name: str) -> Iterator[list[str]]:
     metadata, _, _ = store.load(name)
     # Every numbered metadata file: they are cleaned by the index itself (delete-after-commit, or
@@ -104,10 +111,7 @@ def _unreferenced_in(store: IndexStore, name: str, cutoff: datetime) -> list[str
         for f in storage_for(directory, store.table.io.properties).list_files(directory, lambda _: True)
         if f.mtime is not None and f.mtime < cutoff
     ]
-    unmatched = [path for path, hit in zip(listed, refs.contains_exact(listed), strict=True) if not hit]
-    # A path equal to a referenced one under another spelling is kept (S4).
-    protected = refs.classify_unmatched(unmatched)
-    return sorted(p for p in unmatched if p not in protected)
+    return sorted(not_referenced(listed, refs))
 
 
 def remove_unreferenced_index_files(
