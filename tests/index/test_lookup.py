@@ -1,0 +1,202 @@
+"""Lookups against a brute-force oracle: exact multisets of rows, at the extract's snapshot and after lag."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import EqualTo, IsNull
+
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index import lookup as lookup_module
+from airflow_iceberg_maint.index.lookup import LookupResult, lookup
+from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.store import IndexStore
+from tests.index.oracle_table import SCHEMA, OracleTable, multiset
+
+SMALL_REGIONS = {"write.region.target-file-size-bytes": "1500"}
+
+# (ordering as given to `index create`, the key column a lookup gives a value for)
+ORDERINGS = [
+    ("k_int", "k_int"),
+    ("k_long", "k_long"),
+    ("k_str", "k_str"),
+    ("k_date", "k_date"),
+    ("k_ts", "k_ts"),
+    ("bucket(8, k_long), k_long", "k_long"),
+    ("bucket(4, k_int)", "k_int"),
+    ("truncate(2, k_str), k_str", "k_str"),
+    ("truncate(3, k_int), k_int", "k_int"),
+    ("day(k_ts), k_ts", "k_ts"),
+]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("s3", marks=pytest.mark.s3)])
+def catalog(request: pytest.FixtureRequest) -> Catalog:
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
+def _index(oracle: OracleTable, ordering: str, properties: dict[str, str] | None = None) -> str:
+    metadata = new_index_metadata(oracle.table, "ix", [e.strip() for e in _split(ordering)], [], True,
+                                  {**SMALL_REGIONS, **(properties or {})})
+    IndexStore(oracle.table).create(metadata, "ix")
+    return "ix"
+
+
+def _split(ordering: str) -> list[str]:
+    from airflow_iceberg_maint.index.expressions import split_expression_list
+
+    return split_expression_list(ordering)
+
+
+def _rows(result: LookupResult) -> Counter[tuple[Any, ...]]:
+    return multiset(result.rows.to_pylist())
+
+
+def _check_all(oracle: OracleTable, column: str, mode: str, snapshot_id: int | None = None) -> int:
+    """Every probe gives exactly the oracle's rows; returns how many probes matched rows."""
+    matched = 0
+    for value in oracle.probes(column, 12):
+        result = lookup(oracle.table, "ix", [(value,)], snapshot_id=snapshot_id)
+        assert result.mode == mode, (value, result.mode)
+        expected = oracle.expected(column, value, snapshot_id)
+        assert _rows(result) == expected, (column, value)
+        matched += bool(expected)
+    return matched
+
+
+@pytest.mark.parametrize(("ordering", "column"), ORDERINGS)
+def test_lookup_at_extract_snapshot_equals_oracle(catalog: Catalog, ordering: str, column: str) -> None:
+    oracle = OracleTable.create(catalog, "t", seed=hash(ordering) % 1000)
+    for _ in range(3):
+        oracle.append(60)
+    _index(oracle, ordering)
+    refresh_full(oracle.table, "ix")
+    assert _check_all(oracle, column, "index") > 0
+
+
+@pytest.mark.parametrize(("ordering", "column"), ORDERINGS[::2] + ORDERINGS[5:6])
+def test_lookup_with_position_and_equality_deletes(catalog: Catalog, ordering: str, column: str) -> None:
+    oracle = OracleTable.create(catalog, "t", seed=7)
+    for _ in range(3):
+        oracle.append(50)
+    oracle.delete_positions(25)
+    oracle.delete_equality("k_str", ["abc", None])
+    oracle.append(30)  # rows with k_str 'abc' after the equality delete are live
+    oracle.delete_equality("k_int", [0])
+    _index(oracle, ordering)
+    refresh_full(oracle.table, "ix")
+    assert _check_all(oracle, column, "index") > 0
+
+
+@pytest.mark.parametrize(("ordering", "column"), [ORDERINGS[1], ORDERINGS[5], ORDERINGS[7]])
+def test_lookup_reconciles_lag_after_new_commits(catalog: Catalog, ordering: str, column: str) -> None:
+    oracle = OracleTable.create(catalog, "t", seed=11)
+    for _ in range(6):
+        oracle.append(80)
+    _index(oracle, ordering)
+    refresh_full(oracle.table, "ix")
+    extract_snapshot = oracle.snapshot_id
+    oracle.append(20)  # new data file: scanned with the key filter
+    assert _check_all(oracle, column, "reconciled") > 0
+    oracle.delete_positions(30)  # new position deletes applied to index hits
+    assert _check_all(oracle, column, "reconciled") > 0
+    oracle.delete_copy_on_write(5)  # a data file rewritten: hits in the removed file dropped
+    assert _check_all(oracle, column, "reconciled") > 0
+    oracle.delete_equality("k_long", [0, 4])  # equality deletes applied to index hits
+    assert _check_all(oracle, column, "reconciled") > 0
+    # Time travel: the extract's own snapshot, and one older than the extract.
+    _check_all(oracle, column, "index", snapshot_id=extract_snapshot)
+    first = next(iter(oracle.history))
+    assert _check_all(oracle, column, "reconciled", snapshot_id=first) >= 0
+
+
+def test_lookup_falls_back_to_scan_when_lag_is_large(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=3)
+    oracle.append(40)
+    _index(oracle, "k_long")
+    refresh_full(oracle.table, "ix")
+    for _ in range(3):
+        oracle.append(40)  # 3 of 4 files are new: far over the reconciliation threshold
+    _check_all(oracle, "k_long", "scan")
+
+
+def test_lookup_without_extract_scans(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=5)
+    oracle.append(40)
+    _index(oracle, "k_str")
+    _check_all(oracle, "k_str", "scan")
+
+
+def test_lookup_matches_pyiceberg_filtered_scan(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=13)
+    for _ in range(3):
+        oracle.append(60)
+    oracle.delete_positions(20)
+    _index(oracle, "bucket(8, k_long), k_long")
+    refresh_full(oracle.table, "ix")
+    for value in oracle.probes("k_long", 8):
+        row_filter = IsNull("k_long") if value is None else EqualTo("k_long", value)
+        scanned = multiset(oracle.table.scan(row_filter=row_filter).to_arrow().to_pylist())
+        assert _rows(lookup(oracle.table, "ix", [(value,)])) == scanned
+
+
+def test_lookup_reads_one_region_and_few_rows(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=17)
+    for _ in range(4):
+        oracle.append(100)
+    _index(oracle, "k_long")
+    result = refresh_full(oracle.table, "ix")
+    assert result.region_files_written > 3
+    calls: list[str] = []
+    original = lookup_module.read_region_matches
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(lookup_module, "read_region_matches", counting)
+    value = oracle.probes("k_long", 1)[0]
+    found = lookup(oracle.table, "ix", [(value,)])
+    assert found.region_files_read == 1 and len(calls) == 1
+    assert _rows(found) == oracle.expected("k_long", value)
+
+
+def test_lookup_several_values_and_columns(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=19)
+    oracle.append(80)
+    _index(oracle, "k_str")
+    refresh_full(oracle.table, "ix")
+    values = ["a", "b", "a", None]
+    result = lookup(oracle.table, "ix", [(v,) for v in values], columns=["rid", "k_str"])
+    expected = Counter()
+    for value in dict.fromkeys(values):
+        expected.update(Counter({(k[0], k[3]): n for k, n in oracle.expected("k_str", value).items()}))
+    assert result.rows.column_names == ["rid", "k_str"]
+    assert multiset(result.rows.to_pylist(), ["rid", "k_str"]) == expected
+
+
+def test_spanning_hot_key_is_found_in_every_region(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=23)
+    oracle.append(300)
+    _index(oracle, "k_date", {"write.region.allow-key-spanning": "true", "write.region.target-file-size-bytes": "400"})
+    refresh_full(oracle.table, "ix")
+    for value in oracle.probes("k_date", 5):
+        result = lookup(oracle.table, "ix", [(value,)])
+        assert _rows(result) == oracle.expected("k_date", value)
+        if value is not None and len(oracle.expected("k_date", value)) > 40:
+            assert result.region_files_read > 1
+
+
+def test_lookup_rejects_bad_values(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=29)
+    oracle.append(10)
+    _index(oracle, "k_long")
+    with pytest.raises(InvalidInputError, match="one value per key column"):
+        lookup(oracle.table, "ix", [(1, 2)])
+    with pytest.raises(InvalidInputError, match="no column"):
+        lookup(oracle.table, "ix", [(1,)], columns=["nope"])
+    assert SCHEMA.names[0] == "rid"
