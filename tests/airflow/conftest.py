@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.airflow.helpers import TaskContextTI, plant_orphans
@@ -26,6 +27,8 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
+# One key for this process and the `airflow` subprocesses, so each reads what the other encrypted.
+os.environ["AIRFLOW__CORE__FERNET_KEY"] = Fernet.generate_key().decode()
 
 POOL = "iceberg_maint"
 
