@@ -170,8 +170,7 @@ def test_malformed_index_metadata_aborts_the_orphan_run(sqlite_catalog: SqlCatal
 # The index's own clean-up of unreferenced files
 
 
-def test_remove_unreferenced_index_files(sqlite_catalog: SqlCatalog) -> None:
-    indexed = indexed_table(sqlite_catalog)
+def check_remove_unreferenced_index_files(indexed: IndexedTable) -> None:
     store = indexed.store
     # Keep one previous metadata version in the log: versions 1..4 are then stale.
     store.commit("by_id", lambda m: m.with_properties({"write.metadata.previous-versions-max": "1"}))
@@ -191,6 +190,15 @@ def test_remove_unreferenced_index_files(sqlite_catalog: SqlCatalog) -> None:
     assert remaining == (indexed.live | {store.version_location("by_id", 6)}) - stale
     metadata, _, version = store.load("by_id")
     assert (version, len(metadata.extracts)) == (6, 2)
+
+
+def test_remove_unreferenced_index_files(sqlite_catalog: SqlCatalog) -> None:
+    check_remove_unreferenced_index_files(indexed_table(sqlite_catalog))
+
+
+@pytest.mark.s3
+def test_s3_remove_unreferenced_index_files(s3_catalog: SqlCatalog) -> None:
+    check_remove_unreferenced_index_files(indexed_table(s3_catalog))
 
 
 def test_young_files_are_kept_and_future_cutoffs_refused(sqlite_catalog: SqlCatalog) -> None:

@@ -257,6 +257,20 @@ def test_metadata_of_another_table_is_refused(sqlite_catalog: SqlCatalog) -> Non
         store.load("by_id")
 
 
+def test_metadata_of_another_index_directory_is_refused(sqlite_catalog: SqlCatalog) -> None:
+    table = make_table(sqlite_catalog)
+    store = create_index(table)
+    metadata, _, _ = store.load("by_id")
+    moved = replace(metadata, location=f"{table.location()}/index/other")
+    path = store.version_location("by_id", 2)
+    with open(path.removeprefix("file://"), "wb") as f:
+        f.write(moved.to_bytes())
+
+    expected = rf"^index metadata {re.escape(path)}: location '.*/index/other' is not the index directory$"
+    with pytest.raises(InvalidInputError, match=expected):
+        store.load("by_id")
+
+
 # Concurrent commits from several processes
 
 
