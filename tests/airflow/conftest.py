@@ -20,6 +20,7 @@ from tests.airflow.helpers import TaskContextTI, plant_orphans
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
+TEST_DAGS = Path(__file__).resolve().parent / "dags"
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="iceberg-maint-airflow-"))
 
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
@@ -27,6 +28,12 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
+# The sample DAGs, plus a bundle of test-only DAGs that dag.test() can find and serialize.
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
+    {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+    {"name": "test-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+     "kwargs": {"path": str(TEST_DAGS)}},
+])
 # One key for this process and the `airflow` subprocesses, so each reads what the other encrypted.
 os.environ["AIRFLOW__CORE__FERNET_KEY"] = Fernet.generate_key().decode()
 

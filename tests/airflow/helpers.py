@@ -49,11 +49,13 @@ def xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_
 
 
 def task_states(dag_id: str, run_id: str) -> dict[tuple[str, int], str]:
+    """Task states of a run (``run_id`` may be a LIKE pattern such as ``%``)."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id).all()
+        query = session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id, TaskInstance.run_id.like(run_id))
+        rows = query.all()
         return {(ti.task_id, ti.map_index): str(ti.state) for ti in rows}
 
 
