@@ -11,6 +11,7 @@ from pyiceberg.expressions import EqualTo, IsNull
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index import lookup as lookup_module
+from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.lookup import LookupResult, lookup
 from airflow_iceberg_maint.index.metadata import new_index_metadata
 from airflow_iceberg_maint.index.refresh import refresh_full
@@ -40,16 +41,10 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
 
 
 def _index(oracle: OracleTable, ordering: str, properties: dict[str, str] | None = None) -> str:
-    metadata = new_index_metadata(oracle.table, "ix", [e.strip() for e in _split(ordering)], [], True,
+    metadata = new_index_metadata(oracle.table, "ix", split_expression_list(ordering), [], True,
                                   {**SMALL_REGIONS, **(properties or {})})
     IndexStore(oracle.table).create(metadata, "ix")
     return "ix"
-
-
-def _split(ordering: str) -> list[str]:
-    from airflow_iceberg_maint.index.expressions import split_expression_list
-
-    return split_expression_list(ordering)
 
 
 def _rows(result: LookupResult) -> Counter[tuple[Any, ...]]:

@@ -12,6 +12,7 @@ from uuid import UUID
 from airflow_iceberg_maint.catalog import load_table, open_catalog
 from airflow_iceberg_maint.cli import add_json_flag
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
@@ -187,7 +188,4 @@ def _json_value(value: Any) -> Any:
 
 
 def run_expire(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_iceberg_maint.index.expire import expire_extracts
-
-    table = _table(args)
-    return expire_extracts(table, args.index, retain_last=args.retain_last, older_than=args.older_than).to_json()
+    return expire_extracts(_table(args), args.index, retain_last=args.retain_last, older_than=args.older_than)

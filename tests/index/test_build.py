@@ -1,0 +1,129 @@
+"""Building extracts: live rows with true positions, index order, region cuts, region and tracking files."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog import Catalog
+
+from airflow_iceberg_maint.index.build import cut_regions, entry_layout
+from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.extract_files import read_tracking_file, region_file_paths
+from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.ordering import comparable, key_changes, sort_indices
+from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.store import IndexStore
+from tests.index.oracle_table import OracleTable
+
+
+def _field_ids(schema: pa.Schema) -> dict[str, int]:
+    return {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in schema}
+
+
+def test_live_rows_apply_every_delete_and_keep_true_positions(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=1)
+    for _ in range(3):
+        oracle.append(40)
+    oracle.delete_positions(15)
+    oracle.delete_equality("k_str", ["a", None])
+    oracle.append(20)
+    oracle.delete_equality("k_int", [1])
+    oracle.delete_positions(5)
+    table = oracle.table
+    plan = plan_snapshot(table, table.current_snapshot())
+    schema = plan_schema(table, plan)
+    rows: list[dict[str, Any]] = []
+    for path in plan.data_files:
+        live = live_rows_of_file(table, plan, path, schema)
+        with table.io.new_input(path).open() as stream:
+            raw = pq.read_table(stream, columns=["rid"]).column("rid").to_pylist()
+        for row in live.to_pylist():
+            assert row.pop("_file") == path
+            assert raw[row.pop("_pos")] == row["rid"]  # the position counts deleted rows too
+            rows.append(row)
+    assert Counter(tuple(r.values()) for r in rows) == Counter(tuple(r.values()) for r in oracle.rows.values())
+
+
+def test_index_order_is_nulls_first_and_total_float_order() -> None:
+    nan, neg_nan = float("nan"), -float("nan")
+    values = pa.array([1.5, None, 0.0, -0.0, nan, -math.inf, neg_nan, math.inf, -2.0], type=pa.float64())
+    ordered = values.take(sort_indices([values])).to_pylist()
+    assert ordered[0] is None and math.isnan(ordered[1]) and math.copysign(1, ordered[1]) < 0
+    assert ordered[2:8] == [-math.inf, -2.0, -0.0, 0.0, 1.5, math.inf]
+    assert math.copysign(1, ordered[4]) < 0 and math.copysign(1, ordered[5]) > 0
+    assert math.isnan(ordered[8]) and math.copysign(1, ordered[8]) > 0
+    keys = [(None,), (-0.0,), (0.0,), (float("nan"),)]
+    assert sorted(reversed(keys), key=lambda k: comparable(k, [pa.float64()])) == keys
+    assert key_changes([pa.array([0.0, -0.0, -0.0, None, None])]).to_pylist() == [True, True, False, True, False]
+
+
+def test_cut_regions_only_where_the_key_changes() -> None:
+    keys = [pa.array([1, 1, 1, 2, 3, 3, 3, 3, 3, 3, 3, 4])]
+    assert cut_regions(keys, 2, allow_key_spanning=False) == [(0, 3), (3, 11), (11, 12)]
+    assert cut_regions(keys, 5, allow_key_spanning=False) == [(0, 11), (11, 12)]
+    # A hot key (3, seven entries) may span regions only with the writer option.
+    assert cut_regions(keys, 2, allow_key_spanning=True) == [(0, 3), (3, 4), (4, 6), (6, 8), (8, 11), (11, 12)]
+    assert cut_regions([pa.array([], type=pa.int64())], 2, allow_key_spanning=False) == []
+
+
+@pytest.mark.parametrize("ordering", ["k_long", "bucket(4, k_long), k_long", "truncate(1, k_str), k_str"])
+def test_extract_files_follow_the_spec(sqlite_catalog: Catalog, ordering: str) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=2)
+    for _ in range(3):
+        oracle.append(70)
+    oracle.delete_positions(10)
+    table = oracle.table
+    metadata = new_index_metadata(table, "ix", split_expression_list(ordering), [], True,
+                                  {"write.region.target-file-size-bytes": "800"})
+    IndexStore(table).create(metadata, "ix")
+    result = refresh_full(table, "ix")
+
+    committed, _, _ = IndexStore(table).load("ix")
+    (extract,) = committed.extracts
+    assert (extract.extract_id, extract.source_table_snapshot_id) == (result.extract.extract_id, oracle.snapshot_id)
+    assert extract.tracking_file_size_in_bytes == len(table.io.new_input(extract.tracking_file))
+    layout = entry_layout(committed, committed.extract_schema(extract))
+    entries = read_tracking_file(table.io, extract.tracking_file)
+    assert region_file_paths(table.io, extract.tracking_file) == [e.file_path for e in entries]
+    assert len(entries) == result.region_files_written > 2
+    assert sum(e.record_count for e in entries) == result.entries == len(oracle.rows)
+
+    with table.io.new_input(extract.tracking_file).open() as stream:
+        tracking_schema = pq.read_schema(stream)
+    assert _field_ids(tracking_schema) == {"file_path": 100, "file_format": 101, "record_count": 103,
+                                           "file_size_in_bytes": 104, "content_stats": 146}
+    stats_ids = {int(f.metadata[b"PARQUET:field_id"]) for f in tracking_schema.field("content_stats").type}
+    assert stats_ids >= {10_000 + 200 * fid for fid in committed.ordering_key}
+
+    ordering_fields = layout.ordering
+    types = [c.arrow_type for c in layout.stats_columns[: len(ordering_fields)]]
+    previous = None
+    seen_keys: set[tuple[Any, ...]] = set()
+    for entry in entries:
+        with table.io.new_input(entry.file_path).open() as stream:
+            region = pq.read_table(stream)
+        assert _field_ids(region.schema) == {f.name: f.field_id for f in committed.extract_schema(extract).fields}
+        assert (region.num_rows, entry.file_size_in_bytes) == (entry.record_count, len(table.io.new_input(
+            entry.file_path)))
+        keys = [o.expression.evaluate(region, layout.extract_schema).to_pylist() for o in ordering_fields]
+        tuples = [comparable(k, types) for k in zip(*keys, strict=True)]
+        assert tuples == sorted(tuples)  # index order inside the region
+        last = tuple(k[-1] for k in keys)
+        assert last == tuple(entry.stats[o.field_id].group_max_value for o in ordering_fields)
+        for o, column in zip(ordering_fields, keys, strict=True):
+            present = [v for v in column if v is not None]
+            stats = entry.stats[o.field_id]
+            assert (stats.lower_bound, stats.upper_bound) == ((min(present), max(present)) if present else (None, None))
+            assert stats.null_value_count == column.count(None)
+        if previous is not None:
+            assert tuples[0] > previous  # regions hold disjoint key ranges: no key spans two regions
+        previous = tuples[-1]
+        assert not seen_keys & set(tuples)
+        seen_keys |= set(tuples)

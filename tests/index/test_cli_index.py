@@ -1,0 +1,134 @@
+"""``iceberg-maint index`` as a user runs it: a subprocess configured through pyiceberg env variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32()), ("ts", pa.timestamp("us"))])
+ROWS = [
+    {"id": 1, "name": "ann", "day": date(2024, 1, 1), "ts": datetime(2024, 1, 1, 8)},
+    {"id": 2, "name": "bob", "day": date(2024, 1, 2), "ts": datetime(2024, 1, 2, 9)},
+    {"id": 2, "name": "bea", "day": None, "ts": datetime(2024, 1, 3, 10)},
+    {"id": None, "name": "nil", "day": date(2024, 1, 4), "ts": None},
+]
+LIST_KEYS = {"name", "metadata_location", "index_uuid", "ordering", "extracts", "newest_extract_snapshot_id"}
+REFRESH_KEYS = {"index", "extract_id", "source_table_snapshot_id", "mode", "region_files_written",
+                "region_files_reused", "entries"}
+LAG_KEYS = {"index", "table_snapshot_id", "extract_snapshot_id", "snapshots_behind", "lag_seconds", "added_files",
+            "removed_files", "stale"}
+LOOKUP_KEYS = {"index", "snapshot_id", "rows", "region_files_read", "reconciled_files"}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
+        "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
+        "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{tmp_path}/wh",
+    }
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    # The same catalog the subprocess reaches through its PYICEBERG_CATALOG__DEFAULT__* variables.
+    catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=SCHEMA)
+    table.append(pa.Table.from_pylist(ROWS, schema=SCHEMA))
+    return table
+
+
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "iceberg-maint"), "index", *args],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def _json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = _run(env, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _fails(env: dict[str, str], *args: str, message: str) -> None:
+    done = _run(env, *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) -> None:
+    created = _json(env, "create", "db.t", "by_id", "--ordering", "bucket(4, id), id", "--identity", "name",
+                    "--with-row-location", "--property", "write.region.target-file-size-bytes=100")
+    assert created["ordering"] == ["bucket(4, id)", "id"]
+
+    listed = _json(env, "list", "db.t")["indexes"]
+    assert [set(i) >= LIST_KEYS for i in listed] == [True]
+    assert (listed[0]["name"], listed[0]["extracts"], listed[0]["newest_extract_snapshot_id"]) == ("by_id", 0, None)
+    assert listed[0]["index_uuid"] == created["index_uuid"]
+
+    lag = _json(env, "lag", "db.t", "by_id")
+    assert set(lag) >= LAG_KEYS
+    assert (lag["extract_snapshot_id"], lag["stale"], lag["added_files"]) == (None, True, {"data": 1, "delete": 0})
+
+    first = table.current_snapshot().snapshot_id
+    refreshed = _json(env, "refresh", "db.t", "by_id", "--full")
+    assert set(refreshed) >= REFRESH_KEYS
+    assert (refreshed["source_table_snapshot_id"], refreshed["mode"], refreshed["entries"]) == (first, "full", 4)
+    assert refreshed["region_files_written"] >= 2 and refreshed["region_files_reused"] == 0
+
+    lag = _json(env, "lag", "db.t", "by_id")
+    assert (lag["table_snapshot_id"], lag["extract_snapshot_id"], lag["snapshots_behind"], lag["stale"]) == (
+        first, first, 0, False)
+
+    found = _json(env, "lookup", "db.t", "by_id", "--eq", "2")
+    assert set(found) >= LOOKUP_KEYS
+    assert sorted(found["rows"], key=lambda r: r["name"]) == [
+        {"id": 2, "name": "bea", "day": None, "ts": "2024-01-03T10:00:00"},
+        {"id": 2, "name": "bob", "day": "2024-01-02", "ts": "2024-01-02T09:00:00"},
+    ]
+    assert (found["snapshot_id"], found["region_files_read"], found["reconciled_files"]) == (first, 1, 0)
+
+    nulls = _json(env, "lookup", "db.t", "by_id", "--is-null", "--columns", "name,day")
+    assert nulls["rows"] == [{"name": "nil", "day": "2024-01-04"}]
+    several = _json(env, "lookup", "db.t", "by_id", "--eq", "1", "--eq", "7", "--columns", "name")
+    assert several["rows"] == [{"name": "ann"}]
+
+    table.append(pa.Table.from_pylist([{"id": 1, "name": "amy", "day": None, "ts": None}], schema=SCHEMA))
+    lagging = _json(env, "lag", "db.t", "by_id")
+    assert (lagging["snapshots_behind"], lagging["stale"], lagging["added_files"], lagging["removed_files"]) == (
+        1, True, {"data": 1, "delete": 0}, {"data": 0, "delete": 0})
+    reconciled = _json(env, "lookup", "db.t", "by_id", "--eq", "1", "--columns", "name")
+    assert sorted(r["name"] for r in reconciled["rows"]) == ["amy", "ann"]
+    # The new file is half of the table's bytes, over the reconciliation threshold: a plain scan.
+    assert (reconciled["mode"], reconciled["reconciled_files"], reconciled["region_files_read"]) == ("scan", 2, 0)
+    old = _json(env, "lookup", "db.t", "by_id", "--eq", "1", "--columns", "name", "--snapshot-id", str(first))
+    assert old["rows"] == [{"name": "ann"}] and old["reconciled_files"] == 0
+
+    second = _json(env, "refresh", "db.t", "by_id")
+    expired = _json(env, "expire", "db.t", "by_id", "--retain-last", "1")
+    assert expired["expired_extract_ids"] == [refreshed["extract_id"]] and expired["deleted_files"] >= 3
+    assert _json(env, "list", "db.t")["indexes"][0]["newest_extract_snapshot_id"] == second[
+        "source_table_snapshot_id"]
+    assert sorted(r["name"] for r in _json(env, "lookup", "db.t", "by_id", "--eq", "1")["rows"]) == ["amy", "ann"]
+
+
+def test_index_command_errors_name_the_input(env: dict[str, str], table: Table) -> None:
+    _json(env, "create", "db.t", "by_day", "--ordering", "day", "--with-row-location")
+    _fails(env, "lookup", "db.t", "by_day", "--eq", "yesterday", message="'yesterday'")
+    _fails(env, "lookup", "db.t", "nope", "--eq", "1", message="'nope'")
+    _fails(env, "create", "db.t", "bad", "--ordering", "bucket(4, missing)", message="missing")
+    _fails(env, "create", "db.t", "by_day", "--ordering", "day", message="already exists")
+    _fails(env, "refresh", "db.t", "by_day", "--snapshot-id", "12345", message="12345")
+    assert _json(env, "lookup", "db.t", "by_day", "--eq", "2024-01-04", "--columns", "name")["rows"] == [
+        {"name": "nil"}]
