@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 from airflow_iceberg_maint.policies import (
     ORPHAN_FILE_REMOVAL,
     OrphanRemovalContent,
+    attached_tables,
     load_policies,
     parse_policies,
     parse_policy,
@@ -138,3 +141,23 @@ def test_unreadable_and_malformed_files_are_named(tmp_path: Path) -> None:
 def test_round_trip_through_json() -> None:
     policy = parse_policy({**SPEC_EXAMPLE, "tables": ["a.b"], "minIntervalDays": 2})
     assert parse_policy(policy.to_json()) == policy
+
+
+def test_attached_tables_resolves_globs_and_exact_names(sqlite_catalog: SqlCatalog) -> None:
+    schema = pa.schema([("id", pa.int64())])
+    for namespace in ("sales", "hr"):
+        sqlite_catalog.create_namespace(namespace)
+    for name in ("sales.orders", "sales.events_raw", "hr.people", "hr.events_hr", "db.events_x"):
+        sqlite_catalog.create_table(name, schema)
+    policies = parse_policies([
+        {**SPEC_EXAMPLE, "name": "a", "tables": ["sales.*", "hr.people"]},
+        {**SPEC_EXAMPLE, "name": "b", "tables": ["*.events_*"]},
+        {**SPEC_EXAMPLE, "name": "off", "enabled": False, "tables": ["db.*"]},
+        {**SPEC_EXAMPLE, "name": "none", "tables": ["nowhere.*"]},
+    ])
+    assert attached_tables(sqlite_catalog, policies) == [
+        "db.events_x", "hr.events_hr", "hr.people", "sales.events_raw", "sales.orders",
+    ]
+    missing = parse_policies([{**SPEC_EXAMPLE, "name": "m", "tables": ["sales.gone"]}])
+    with pytest.raises(TableNotFoundError, match=r"policy 'm' attaches table 'sales\.gone'"):
+        attached_tables(sqlite_catalog, missing)
