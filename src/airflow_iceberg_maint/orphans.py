@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,7 +29,6 @@ from airflow_iceberg_maint.referenced import (
     ReferenceWalk,
     load_reference_sources,
     metadata_level_paths,
-    snapshot_path_batches,
     source_path_batches,
 )
 from airflow_iceberg_maint.storage import FileInfo, KeepComponent, storage_for
@@ -206,15 +205,16 @@ def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datet
     return candidates, listed
 
 
-def _table_reference_batches(
-    table: Table, sources: list[ReferenceSource], seen: set[str], walk: ReferenceWalk, skip: frozenset[int]
-) -> Iterator[list[str]]:
-    metadata = table.metadata
-    return chain(
-        [metadata_level_paths(metadata, table.metadata_location)],
-        snapshot_path_batches(table, metadata, seen, walk, skip),
-        source_path_batches(table, sources),
-    )
+def _collect(
+    refs: ReferencedSet, walk: ReferenceWalk, sources: list[ReferenceSource], skip: frozenset[int] = frozenset()
+) -> None:
+    """Add everything the table's current metadata references (snapshots in ``skip`` excepted)."""
+    table = walk.table
+    refs.add(metadata_level_paths(table.metadata, table.metadata_location))
+    for batch in walk.hash_batches(table.metadata, skip):
+        refs.add_hashes(batch)
+    for paths in source_path_batches(table, sources):
+        refs.add(paths)
 
 
 def _match(candidates: list[FileInfo], refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int]:
@@ -239,12 +239,19 @@ def _match(candidates: list[FileInfo], refs: ReferencedSet) -> tuple[list[FileIn
 
 
 def _conflict_pairs(
-    conflicts: list[FileInfo], batches: Iterator[list[str]], equivalence: PathEquivalence
+    conflicts: list[FileInfo], walk: ReferenceWalk, sources: list[ReferenceSource]
 ) -> list[dict[str, str]]:
     """Pair each conflicting listed file with the referenced paths it collides with (a second pass)."""
+    equivalence = walk.equivalence
     by_key: dict[str, list[str]] = {}
     for info in conflicts:
         by_key.setdefault(equivalence.path_key(info.path), []).append(info.path)
+    table = walk.table
+    batches = chain(
+        [metadata_level_paths(table.metadata, table.metadata_location)],
+        walk.path_batches(table.metadata),
+        source_path_batches(table, sources),
+    )
     pairs: list[dict[str, str]] = []
     for batch in batches:
         for ref in batch:
@@ -254,23 +261,14 @@ def _conflict_pairs(
     return pairs
 
 
-def _recheck(
-    table: Table,
-    orphans: list[FileInfo],
-    sources: list[ReferenceSource],
-    seen: set[str],
-    walk: ReferenceWalk,
-    equivalence: PathEquivalence,
-) -> list[FileInfo]:
+def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: list[ReferenceSource]) -> list[FileInfo]:
     """Reload the table and keep any orphan that metadata committed during the scan references."""
+    table = walk.table
     known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
     table.refresh()
     _refuse_gc_disabled(table)
-    late = ReferencedSet(equivalence)
-    for batch in _table_reference_batches(table, sources, seen, walk, known):
-        late.add(batch)
-    if late.added == 0:
-        return orphans
+    late = ReferencedSet(walk.equivalence)
+    _collect(late, walk, sources, skip=known)
     exact = late.contains_exact([o.path for o in orphans])
     survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
     protected = late.classify_unmatched([o.path for o in survivors])
@@ -309,51 +307,37 @@ def remove_orphan_files(
         " (dry run)" if options.dry_run else "",
     )
 
-    refs, walk, seen = ReferencedSet(equivalence), ReferenceWalk(), set[str]()
-    with ThreadPoolExecutor(max_workers=1) as lister:
-        listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
-        for batch in _table_reference_batches(table, sources, seen, walk, frozenset()):
-            refs.add(batch)
-        candidates, report.files_listed = listing.result()
-    report.list_calls = storage.list_calls
-    report.referenced_files = len(refs)
-    log.info(
-        "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d snapshots, "
-        "%d manifests",
-        report.files_listed,
-        len(candidates),
-        report.list_calls,
-        report.referenced_files,
-        walk.snapshots,
-        walk.manifests_read,
-    )
-    phases.done("list_and_reference")
+    refs = ReferencedSet(equivalence)
+    with ReferenceWalk(table, equivalence) as walk:
+        with ThreadPoolExecutor(max_workers=1) as lister:
+            listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
+            _collect(refs, walk, sources)
+            candidates, report.files_listed = listing.result()
+        report.list_calls = storage.list_calls
+        report.referenced_files = len(refs)
+        log.info("listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
+                 "snapshots, %d manifests", report.files_listed, len(candidates), report.list_calls,
+                 report.referenced_files, walk.snapshots, walk.manifests_read)
+        phases.done("list_and_reference")
 
-    orphans, conflicts, report.kept_equivalent = _match(candidates, refs)
-    del candidates, refs
-    if conflicts:
-        report.conflicts = _conflict_pairs(
-            conflicts, _table_reference_batches(table, sources, set(), ReferenceWalk(), frozenset()), equivalence
-        )
-        log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
-        if options.prefix_mismatch_mode == "delete":
-            orphans.extend(conflicts)
-    phases.done("match")
+        orphans, conflicts, report.kept_equivalent = _match(candidates, refs)
+        del candidates, refs
+        if conflicts:
+            report.conflicts = _conflict_pairs(conflicts, walk, sources)
+            log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
+            if options.prefix_mismatch_mode == "delete":
+                orphans.extend(conflicts)
+        phases.done("match")
 
-    before = len(orphans)
-    orphans = _recheck(table, orphans, sources, seen, walk, equivalence)
-    report.kept_by_recheck = before - len(orphans)
-    report.snapshots, report.manifests_read = walk.snapshots, walk.manifests_read
+        before = len(orphans)
+        orphans = _recheck(orphans, walk, sources)
+        report.kept_by_recheck = before - len(orphans)
+        report.snapshots, report.manifests_read = walk.snapshots, walk.manifests_read
     _tally(report, orphans)
     phases.done("recheck")
-    log.info(
-        "%d orphan files, %d bytes%s",
-        report.orphan_file_count,
-        report.orphan_bytes,
-        f"; {report.kept_by_recheck} kept because a commit during the scan references them"
-        if report.kept_by_recheck
-        else "",
-    )
+    log.info("%d orphan files, %d bytes%s", report.orphan_file_count, report.orphan_bytes,
+             f"; {report.kept_by_recheck} kept because a commit during the scan references them"
+             if report.kept_by_recheck else "")
 
     if conflicts and options.prefix_mismatch_mode == "error":
         raise PrefixMismatchError(

@@ -1,20 +1,24 @@
-"""The set of files a table references, held compactly.
+"""The set of files a table references, held compactly, and the parallel walk that fills it.
 
-Every referenced path is kept as 64-bit hashes in Arrow arrays (about 32 bytes a path), not
-as Python strings. A hash collision can only make a listed file look referenced (kept) or
-look like a conflict (kept or reported): it never makes a file deletable.
+Every referenced path is kept as 64-bit hashes in Arrow arrays (32 bytes a path), not as
+Python strings. A hash collision can only make a listed file look referenced (kept) or look
+like a conflict (kept or reported): it never makes a file deletable.
+
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
+import mmh3
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
@@ -29,72 +33,37 @@ log = logging.getLogger(__name__)
 REFERENCE_SOURCES: tuple[str, ...] = ("airflow_iceberg_maint.index.references:index_file_batches",)
 
 ReferenceSource = Callable[[Table], Iterable[list[str]]]
-_EMPTY = 0  # hash value standing for "no scheme" / "no authority": matches any (as Iceberg Java)
-MANIFEST_READERS = 4
+_EMPTY = 0  # hash standing for "no scheme" / "no authority": matches any (as Iceberg Java)
+_SCHEMA = pa.schema([("exact", pa.int64()), ("key", pa.int64()), ("scheme", pa.int64()), ("authority", pa.int64())])
+REMOTE_READERS = 8  # concurrent manifest reads on object stores
 
 
 def _hash(text: str) -> int:
-    return hash(text)
+    return mmh3.hash64(text, signed=True)[0]  # stable across processes and runs, unlike hash()
 
 
 def _component_hash(text: str) -> int:
     if not text:
         return _EMPTY
-    value = hash(text)
+    value = _hash(text)
     return value if value != _EMPTY else 1
 
 
-def load_reference_sources() -> list[ReferenceSource]:
-    """Import every registered source; an import failure aborts the run (S2)."""
-    sources: list[ReferenceSource] = []
-    for spec in REFERENCE_SOURCES:
-        module, _, func = spec.partition(":")
-        try:
-            sources.append(getattr(importlib.import_module(module), func))
-        except (ImportError, AttributeError) as exc:
-            raise MetadataReadError(f"reference source {spec!r}: cannot be loaded ({exc})") from exc
-    return sources
+class PathHasher:
+    """Hashes a path's exact string, its path key, and its mapped scheme and authority.
 
-
-class ReferencedSet:
-    """Hashes of referenced paths: exact strings, and path keys with their scheme and authority."""
+    Paths of one table nearly all share one ``scheme://authority`` head: it is parsed once.
+    """
 
     def __init__(self, equivalence: PathEquivalence) -> None:
         self.equivalence = equivalence
-        self._exact: list[pa.Array] = []
-        self._keys: list[pa.RecordBatch] = []
-        self._frozen_exact: pa.Array | None = None
-        self._frozen_keys: pa.Table | None = None
         self._head = ""
         self._scopes: dict[str, tuple[int, int]] = {}
-        self.added = 0
 
-    def add(self, paths: list[str]) -> None:
-        if not paths:
-            return
-        keys: list[int] = []
-        schemes: list[int] = []
-        authorities: list[int] = []
-        for path in paths:
-            key, scope = self._key_and_scope(path)
-            keys.append(key)
-            schemes.append(scope[0])
-            authorities.append(scope[1])
-        self._exact.append(pa.array([_hash(p) for p in paths], pa.int64()))
-        self._keys.append(
-            pa.record_batch(
-                [pa.array(keys, pa.int64()), pa.array(schemes, pa.int64()), pa.array(authorities, pa.int64())],
-                schema=_KEY_SCHEMA,
-            )
-        )
-        self.added += len(paths)
-        self._frozen_exact = self._frozen_keys = None
+    def key(self, path: str) -> int:
+        return self._key_and_scope(path)[0]
 
     def _key_and_scope(self, path: str) -> tuple[int, tuple[int, int]]:
-        """Hash of the path key, and hashes of the mapped scheme and authority.
-
-        Paths of one table nearly all share one ``scheme://authority`` head: it is parsed once.
-        """
         head = self._head
         if not (head and path.startswith(head) and path[len(head) : len(head) + 1] in ("/", "")):
             uri = Uri.parse(path)
@@ -111,14 +80,54 @@ class ReferencedSet:
             key = PathEquivalence.path_key(key)
         return _hash(key), self._scopes[head]
 
+    def batch(self, paths: Sequence[str]) -> pa.RecordBatch:
+        exact: list[int] = []
+        keys: list[int] = []
+        schemes: list[int] = []
+        authorities: list[int] = []
+        for path in paths:
+            key, (scheme, authority) = self._key_and_scope(path)
+            exact.append(_hash(path))
+            keys.append(key)
+            schemes.append(scheme)
+            authorities.append(authority)
+        columns = [pa.array(c, pa.int64()) for c in (exact, keys, schemes, authorities)]
+        return pa.record_batch(columns, schema=_SCHEMA)
+
+
+class ReferencedSet:
+    """Hashes of referenced paths: exact strings, and path keys with their scheme and authority."""
+
+    def __init__(self, equivalence: PathEquivalence) -> None:
+        self.hasher = PathHasher(equivalence)
+        self._batches: list[pa.RecordBatch] = []
+        self._frozen: tuple[pa.Array, pa.Table] | None = None
+        self.added = 0
+
+    def add(self, paths: Sequence[str]) -> None:
+        if paths:
+            self.add_hashes(self.hasher.batch(paths))
+
+    def add_hashes(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._batches.append(batch)
+            self.added += batch.num_rows
+            self._frozen = None
+
     def _freeze(self) -> tuple[pa.Array, pa.Table]:
-        if self._frozen_exact is None or self._frozen_keys is None:
-            exact = pc.unique(pa.chunked_array(self._exact, pa.int64()).combine_chunks())
-            keys = pa.Table.from_batches(self._keys, schema=_KEY_SCHEMA)
-            keys = keys.group_by(["key", "scheme", "authority"]).aggregate([])
-            self._exact, self._keys = [exact], keys.to_batches()
-            self._frozen_exact, self._frozen_keys = exact, keys
-        return self._frozen_exact, self._frozen_keys
+        """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
+        if self._frozen is None or self._batches:
+            added = pa.Table.from_batches(self._batches, schema=_SCHEMA)
+            exact_parts = [added["exact"]]
+            key_parts = [added.select(["key", "scheme", "authority"])]
+            if self._frozen is not None:
+                exact_parts.insert(0, pa.chunked_array([self._frozen[0]]))
+                key_parts.insert(0, self._frozen[1])
+            exact = pc.unique(pa.chunked_array([c for p in exact_parts for c in p.chunks], pa.int64()))
+            keys = pa.concat_tables(key_parts).group_by(["key", "scheme", "authority"]).aggregate([])
+            self._batches = []
+            self._frozen = (exact, keys.combine_chunks())
+        return self._frozen
 
     def __len__(self) -> int:
         return len(self._freeze()[0])
@@ -128,21 +137,20 @@ class ReferencedSet:
         exact, keys = self._freeze()
         return exact.nbytes + keys.nbytes
 
-    def contains_exact(self, paths: list[str]) -> list[bool]:
+    def contains_exact(self, paths: Sequence[str]) -> list[bool]:
         exact, _ = self._freeze()
-        hashes = pa.array([_hash(p) for p in paths], pa.int64())
-        return pc.is_in(hashes, value_set=exact).to_pylist()
+        return pc.is_in(pa.array([_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
 
-    def classify_unmatched(self, paths: list[str]) -> dict[str, str]:
+    def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
         """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
 
         Paths absent from the result share no path key with any referenced path.
         """
         if not paths:
             return {}
-        eq = self.equivalence
         _, keys = self._freeze()
-        path_keys = [_hash(eq.path_key(p)) for p in paths]  # the same value _key_and_scope computes
+        eq = self.hasher.equivalence
+        path_keys = [self.hasher.key(p) for p in paths]
         hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
         scopes: dict[int, list[tuple[int, int]]] = {}
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
@@ -158,15 +166,16 @@ class ReferencedSet:
         return result
 
 
-_KEY_SCHEMA = pa.schema([("key", pa.int64()), ("scheme", pa.int64()), ("authority", pa.int64())])
-
-
-@dataclass
-class ReferenceWalk:
-    """What a walk of table metadata read: counts for the report, and manifests already read."""
-
-    snapshots: int = 0
-    manifests_read: int = 0
+def load_reference_sources() -> list[ReferenceSource]:
+    """Import every registered source; an import failure aborts the run (S2)."""
+    sources: list[ReferenceSource] = []
+    for spec in REFERENCE_SOURCES:
+        module, _, func = spec.partition(":")
+        try:
+            sources.append(getattr(importlib.import_module(module), func))
+        except (ImportError, AttributeError) as exc:
+            raise MetadataReadError(f"reference source {spec!r}: cannot be loaded ({exc})") from exc
+    return sources
 
 
 def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:
@@ -178,33 +187,6 @@ def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> lis
     return paths
 
 
-def snapshot_path_batches(
-    table: Table,
-    metadata: TableMetadata,
-    seen_manifests: set[str],
-    walk: ReferenceWalk,
-    skip_snapshots: frozenset[int] = frozenset(),
-) -> Iterator[list[str]]:
-    """Manifest lists, manifests and live content files of every snapshot (branches, tags, staged).
-
-    Each unique manifest is read once across calls (``seen_manifests``), on a few threads.
-    """
-    io = table.io
-    snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
-    walk.snapshots += len(snapshots)
-    lists = [s.manifest_list for s in snapshots if s.manifest_list]
-    yield lists
-    with ThreadPoolExecutor(max_workers=MANIFEST_READERS) as pool:
-        fresh: dict[str, None] = {}
-        for manifests in pool.map(lambda ml: manifest_paths(io, ml), lists):
-            fresh.update((m, None) for m in manifests if m not in seen_manifests)
-        seen_manifests.update(fresh)
-        yield list(fresh)
-        for paths in pool.map(lambda m: live_file_paths(io, m), fresh):
-            walk.manifests_read += 1
-            yield paths
-
-
 def source_path_batches(table: Table, sources: Iterable[ReferenceSource]) -> Iterator[list[str]]:
     """Paths from plugged-in sources (indexes); any failure aborts (S2)."""
     for source in sources:
@@ -214,3 +196,72 @@ def source_path_batches(table: Table, sources: Iterable[ReferenceSource]) -> Ite
             raise
         except Exception as exc:
             raise MetadataReadError(f"reference source {source.__module__}: failed ({exc})") from exc
+
+
+# Reading manifests.
+
+
+MapFn = Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]]
+
+
+def _manifests_of(io: FileIO, manifest_lists: Iterable[str], map_: MapFn) -> list[str]:
+    return list(dict.fromkeys(m for ms in map_(lambda ml: manifest_paths(io, ml), manifest_lists) for m in ms))
+
+
+@dataclass
+class ReferenceWalk:
+    """Reads manifest lists and manifests, each unique manifest once.
+
+    Decoding is CPU-bound Python: on local disks one thread does it best. On object stores
+    each read waits on the network, so reads overlap on a few threads.
+    ``seen`` holds the manifests read so far, so a later walk (the re-check) reads only new ones.
+    """
+
+    table: Table
+    equivalence: PathEquivalence
+    snapshots: int = 0
+    manifests_read: int = 0
+
+    def __post_init__(self) -> None:
+        self.seen: set[str] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        if not Uri.parse(self.table.metadata.location).is_local:
+            self._pool = ThreadPoolExecutor(max_workers=REMOTE_READERS)
+
+    def __enter__(self) -> ReferenceWalk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def _map(self, fn: Callable[[str], Any], items: Iterable[str]) -> Iterator[Any]:
+        return self._pool.map(fn, items) if self._pool is not None else map(fn, items)
+
+    def hash_batches(
+        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset()
+    ) -> Iterator[pa.RecordBatch]:
+        """Hashes of every snapshot's manifest list, manifests and live content files.
+
+        Covers all branches, tags and staged snapshots.
+        """
+        io, hasher = self.table.io, PathHasher(self.equivalence)
+        snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
+        self.snapshots += len(snapshots)
+        lists = [s.manifest_list for s in snapshots if s.manifest_list]
+        yield hasher.batch(lists)
+        manifests = [m for m in _manifests_of(io, lists, self._map) if m not in self.seen]
+        self.seen.update(manifests)
+        yield hasher.batch(manifests)
+        for paths in self._map(lambda m: live_file_paths(io, m), manifests):
+            self.manifests_read += 1
+            yield hasher.batch(paths)
+
+    def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:
+        """The same walk as strings (for the rare report of conflicting pairs)."""
+        io = self.table.io
+        lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
+        yield lists
+        manifests = _manifests_of(io, lists, self._map)
+        yield manifests
+        yield from self._map(lambda m: live_file_paths(io, m), manifests)
