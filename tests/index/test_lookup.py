@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo, IsNull
 
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index import live_rows
 from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.lookup import LookupResult, lookup
@@ -195,3 +197,23 @@ def test_lookup_rejects_bad_values(sqlite_catalog: Catalog) -> None:
     with pytest.raises(InvalidInputError, match="no column"):
         lookup(oracle.table, "ix", [(1,)], columns=["nope"])
     assert SCHEMA.names[0] == "rid"
+
+
+def test_lookup_fetches_rows_from_many_row_groups(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tiny row groups and fetch batches: positions fall in many groups and batches of each data file.
+    monkeypatch.setattr(live_rows, "FETCH_BATCH_ROWS", 3)
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=31, properties={"write.parquet.row-group-limit": "7"})
+    for _ in range(2):
+        oracle.append(120)
+    oracle.delete_positions(30)
+    _index(oracle, "k_str")
+    refresh_full(oracle.table, "ix")
+    files = oracle.table.inspect.files()
+    assert len(files) == 3
+    data_file = next(p for p, c in zip(files["file_path"].to_pylist(), files["content"].to_pylist(), strict=True)
+                     if c == 0)
+    with oracle.table.io.new_input(data_file).open() as stream:
+        assert pq.ParquetFile(stream).metadata.num_row_groups > 10
+    _check_all(oracle, "k_str", "index")
+    oracle.delete_positions(10)
+    _check_all(oracle, "k_str", "reconciled")

@@ -9,8 +9,8 @@ boundaries, and ``write_regions`` writes region files and returns their tracking
 from __future__ import annotations
 
 import uuid
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -27,6 +27,7 @@ from airflow_iceberg_maint.index.metadata import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 
+WRITE_THREADS = 2
 _METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
 
 
@@ -103,6 +104,29 @@ def sort_entries(entries: pa.Table, layout: EntryLayout) -> tuple[pa.Table, list
     return entries.take(order), [k.take(order) for k in keys]
 
 
+def _next_change(changes: pa.Array, at: int) -> int:
+    """The first index >= ``at`` where the key changes (the length when none), searched in growing windows."""
+    window = 4096
+    while at < len(changes):
+        found = pc.index(changes.slice(at, window), True).as_py()
+        if found >= 0:
+            return at + found
+        at += window
+        window *= 2
+    return len(changes)
+
+
+def _key_start(changes: pa.Array, index: int, floor: int) -> int:
+    """Where the key at ``index`` begins (not before ``floor``)."""
+    window = 4096
+    while True:
+        low = max(floor, index + 1 - window)
+        starts = pc.indices_nonzero(changes.slice(low, index + 1 - low))
+        if len(starts) or low == floor:
+            return low + starts[-1].as_py() if len(starts) else floor
+        window *= 2
+
+
 def cut_regions(keys: Sequence[pa.Array], target_rows: int, allow_key_spanning: bool) -> list[tuple[int, int]]:
     """Region boundaries ``[(start, stop), ...]`` over sorted entries.
 
@@ -114,21 +138,16 @@ def cut_regions(keys: Sequence[pa.Array], target_rows: int, allow_key_spanning: 
     if length == 0:
         return []
     changes = key_changes(keys)
-    starts = pc.indices_nonzero(changes).to_pylist()  # first entry of each distinct key
     regions: list[tuple[int, int]] = []
     start = 0
     while start < length:
         want = start + max(target_rows, 1)
-        if want >= length:
-            stop = length
-        else:
-            at = bisect_left(starts, want)
-            stop = starts[at] if at < len(starts) else length
-            if allow_key_spanning and stop - start > 2 * target_rows:
-                # Only a hot key (a run longer than the target) overshoots this far: end the region
-                # before it, or, when the region starts inside it, cut it into target-sized pieces.
-                key_start = starts[at - 1]
-                stop = key_start if key_start > start else want
+        stop = length if want >= length else _next_change(changes, want)
+        if allow_key_spanning and stop - start > 2 * target_rows:
+            # Only a hot key (a run longer than the target) overshoots this far: end the region
+            # before it, or, when the region starts inside it, cut it into target-sized pieces.
+            key_start = _key_start(changes, want - 1, start)
+            stop = key_start if key_start > start else want
         regions.append((start, stop))
         start = stop
     return regions
@@ -148,8 +167,9 @@ def write_regions(
 ) -> list[RegionEntry]:
     """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order."""
     stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
-    written: list[RegionEntry] = []
-    for start, stop in regions:
+
+    def write(bounds: tuple[int, int]) -> RegionEntry:
+        start, stop = bounds
         rows = entries.slice(start, stop - start)
         values = {fid: v.slice(start, stop - start) for fid, v in stats_values.items()}
         for column in layout.stats_columns:
@@ -157,8 +177,11 @@ def write_regions(
                 values[column.field_id] = rows.column(column.name)
         path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
         size = write_region_file(io, path, rows, layout.region_schema)
-        written.append(RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values)))
-    return written
+        return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
+
+    # Parquet encoding releases the GIL: regions are written side by side, results kept in order.
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        return list(pool.map(write, regions))
 
 
 def build_regions(table: Table, plan: SnapshotFiles, layout: EntryLayout) -> tuple[list[RegionEntry], int]:

@@ -10,7 +10,10 @@ missing from old files, identity partition values).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from threading import Lock
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +35,9 @@ from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 #: Names under which the row location travels next to the projected columns.
 FILE_COLUMN = "_file"
 POS_COLUMN = "_pos"
+#: Rows decoded at a time when fetching single rows: a fetch stops after the last batch it needs.
+FETCH_BATCH_ROWS = 8_192
+_FOOTER_CACHE_SIZE = 256
 
 
 def arange(start: int, stop: int) -> pa.Array:
@@ -50,45 +56,80 @@ def _row_group_starts(metadata: pq.FileMetaData) -> list[int]:
     return starts
 
 
-def _groups_and_rows(starts: list[int], positions: Sequence[int] | None) -> tuple[list[int], pa.Array, pa.Array | None]:
-    """Row groups to read, the positions of the returned rows, and their indices in the read groups."""
-    if positions is None:
-        return list(range(len(starts) - 1)), arange(0, starts[-1]), None
-    groups = sorted({bisect_right(starts, p) - 1 for p in positions})
-    offsets: dict[int, int] = {}
-    read = 0
-    for g in groups:
-        offsets[g] = read
-        read += starts[g + 1] - starts[g]
-    local = [offsets[g] + p - starts[g] for p in positions for g in (bisect_right(starts, p) - 1,)]
-    return groups, pa.array(positions, type=pa.int64()), pa.array(local, type=pa.int64())
+def _read_positions(parquet: pq.ParquetFile, starts: list[int], positions: Sequence[int],
+                    columns: list[str]) -> pa.Table:
+    """The rows at ``positions`` (sorted, unique), decoding each row group only up to the last one needed."""
+    wanted: dict[int, list[int]] = {}
+    for position in positions:
+        group = bisect_right(starts, position) - 1
+        wanted.setdefault(group, []).append(position - starts[group])
+    pieces: list[pa.RecordBatch] = []
+    for group, local in sorted(wanted.items()):
+        offset, next_index = 0, 0
+        for batch in parquet.iter_batches(batch_size=FETCH_BATCH_ROWS, row_groups=[group], columns=columns,
+                                          use_threads=False):
+            end = offset + batch.num_rows
+            take = []
+            while next_index < len(local) and local[next_index] < end:
+                take.append(local[next_index] - offset)
+                next_index += 1
+            if take:
+                pieces.append(batch.take(pa.array(take, type=pa.int64())))
+            offset = end
+            if next_index == len(local):
+                break
+    if not pieces:
+        return parquet.schema_arrow.empty_table().select(columns)
+    return pa.Table.from_batches(pieces)
+
+
+_footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_footers_lock = Lock()
+
+
+def open_parquet(stream: Any, path: str) -> pq.ParquetFile:
+    """A Parquet reader whose footer is parsed once per process (data and index files never change)."""
+    with _footers_lock:
+        metadata = _footers.get(path)
+        if metadata is not None:
+            _footers.move_to_end(path)
+    parquet = pq.ParquetFile(stream, metadata=metadata)
+    if metadata is None:
+        with _footers_lock:
+            _footers[path] = parquet.metadata
+            while len(_footers) > _FOOTER_CACHE_SIZE:
+                _footers.popitem(last=False)
+    return parquet
 
 
 def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequence[int] | None = None) -> pa.Table:
     """Rows of one data file projected on ``schema``, with a ``_pos`` column.
 
-    With ``positions`` (sorted, unique, in range) only the row groups holding them are read
-    and only those rows returned; without, every row is returned in file order.
+    With ``positions`` (sorted, unique, in range) only those rows are returned, decoding only
+    the row groups holding them; without, every row is returned in file order.
     """
     if data_file.file_format != FileFormat.PARQUET:
         raise MetadataReadError(f"data file {data_file.file_path!r}: format {data_file.file_format} is not supported")
     metadata = table.metadata
     downcast = metadata.format_version <= 2
     with table.io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
+        parquet = open_parquet(stream, data_file.file_path)
         file_schema = pyarrow_to_schema(
             parquet.schema_arrow, metadata.name_mapping(), downcast_ns_timestamp_to_us=downcast,
             format_version=metadata.format_version,
         )
         file_project_schema = prune_columns(file_schema, set(schema.field_ids), select_full_types=False)
-        groups, row_positions, local = _groups_and_rows(_row_group_starts(parquet.metadata), positions)
         columns = [c.name for c in file_project_schema.columns]
-        if groups:
-            raw = parquet.read_row_groups(groups, columns=columns, use_threads=False)
+        starts = _row_group_starts(parquet.metadata)
+        if positions is not None:
+            raw = _read_positions(parquet, starts, positions, columns)
+            row_positions = pa.array(positions, type=pa.int64())
+        elif starts[-1]:
+            raw = parquet.read_row_groups(list(range(len(starts) - 1)), columns=columns, use_threads=False)
+            row_positions = arange(0, starts[-1])
         else:
             raw = schema_to_pyarrow(file_project_schema, include_field_ids=False).empty_table()
-    if local is not None:
-        raw = raw.take(local)
+            row_positions = arange(0, 0)
     missing = _get_column_projection_values(
         data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
     )

@@ -29,7 +29,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
@@ -59,6 +58,7 @@ from airflow_iceberg_maint.index.live_rows import (
     POS_COLUMN,
     deleted_positions,
     equality_deleted_mask,
+    open_parquet,
     plan_schema,
     read_rows,
 )
@@ -293,13 +293,43 @@ def _index_hits(io: FileIO, metadata: IndexMetadata, extract: Extract, keys: Seq
     return hits, len(regions)
 
 
-def _group_admits(statistics: Any, value: Any) -> bool:
-    if statistics is None or not statistics.has_min_max:
-        return True
+@dataclass(frozen=True)
+class _GroupStats:
+    low: Any
+    high: Any
+    nulls: int | None
+    known: bool
+
+
+_group_stats: dict[tuple[str, int], list[_GroupStats]] = {}
+_GROUP_STATS_CACHE_SIZE = 1024
+
+
+def _column_group_stats(parquet: Any, path: str, column: int) -> list[_GroupStats]:
+    """Per row group min, max and null count of a column (cached: region files never change)."""
+    key = (path, column)
+    cached = _group_stats.get(key)
+    if cached is None:
+        cached = []
+        for g in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(g).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                cached.append(_GroupStats(None, None, None if stats is None else stats.null_count, False))
+            else:
+                cached.append(_GroupStats(stats.min, stats.max, stats.null_count, True))
+        if len(_group_stats) >= _GROUP_STATS_CACHE_SIZE:
+            _group_stats.pop(next(iter(_group_stats)))
+        _group_stats[key] = cached
+    return cached
+
+
+def _group_admits(stats: _GroupStats, value: Any) -> bool:
     if value is None:
-        return statistics.null_count is None or statistics.null_count > 0
+        return stats.nulls is None or stats.nulls > 0
+    if not stats.known:
+        return True
     try:
-        return bool(statistics.min <= value <= statistics.max)
+        return bool(stats.low <= value <= stats.high)
     except TypeError:
         return True  # statistics in a different Python type (e.g. naive vs aware): cannot prune
 
@@ -308,20 +338,18 @@ def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_id
                         probes: Sequence[Probe]) -> pa.Table:
     """The ``output_ids`` columns of a region file's entries whose ``key_ids`` columns equal a probe."""
     with io.new_input(path).open() as stream:
-        parquet = pq.ParquetFile(stream)
+        parquet = open_parquet(stream, path)
         arrow_schema = parquet.schema_arrow
         column_of = {int(f.metadata[FIELD_ID]): i for i, f in enumerate(arrow_schema) if f.metadata and
                      FIELD_ID in f.metadata}
         missing = [i for i in (*key_ids, *output_ids) if i not in column_of]
         if missing:
             raise InvalidInputError(f"region file {path}: no column with field ID(s) {missing}")
-        groups = []
-        for g in range(parquet.metadata.num_row_groups):
-            group = parquet.metadata.row_group(g)
-            if any(all(_group_admits(group.column(column_of[k]).statistics, v) for k, v in zip(key_ids, p,
-                                                                                           strict=True))
-                   for p in probes):
-                groups.append(g)
+        key_stats = [_column_group_stats(parquet, path, column_of[k]) for k in key_ids]
+        groups = [
+            g for g in range(parquet.metadata.num_row_groups)
+            if any(all(_group_admits(stats[g], v) for stats, v in zip(key_stats, p, strict=True)) for p in probes)
+        ]
         names = [arrow_schema[column_of[i]].name for i in (*key_ids, *output_ids)]
         rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
     key_names = [arrow_schema[column_of[i]].name for i in key_ids]

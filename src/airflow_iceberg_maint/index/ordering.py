@@ -44,6 +44,8 @@ def _view(column: pa.Array | pa.ChunkedArray, width: pa.DataType) -> pa.Array | 
 
 def sort_indices(keys: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
     """Stable indices that put rows in index order of the given key columns."""
+    if len(keys) == 1:
+        return pc.array_sort_indices(sortable(keys[0]), order="ascending", null_placement="at_start")
     table = pa.table({f"k{i}": sortable(k) for i, k in enumerate(keys)})
     return pc.sort_indices(table, sort_keys=[(f"k{i}", "ascending", "at_start") for i in range(len(keys))])
 
