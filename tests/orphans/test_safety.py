@@ -19,7 +19,8 @@ from airflow_iceberg_maint.errors import (
     MetadataReadError,
 )
 from airflow_iceberg_maint.locations import local_path
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans import OrphanOptions, _list_candidates, remove_orphan_files
+from airflow_iceberg_maint.storage import FileInfo
 from airflow_iceberg_maint.storage.local import LocalStorage
 from tests.orphans.scenario import SCHEMA, rows
 
@@ -215,3 +216,19 @@ def test_local_delete_counts_missing_files_as_deleted_and_reports_failures(tmp_p
     assert [p for p, _ in outcome.failed] == [str(blocked)]
     assert not present.exists()
 
+
+
+class _ListingWithoutTimes:
+    """A store that lists a file without a modification time (some object stores and inventories)."""
+
+    list_calls = 1
+
+    def list_files(self, root, keep):
+        yield FileInfo(f"{root}/data/no-time.parquet", 10, None)
+        yield FileInfo(f"{root}/data/old.parquet", 10, datetime.fromtimestamp(OLD, UTC))
+
+
+def test_a_file_without_a_modification_time_is_never_a_candidate():
+    candidates, listed = _list_candidates(_ListingWithoutTimes(), "s3://b/t", lambda name: True, datetime.now(UTC))
+    assert listed == 2
+    assert [c.path for c in candidates] == ["s3://b/t/data/old.parquet"]
