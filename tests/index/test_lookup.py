@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
@@ -13,10 +15,13 @@ from pyiceberg.expressions import EqualTo, IsNull
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index import live_rows
 from airflow_iceberg_maint.index import lookup as lookup_module
+from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
 from airflow_iceberg_maint.index.lookup import LookupResult, lookup
 from airflow_iceberg_maint.index.metadata import new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
+from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
 from tests.index.oracle_table import SCHEMA, OracleTable, multiset
 
@@ -217,3 +222,46 @@ def test_lookup_fetches_rows_from_many_row_groups(sqlite_catalog: Catalog, monke
     _check_all(oracle, "k_str", "index")
     oracle.delete_positions(10)
     _check_all(oracle, "k_str", "reconciled")
+
+
+def test_float_zero_lookup_finds_both_zeros_and_nan_is_refused(sqlite_catalog: Catalog) -> None:
+    schema = pa.schema([("rid", pa.int64()), ("x", pa.float64())])
+    table = sqlite_catalog.create_table("db.f", schema=schema)
+    values = [0.0, -0.0, 1.5, float("nan"), None, -0.0, float("inf")]
+    table.append(pa.table({"rid": list(range(len(values))), "x": values}, schema=schema))
+    metadata = new_index_metadata(table, "ix", ["x"], [], True, {"write.region.target-file-size-bytes": "16"})
+    IndexStore(table).create(metadata, "ix")
+    assert refresh_full(table, "ix").region_files_written >= 4  # -0.0 and 0.0 are distinct keys
+    for probe, rids in [(0.0, [0, 1, 5]), (-0.0, [0, 1, 5]), (1.5, [2]), (None, [4]), (float("inf"), [6])]:
+        result = lookup(table, "ix", [(probe,)], columns=["rid"])
+        assert (result.mode, sorted(result.rows.column("rid").to_pylist())) == ("index", rids)
+    with pytest.raises(InvalidInputError, match="NaN"):
+        lookup(table, "ix", [(float("nan"),)])
+
+
+def test_extract_of_a_snapshot_without_live_rows(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=37)
+    oracle.append(20)
+    oracle.delete_positions(20)
+    _index(oracle, "k_int")
+    result = refresh_full(oracle.table, "ix")
+    assert (result.entries, result.region_files_written) == (0, 0)
+    assert read_tracking_file(oracle.table.io, result.extract.tracking_file) == []
+    found = lookup(oracle.table, "ix", [(1,)])
+    assert (found.mode, found.rows.num_rows, found.region_files_read) == ("index", 0, 0)
+
+
+def test_tracking_file_without_group_max_value_means_a_scan(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=41)
+    oracle.append(50)
+    _index(oracle, "k_long")
+    store = IndexStore(oracle.table)
+    metadata, _, _ = store.load("ix")
+    layout = entry_layout(metadata, metadata.current_schema())
+    plan = plan_snapshot(oracle.table, oracle.table.current_snapshot())
+    regions, _ = build_regions(oracle.table, plan, layout)
+    no_group_max = [replace(c, ordering=False) for c in layout.stats_columns]
+    tracking = tracking_file_location(metadata)
+    size = write_tracking_file(oracle.table.io, tracking, no_group_max, regions)
+    commit_extract(store, "ix", oracle.table, oracle.snapshot_id, tracking, size)
+    _check_all(oracle, "k_long", "scan")

@@ -17,6 +17,7 @@ lookup is a plain filtered scan instead.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from bisect import bisect_left
 from collections import defaultdict
@@ -49,7 +50,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COLUMNS, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FIELD_ID, FieldStats, RegionEntry, read_tracking_file
 from airflow_iceberg_maint.index.key_scan import Probe, check_probe, probe_mask, scan_files
@@ -66,6 +67,8 @@ from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
 from airflow_iceberg_maint.index.ordering import comparable
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
+
+log = logging.getLogger(__name__)
 
 #: Reconcile a lagging extract only while the data files to scan stay below this share of the
 #: snapshot's data bytes; beyond it a plain scan is about as cheap and simpler (Hyperspace's 30%).
@@ -163,10 +166,11 @@ def lookup(
     table_schema = plan_schema(table, plan.target)
     output = _output_schema(table_schema, columns)
     table_names = [_table_name(table_schema, metadata.source_id_of(k.field_id)) for k in keys]
-    if plan.extract is None:
+    tracking = _usable_tracking(table.io, metadata, plan.extract) if plan.extract else None
+    if plan.extract is None or tracking is None:
         parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output)
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
-    hits, regions_read = _index_hits(table.io, metadata, plan.extract, keys, unique)
+    hits, regions_read = _index_hits(table.io, metadata, tracking, keys, unique)
     parts = _fetch(table, plan, hits, output)
     scanned_parts, scanned = scan_files(table, plan.target, plan.rescan, table_names, unique, output)
     mode = "index" if plan.source is None else "reconciled"
@@ -207,8 +211,9 @@ def _choose(table: Table, metadata: IndexMetadata, snapshot: Snapshot) -> _Plan:
     target = plan_snapshot(table, snapshot)
     extract = closest_extract(table, metadata, snapshot) if _has_row_location(metadata) else None
     source_snapshot = table.snapshot_by_id(extract.source_table_snapshot_id) if extract else None
-    if extract is None or source_snapshot is None:
-        return _Plan(target)  # no extract, or its snapshot expired: its files are unknown
+    if extract is None or source_snapshot is None or extract.key_id is not None:
+        # No extract, its snapshot expired (its files are unknown), or it is encrypted.
+        return _Plan(target)
     if source_snapshot.snapshot_id == snapshot.snapshot_id:
         return _Plan(target, extract)
     source = plan_snapshot(table, source_snapshot)
@@ -247,42 +252,72 @@ def _admits(stats: FieldStats | None, value: Any, arrow_type: pa.DataType) -> bo
     return low <= comparable([value], [arrow_type]) <= high
 
 
-def candidate_regions(metadata: IndexMetadata, schema: Schema, entries: Sequence[RegionEntry],
-                      key: tuple[Any, ...]) -> list[RegionEntry]:
-    """The region files that can hold entries with this ordering key, in index order."""
+@dataclass(frozen=True)
+class _Tracking:
+    """A tracking file ready for lookups: entries with their ``group_max_value`` keys in index order."""
+
+    schema: Schema
+    entries: list[RegionEntry]
+    bounds: list[tuple[tuple[Any, ...], ...]]
+    types: list[pa.DataType]
+
+
+def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _Tracking | None:
+    """The extract's tracking file, or None when it cannot answer lookups exactly.
+
+    That is when an entry lacks ``group_max_value`` for an ordering field, or the entries are not
+    in index order: binary search would then be unsound, so the lookup scans instead.
+    """
+    schema = metadata.extract_schema(extract)
+    entries = read_tracking_file(io, metadata.resolve_location(extract.tracking_file), metadata.location)
     ordering = metadata.ordering_fields(schema)
     types = [schema_to_pyarrow(o.data_type) for o in ordering]
-    for entry in entries:
-        for o in ordering:
-            stats = entry.stats.get(o.field_id)
-            if stats is None or not stats.has_group_max_value:
-                raise InvalidInputError(f"tracking entry {entry.file_path}: no group_max_value for field {o.field_id}")
+    if any(not (s := e.stats.get(o.field_id)) or not s.has_group_max_value for e in entries for o in ordering):
+        log.warning("tracking file %s: an entry has no group_max_value; scanning instead", extract.tracking_file)
+        return None
     bounds = [comparable([e.stats[o.field_id].group_max_value for o in ordering], types) for e in entries]
     if any(a > b for a, b in pairwise(bounds)):
-        raise MetadataReadError("tracking file: entries are not in index order (group_max_value decreases)")
-    wanted = comparable(key, types)
-    first = bisect_left(bounds, wanted)
+        log.warning("tracking file %s: entries are not in index order; scanning instead", extract.tracking_file)
+        return None
+    return _Tracking(schema, entries, bounds, types)
+
+
+def candidate_regions(metadata: IndexMetadata, tracking: _Tracking, key: tuple[Any, ...]) -> list[RegionEntry]:
+    """The region files that can hold entries with this ordering key, in index order."""
+    ordering = metadata.ordering_fields(tracking.schema)
+    wanted = comparable(key, tracking.types)
     found: list[RegionEntry] = []
-    index = first
-    while index < len(entries):
-        entry = entries[index]
-        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(ordering, key, types, strict=True)):
+    index = bisect_left(tracking.bounds, wanted)  # the first region whose inclusive upper bound >= key
+    while index < len(tracking.entries):
+        entry = tracking.entries[index]
+        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(ordering, key, tracking.types,
+                                                                             strict=True)):
             found.append(entry)
-        if bounds[index] != wanted:
+        if tracking.bounds[index] != wanted:
             break  # the key cannot continue past a region that ends above it
-        index += 1
+        index += 1  # the region ends exactly on the key: a spanning key may continue in the next one
     return found
 
 
-def _index_hits(io: FileIO, metadata: IndexMetadata, extract: Extract, keys: Sequence[NestedField],
+def _key_variants(probe: Probe) -> list[Probe]:
+    """Probes whose keys a lookup must visit: ``0.0`` and ``-0.0`` are equal values but distinct keys."""
+    variants: list[Probe] = [()]
+    for value in probe:
+        options = [value, -value] if isinstance(value, float) and value == 0.0 else [value]
+        variants = [(*v, o) for v in variants for o in options]
+    return variants
+
+
+def _index_hits(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: Sequence[NestedField],
                 probes: Sequence[Probe]) -> tuple[dict[str, set[int]], int]:
     """Data file -> positions of the entries matching a probe; and the number of region files read."""
-    schema = metadata.extract_schema(extract)
-    entries = read_tracking_file(io, metadata.resolve_location(extract.tracking_file), metadata.location)
     regions: dict[str, list[Probe]] = defaultdict(list)
     for probe in probes:
-        for region in candidate_regions(metadata, schema, entries, _key_tuple(metadata, schema, keys, probe)):
-            regions[region.file_path].append(probe)
+        for variant in _key_variants(probe):
+            key = _key_tuple(metadata, tracking.schema, keys, variant)
+            for region in candidate_regions(metadata, tracking, key):
+                if probe not in regions[region.file_path]:
+                    regions[region.file_path].append(probe)
     file_id = next(f.field_id for f in metadata.identity_fields if f.source_id == FILE_COLUMN_ID)
     pos_id = next(f.field_id for f in metadata.identity_fields if f.source_id == POS_COLUMN_ID)
     hits: dict[str, set[int]] = defaultdict(set)
