@@ -128,9 +128,10 @@ class OracleTable:
         self._remember()
 
     def delete_copy_on_write(self, count: int) -> None:
-        """Delete rows of one data file through pyiceberg, which rewrites that file."""
+        """Delete rows of the data file with the most live rows through pyiceberg, which rewrites that file."""
         where = self._locations()
-        path = self.rng.choice(sorted({p for p, _ in where.values()}))
+        live = Counter(p for p, _ in where.values())
+        path = min(live, key=lambda p: (-live[p], p))
         victims = self.rng.sample(sorted(rid for rid, (p, _) in where.items() if p == path), count)
         self.table.delete(In("rid", victims))
         for rid in victims:
