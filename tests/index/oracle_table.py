@@ -20,7 +20,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
 
-from tests.index.row_deletes import commit_equality_deletes, commit_position_deletes
+from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
 
 SCHEMA = pa.schema([
     ("rid", pa.int64()),
@@ -118,6 +118,16 @@ class OracleTable:
             path, pos = where[rid]
             positions.setdefault(path, []).append(pos)
         self.table = commit_position_deletes(self.table, positions)
+        for rid in victims:
+            del self.rows[rid]
+        self._remember()
+
+    def delete_with_deletion_vector(self, count: int) -> None:
+        """Delete rows of one data file with a deletion vector (merged with its earlier position deletes)."""
+        where = self._locations()
+        path = sorted({p for p, _ in where.values()})[0]
+        victims = self.rng.sample(sorted(rid for rid, (p, _) in where.items() if p == path), count)
+        self.table = commit_deletion_vector(self.table, path, [where[rid][1] for rid in victims])
         for rid in victims:
             del self.rows[rid]
         self._remember()

@@ -1,12 +1,17 @@
 """Committing merge-on-read deletes for tests: pyiceberg 0.12 writes neither position nor equality deletes.
 
-Delete files are written as Parquet with the table spec's field IDs and committed in a delete
-manifest of a new snapshot (operation ``delete``), with sequence numbers assigned at commit.
+Delete files are written as Parquet with the table spec's field IDs (or, for a deletion vector,
+as a Puffin file with one ``deletion-vector-v1`` blob) and committed in a delete manifest of a
+new snapshot (operation ``delete``), with sequence numbers assigned at commit. pyiceberg 0.12
+writes no v3 manifests, so deletion vectors go into a v2 table's delete manifest here: enough
+to exercise the readers, which recognise them by their Puffin format.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +32,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
+from pyroaring import BitMap
 
 POSITION_DELETE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
@@ -66,6 +72,38 @@ def _write(table: Table, data: pa.Table) -> tuple[str, int]:
     with table.io.new_output(path).create() as stream:
         pq.write_table(data, stream)
     return path, len(table.io.new_input(path))
+
+
+def _deletion_vector_blob(positions: Sequence[int]) -> bytes:
+    """A ``deletion-vector-v1`` blob: length, magic, portable 64-bit roaring bitmap, CRC-32."""
+    by_key: dict[int, list[int]] = {}
+    for position in sorted(set(positions)):
+        by_key.setdefault(position >> 32, []).append(position & 0xFFFF_FFFF)
+    vector = len(by_key).to_bytes(8, "little")
+    for key, low in sorted(by_key.items()):
+        vector += key.to_bytes(4, "little") + BitMap(low).serialize()
+    body = bytes([0xD1, 0xD3, 0x39, 0x64]) + vector
+    return len(body).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+
+def commit_deletion_vector(table: Table, data_path: str, positions: Sequence[int]) -> Table:
+    """Commit one Puffin deletion vector removing ``positions`` of one data file."""
+    blob = _deletion_vector_blob(positions)
+    footer = {"blobs": [{"type": "deletion-vector-v1", "fields": [2147483645], "snapshot-id": -1,
+                         "sequence-number": -1, "offset": 4, "length": len(blob),
+                         "properties": {"referenced-data-file": data_path, "cardinality": str(len(set(positions)))}}]}
+    payload = json.dumps(footer).encode()
+    puffin = b"PFA1" + blob + b"PFA1" + payload + len(payload).to_bytes(4, "little") + bytes(4) + b"PFA1"
+    path = f"{table.location()}/data/dv-{uuid.uuid4()}.puffin"
+    with table.io.new_output(path).create() as stream:
+        stream.write(puffin)
+    delete = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PUFFIN,
+        partition=Record(), record_count=len(set(positions)), file_size_in_bytes=len(puffin),
+        referenced_data_file=data_path,
+    )
+    delete.spec_id = table.spec().spec_id
+    return _commit(table, delete)
 
 
 def _commit(table: Table, delete_file: DataFile) -> Table:

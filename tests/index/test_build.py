@@ -32,6 +32,7 @@ def test_live_rows_apply_every_delete_and_keep_true_positions(sqlite_catalog: Ca
     for _ in range(3):
         oracle.append(40)
     oracle.delete_positions(15)
+    oracle.delete_with_deletion_vector(6)
     oracle.delete_equality("k_str", ["a", None])
     oracle.append(20)
     oracle.delete_equality("k_int", [1])

@@ -86,6 +86,7 @@ def test_lookup_with_position_and_equality_deletes(catalog: Catalog, ordering: s
     for _ in range(3):
         oracle.append(50)
     oracle.delete_positions(25)
+    oracle.delete_with_deletion_vector(10)
     oracle.delete_equality("k_str", ["abc", None])
     oracle.append(30)  # rows with k_str 'abc' after the equality delete are live
     oracle.delete_equality("k_int", [0])
@@ -105,6 +106,8 @@ def test_lookup_reconciles_lag_after_new_commits(catalog: Catalog, ordering: str
     oracle.append(20)  # new data file: scanned with the key filter
     assert _check_all(oracle, column, "reconciled") > 0
     oracle.delete_positions(30)  # new position deletes applied to index hits
+    assert _check_all(oracle, column, "reconciled") > 0
+    oracle.delete_with_deletion_vector(20)  # a new deletion vector applied to index hits
     assert _check_all(oracle, column, "reconciled") > 0
     oracle.delete_copy_on_write(5)  # a data file rewritten: hits in the removed file dropped
     assert _check_all(oracle, column, "reconciled") > 0
