@@ -57,14 +57,20 @@ class _AddDeleteFiles(_FastAppendFiles):
         self._delete_files = list(delete_files)
 
     def _manifests(self) -> list[ManifestFile]:
-        spec = self._transaction.table_metadata.spec()
-        writer = _DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                       self._compression)
-        with writer:
-            for delete in self._delete_files:
-                writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                   sequence_number=None, file_sequence_number=None, data_file=delete))
-        return [writer.to_manifest_file(), *self._existing_manifests()]
+        by_spec: dict[int, list[DataFile]] = {}
+        for delete in self._delete_files:
+            by_spec.setdefault(delete.spec_id, []).append(delete)
+        manifests = []
+        for spec_id, deletes in sorted(by_spec.items()):
+            writer = _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),
+                                           self._snapshot_id, self._compression)
+            with writer:
+                for delete in deletes:
+                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                       sequence_number=None, file_sequence_number=None,
+                                                       data_file=delete))
+            manifests.append(writer.to_manifest_file())
+        return [*manifests, *self._existing_manifests()]
 
 
 def _write(table: Table, data: pa.Table) -> tuple[str, int]:
@@ -94,39 +100,56 @@ def commit_deletion_vector(table: Table, data_path: str, positions: Sequence[int
                          "properties": {"referenced-data-file": data_path, "cardinality": str(len(set(positions)))}}]}
     payload = json.dumps(footer).encode()
     puffin = b"PFA1" + blob + b"PFA1" + payload + len(payload).to_bytes(4, "little") + bytes(4) + b"PFA1"
+    spec_id, partition = _partitions(table)[data_path]
     path = f"{table.location()}/data/dv-{uuid.uuid4()}.puffin"
     with table.io.new_output(path).create() as stream:
         stream.write(puffin)
     delete = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PUFFIN,
-        partition=Record(), record_count=len(set(positions)), file_size_in_bytes=len(puffin),
+        partition=partition, record_count=len(set(positions)), file_size_in_bytes=len(puffin),
         referenced_data_file=data_path,
     )
-    delete.spec_id = table.spec().spec_id
-    return _commit(table, delete)
+    delete.spec_id = spec_id
+    return _commit(table, [delete])
 
 
-def _commit(table: Table, delete_file: DataFile) -> Table:
+def _commit(table: Table, delete_files: Sequence[DataFile]) -> Table:
     with table.transaction() as tx:
-        _AddDeleteFiles(table, tx, [delete_file]).commit()
+        _AddDeleteFiles(table, tx, delete_files).commit()
     return table.refresh()
 
 
+def _partitions(table: Table) -> dict[str, tuple[int, Record]]:
+    """Spec ID and partition tuple of every live data file of the current snapshot."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return {e.data_file.file_path: (e.data_file.spec_id, e.data_file.partition)
+            for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io)}
+
+
 def commit_position_deletes(table: Table, positions: Mapping[str, Sequence[int]]) -> Table:
-    """Commit one position delete file removing ``positions`` of each data file path."""
-    pairs = sorted((path, pos) for path, poss in positions.items() for pos in poss)
-    data = pa.table({"file_path": [p for p, _ in pairs], "pos": [q for _, q in pairs]}, schema=POSITION_DELETE_SCHEMA)
-    path, size = _write(table, data)
-    delete = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-        partition=Record(), record_count=len(pairs), file_size_in_bytes=size,
-    )
-    delete.spec_id = table.spec().spec_id
-    return _commit(table, delete)
+    """Commit position delete files removing ``positions`` of each data file (one file per partition)."""
+    partitions = _partitions(table)
+    groups: dict[tuple[int, Record], list[tuple[str, int]]] = {}
+    for data_path, poss in positions.items():
+        groups.setdefault(partitions[data_path], []).extend((data_path, p) for p in poss)
+    deletes = []
+    for (spec_id, partition), pairs in groups.items():
+        pairs.sort()
+        data = pa.table({"file_path": [p for p, _ in pairs], "pos": [q for _, q in pairs]},
+                        schema=POSITION_DELETE_SCHEMA)
+        path, size = _write(table, data)
+        delete = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+            partition=partition, record_count=len(pairs), file_size_in_bytes=size,
+        )
+        delete.spec_id = spec_id
+        deletes.append(delete)
+    return _commit(table, deletes)
 
 
 def commit_equality_deletes(table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    """Commit one equality delete file (unpartitioned, so global) on ``columns`` with the given value rows."""
+    """Commit one equality delete file of an unpartitioned spec (so global) on ``columns``."""
     schema = table.schema().select(*columns)
     arrow_schema = schema_to_pyarrow(schema, include_field_ids=True)
     data = pa.Table.from_pylist([dict(zip(columns, row, strict=True)) for row in rows], schema=arrow_schema)
@@ -136,5 +159,5 @@ def commit_equality_deletes(table: Table, columns: Sequence[str], rows: Sequence
         partition=Record(), record_count=len(rows), file_size_in_bytes=size,
         equality_ids=[table.schema().find_field(c).field_id for c in columns],
     )
-    delete.spec_id = table.spec().spec_id
-    return _commit(table, delete)
+    delete.spec_id = next(i for i, spec in table.specs().items() if spec.is_unpartitioned())
+    return _commit(table, [delete])

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo, IsNull
+from pyiceberg.transforms import BucketTransform
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index import live_rows
@@ -268,3 +269,38 @@ def test_tracking_file_without_group_max_value_means_a_scan(sqlite_catalog: Cata
     size = write_tracking_file(oracle.table.io, tracking, no_group_max, regions)
     commit_extract(store, "ix", oracle.table, oracle.snapshot_id, tracking, size)
     _check_all(oracle, "k_long", "scan")
+
+
+def test_lookup_on_an_evolved_partitioned_table(sqlite_catalog: Catalog) -> None:
+    # Spec 0 unpartitioned, spec 1 bucket(2, k_int): deletes must match data files by partition.
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=43)
+    oracle.append(40)
+    with oracle.table.update_spec() as update:
+        update.add_field("k_int", BucketTransform(2), "k_int_bucket")
+    oracle.table = oracle.table.refresh()
+    for _ in range(2):
+        oracle.append(60)
+    oracle.delete_positions(25)
+    oracle.delete_with_deletion_vector(5)
+    oracle.delete_equality("k_long", [0])
+    _index(oracle, "k_int")
+    refresh_full(oracle.table, "ix")
+    assert _check_all(oracle, "k_int", "index") > 0
+    oracle.delete_positions(10)
+    assert _check_all(oracle, "k_int", "reconciled") > 0
+
+
+def test_lookup_after_renaming_the_key_column(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=47)
+    for _ in range(3):
+        oracle.append(40)
+    _index(oracle, "k_str")
+    refresh_full(oracle.table, "ix")
+    with oracle.table.update_schema() as update:
+        update.rename_column("k_str", "name")
+    oracle.table = oracle.table.refresh()
+    value = oracle.probes("k_str", 1)[0]
+    expected = Counter({k: n for k, n in oracle.expected("k_str", value).items()})
+    result = lookup(oracle.table, "ix", [(value,)])
+    assert result.rows.column_names[3] == "name"
+    assert multiset(result.rows.rename_columns(SCHEMA.names).to_pylist()) == expected

@@ -20,7 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.live_rows import live_rows_of_file
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 
 Probe = tuple[Any, ...]
@@ -61,25 +61,27 @@ def _file_filter(names: Sequence[str], probes: Sequence[Probe]) -> BooleanExpres
     return expression
 
 
-def prune_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],
-                probes: Sequence[Probe]) -> list[str]:
+def prune_files(plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str], probes: Sequence[Probe],
+                schema: Schema) -> list[str]:
     """The data files whose column bounds may hold a probe (all of them when bounds can't be used)."""
     paths = sorted(paths)
     try:
-        evaluator = _InclusiveMetricsEvaluator(plan_schema(table, plan), _file_filter(names, probes))
+        evaluator = _InclusiveMetricsEvaluator(schema, _file_filter(names, probes))
     except (ValueError, TypeError):
         return paths  # a value pyiceberg cannot turn into a literal: scan without pruning
     return [p for p in paths if evaluator.eval(plan.data_files[p].data_file)]
 
 
 def scan_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],
-               probes: Sequence[Probe], schema: Schema) -> tuple[list[pa.Table], int]:
-    """Live rows of the files matching a probe, projected on ``schema``; also the number of files read."""
-    read_schema = plan_schema(table, plan)
+               probes: Sequence[Probe], schema: Schema, read_schema: Schema) -> tuple[list[pa.Table], int]:
+    """Live rows of the files matching a probe, projected on ``schema``; also the number of files read.
+
+    ``names`` are key columns of ``read_schema``, the schema the rows are read with.
+    """
     wanted = {f.field_id for f in schema.fields} | {read_schema.find_field(n).field_id for n in names}
     projection = Schema(*[f for f in read_schema.fields if f.field_id in wanted], schema_id=read_schema.schema_id)
     parts = []
-    files = prune_files(table, plan, paths, names, probes)
+    files = prune_files(plan, paths, names, probes, read_schema)
     for path in files:
         rows = live_rows_of_file(table, plan, path, projection)
         rows = rows.filter(probe_mask(rows, names, probes))

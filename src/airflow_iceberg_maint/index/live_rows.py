@@ -208,10 +208,15 @@ def _column(rows: pa.Table, dotted: str) -> pa.ChunkedArray:
 
 
 def live_rows_of_file(table: Table, plan: SnapshotFiles, path: str, schema: Schema) -> pa.Table:
-    """The live rows of one data file of ``plan``, projected on ``schema``, with ``_file`` and ``_pos``."""
+    """The live rows of one data file of ``plan``, projected on ``schema``, with ``_file`` and ``_pos``.
+
+    ``schema`` is usually the snapshot's own, but may be another schema of the table (a lookup on
+    the current snapshot reads with the current schema, as a pyiceberg scan does).
+    """
     deletes = plan.deletes_for(path)
     equality_ids = {i for d in deletes if d.content == DataFileContent.EQUALITY_DELETES for i in d.equality_ids or []}
-    read_schema = prune_columns(plan_schema(table, plan), set(schema.field_ids) | equality_ids, select_full_types=False)
+    extra = prune_columns(plan_schema(table, plan), equality_ids - set(schema.field_ids), select_full_types=False)
+    read_schema = Schema(*schema.fields, *extra.fields, schema_id=schema.schema_id)
     rows = read_rows(table, plan.data_files[path].data_file, read_schema)
     if deletes:
         removed = pc.or_(

@@ -163,16 +163,18 @@ def lookup(
     if snapshot is None:
         return LookupResult(name, None, _output_schema(table.schema(), columns).empty_table(), "scan")
     plan = _choose(table, metadata, snapshot)
-    table_schema = plan_schema(table, plan.target)
+    # Like a pyiceberg scan: the current schema for the current snapshot, else the snapshot's own.
+    table_schema = table.schema() if snapshot_id is None else plan_schema(table, plan.target)
     output = _output_schema(table_schema, columns)
     table_names = [_table_name(table_schema, metadata.source_id_of(k.field_id)) for k in keys]
     tracking = _usable_tracking(table.io, metadata, plan.extract) if plan.extract else None
     if plan.extract is None or tracking is None:
-        parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output)
+        parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output,
+                                    table_schema)
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
     hits, regions_read = _index_hits(table.io, metadata, tracking, keys, unique)
     parts = _fetch(table, plan, hits, output)
-    scanned_parts, scanned = scan_files(table, plan.target, plan.rescan, table_names, unique, output)
+    scanned_parts, scanned = scan_files(table, plan.target, plan.rescan, table_names, unique, output, table_schema)
     mode = "index" if plan.source is None else "reconciled"
     return LookupResult(name, snapshot.snapshot_id, _concat(parts + scanned_parts, output), mode,
                         plan.extract.source_table_snapshot_id, regions_read, scanned)
