@@ -304,3 +304,18 @@ def test_lookup_after_renaming_the_key_column(sqlite_catalog: Catalog) -> None:
     result = lookup(oracle.table, "ix", [(value,)])
     assert result.rows.column_names[3] == "name"
     assert multiset(result.rows.rename_columns(SCHEMA.names).to_pylist()) == expected
+
+
+def test_composite_key_lookups(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=53)
+    for _ in range(3):
+        oracle.append(80)
+    oracle.delete_positions(20)
+    _index(oracle, "truncate(1, k_str), k_int")
+    refresh_full(oracle.table, "ix")
+    pairs = {(r["k_str"], r["k_int"]) for r in oracle.rows.values()}
+    probes = [*sorted(pairs, key=str)[:15], ("a", 4), (None, None), ("zz", None)]
+    for probe in probes:
+        result = lookup(oracle.table, "ix", [probe])
+        expected = multiset(r for r in oracle.rows.values() if (r["k_str"], r["k_int"]) == probe)
+        assert (result.mode, _rows(result)) == ("index", expected), probe
