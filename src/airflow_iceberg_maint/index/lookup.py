@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from bisect import bisect_left
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -174,7 +174,8 @@ def lookup(
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
     hits, regions_read = _index_hits(table.io, metadata, tracking, keys, unique)
     parts = _fetch(table, plan, hits, output)
-    scanned_parts, scanned = scan_files(table, plan.target, plan.rescan, table_names, unique, output, table_schema)
+    scanned_parts, scanned = ([], 0) if not plan.rescan else scan_files(
+        table, plan.target, plan.rescan, table_names, unique, output, table_schema)
     mode = "index" if plan.source is None else "reconciled"
     return LookupResult(name, snapshot.snapshot_id, _concat(parts + scanned_parts, output), mode,
                         plan.extract.source_table_snapshot_id, regions_read, scanned)
@@ -332,43 +333,51 @@ def _index_hits(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: 
 
 @dataclass(frozen=True)
 class _GroupStats:
-    low: Any
-    high: Any
-    nulls: int | None
-    known: bool
+    """Per row group statistics of one column, as arrays (null where a row group has none)."""
+
+    low: pa.Array
+    high: pa.Array
+    nulls: pa.Array
 
 
-_group_stats: dict[tuple[str, int], list[_GroupStats]] = {}
+_group_stats: OrderedDict[tuple[str, int], _GroupStats] = OrderedDict()
 _GROUP_STATS_CACHE_SIZE = 1024
 
 
-def _column_group_stats(parquet: Any, path: str, column: int) -> list[_GroupStats]:
-    """Per row group min, max and null count of a column (cached: region files never change)."""
+def _column_group_stats(parquet: Any, path: str, column: int, arrow_type: pa.DataType) -> _GroupStats:
+    """Min, max and null count of a column in each row group (cached: region files never change)."""
     key = (path, column)
     cached = _group_stats.get(key)
     if cached is None:
-        cached = []
+        lows, highs, nulls = [], [], []
         for g in range(parquet.metadata.num_row_groups):
             stats = parquet.metadata.row_group(g).column(column).statistics
-            if stats is None or not stats.has_min_max:
-                cached.append(_GroupStats(None, None, None if stats is None else stats.null_count, False))
-            else:
-                cached.append(_GroupStats(stats.min, stats.max, stats.null_count, True))
-        if len(_group_stats) >= _GROUP_STATS_CACHE_SIZE:
-            _group_stats.pop(next(iter(_group_stats)))
+            known = stats is not None and stats.has_min_max
+            lows.append(stats.min if known else None)
+            highs.append(stats.max if known else None)
+            nulls.append(stats.null_count if stats is not None and stats.has_null_count else None)
+        value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+        try:
+            low, high = pa.array(lows, type=value_type), pa.array(highs, type=value_type)
+        except (pa.ArrowException, TypeError, ValueError):
+            low = high = pa.nulls(len(lows), type=value_type)  # unusable statistics: no pruning
+        cached = _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
         _group_stats[key] = cached
+        while len(_group_stats) > _GROUP_STATS_CACHE_SIZE:
+            _group_stats.popitem(last=False)
     return cached
 
 
-def _group_admits(stats: _GroupStats, value: Any) -> bool:
+def _groups_admitting(stats: _GroupStats, value: Any) -> pa.Array:
+    """Which row groups may hold the value (unknown statistics: yes)."""
     if value is None:
-        return stats.nulls is None or stats.nulls > 0
-    if not stats.known:
-        return True
+        return pc.fill_null(pc.greater(stats.nulls, 0), True)
     try:
-        return bool(stats.low <= value <= stats.high)
-    except TypeError:
-        return True  # statistics in a different Python type (e.g. naive vs aware): cannot prune
+        scalar = pa.scalar(value, type=stats.low.type)
+    except (pa.ArrowException, TypeError, ValueError):
+        return pa.array([True] * len(stats.low))
+    inside = pc.and_(pc.less_equal(stats.low, scalar), pc.greater_equal(stats.high, scalar))
+    return pc.fill_null(inside, True)
 
 
 def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],
@@ -382,11 +391,15 @@ def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_id
         missing = [i for i in (*key_ids, *output_ids) if i not in column_of]
         if missing:
             raise InvalidInputError(f"region file {path}: no column with field ID(s) {missing}")
-        key_stats = [_column_group_stats(parquet, path, column_of[k]) for k in key_ids]
-        groups = [
-            g for g in range(parquet.metadata.num_row_groups)
-            if any(all(_group_admits(stats[g], v) for stats, v in zip(key_stats, p, strict=True)) for p in probes)
-        ]
+        key_stats = [_column_group_stats(parquet, path, column_of[k], arrow_schema[column_of[k]].type)
+                     for k in key_ids]
+        admitted = pa.array([False] * parquet.metadata.num_row_groups)
+        for probe in probes:
+            matches = pa.array([True] * parquet.metadata.num_row_groups)
+            for stats, value in zip(key_stats, probe, strict=True):
+                matches = pc.and_(matches, _groups_admitting(stats, value))
+            admitted = pc.or_(admitted, matches)
+        groups = pc.indices_nonzero(admitted).to_pylist()
         names = [arrow_schema[column_of[i]].name for i in (*key_ids, *output_ids)]
         rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
     key_names = [arrow_schema[column_of[i]].name for i in key_ids]
