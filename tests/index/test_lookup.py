@@ -132,6 +132,10 @@ def test_lookup_falls_back_to_scan_when_lag_is_large(sqlite_catalog: Catalog) ->
 
 def test_lookup_without_extract_scans(sqlite_catalog: Catalog) -> None:
     oracle = OracleTable.create(sqlite_catalog, "t", seed=5)
+    IndexStore(oracle.table).create(new_index_metadata(oracle.table, "empty", ["k_str"], [], True, {}), "empty")
+    nothing = lookup(oracle.table, "empty", [("a",)], columns=["rid"])  # a table without snapshots
+    assert (nothing.snapshot_id, nothing.mode, nothing.rows.column_names, nothing.rows.num_rows) == (
+        None, "scan", ["rid"], 0)
     oracle.append(40)
     _index(oracle, "k_str")
     _check_all(oracle, "k_str", "scan")

@@ -161,7 +161,7 @@ def lookup(
         )
     snapshot = resolve_snapshot(table, snapshot_id)
     if snapshot is None:
-        return LookupResult(name, None, _output_schema(table.schema(), columns).empty_table(), "scan")
+        return LookupResult(name, None, _concat([], _output_schema(table.schema(), columns)), "scan")
     plan = _choose(table, metadata, snapshot)
     # Like a pyiceberg scan: the current schema for the current snapshot, else the snapshot's own.
     table_schema = table.schema() if snapshot_id is None else plan_schema(table, plan.target)
