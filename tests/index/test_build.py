@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import IntegerType, LongType
 
 from airflow_iceberg_maint.index.build import cut_regions, entry_layout
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.extract_files import read_tracking_file, region_file_paths
+from airflow_iceberg_maint.index.expressions import Apply, Reference, split_expression_list
+from airflow_iceberg_maint.index.extract_files import FieldStats, read_tracking_file, region_file_paths
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata import StatsField, new_index_metadata
 from airflow_iceberg_maint.index.ordering import comparable, key_changes, sort_indices
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
@@ -128,3 +131,16 @@ def test_extract_files_follow_the_spec(sqlite_catalog: Catalog, ordering: str) -
         previous = tuples[-1]
         assert not seen_keys & set(tuples)
         seen_keys |= set(tuples)
+
+
+def test_stats_only_field_outside_the_ordering_key_gets_bounds(sqlite_catalog: Catalog) -> None:
+    table = sqlite_catalog.create_table("db.s", schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array(range(100), pa.int64())}))
+    metadata = new_index_metadata(table, "ix", ["id"], [], True, {})
+    bucket = StatsField(9, IntegerType(), Apply("bucket", Reference(1), 8))
+    IndexStore(table).create(replace(metadata, stats_fields=(bucket,)), "ix")
+    result = refresh_full(table, "ix")
+    (entry,) = read_tracking_file(table.io, result.extract.tracking_file)
+    expected = {BucketTransform(8).transform(LongType())(i) for i in range(100)}
+    assert entry.stats[9] == FieldStats(min(expected), max(expected), 0, None, False)
+    assert entry.stats[1] == FieldStats(0, 99, 0, 99, True)

@@ -63,6 +63,11 @@ def entry_layout(metadata: IndexMetadata, extract_schema: Schema) -> EntryLayout
                     schema_to_pyarrow(o.data_type), ordering=True)
         for o in ordering
     ]
+    for stats_field in metadata.stats_fields:
+        if stats_field.field_id not in metadata.ordering_key:
+            # Stats-only fields outside the ordering key still require bounds (spec: content statistics).
+            columns.append(StatsColumn(stats_field.field_id, stats_field.expr.to_text(extract_schema),
+                                       schema_to_pyarrow(stats_field.data_type), ordering=False))
     if file_field is not None and file_field.field_id not in metadata.ordering_key:
         # Bounds on _file let maintenance find the regions holding a data file's entries.
         columns.append(StatsColumn(file_field.field_id, file_field.name, pa.string(), ordering=False))
@@ -172,8 +177,11 @@ def write_regions(
         start, stop = bounds
         rows = entries.slice(start, stop - start)
         values = {fid: v.slice(start, stop - start) for fid, v in stats_values.items()}
+        expressions = {f.field_id: f.expr for f in layout.metadata.stats_fields}
         for column in layout.stats_columns:
-            if column.field_id not in values:
+            if column.field_id in expressions and column.field_id not in values:
+                values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
+            elif column.field_id not in values:
                 values[column.field_id] = rows.column(column.name)
         path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
         size = write_region_file(io, path, rows, layout.region_schema)
