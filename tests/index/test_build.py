@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from multiprocessing import get_context
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType
 
@@ -144,3 +147,24 @@ def test_stats_only_field_outside_the_ordering_key_gets_bounds(sqlite_catalog: C
     expected = {BucketTransform(8).transform(LongType())(i) for i in range(100)}
     assert entry.stats[9] == FieldStats(min(expected), max(expected), 0, None, False)
     assert entry.stats[1] == FieldStats(0, 99, 0, 99, True)
+
+
+def _refresh_in_process(uri: str, warehouse: str) -> int:
+    catalog = SqlCatalog("default", uri=uri, warehouse=warehouse)
+    return refresh_full(catalog.load_table("db.t"), "ix").extract.extract_id
+
+
+def test_concurrent_refreshes_all_commit(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=4)
+    oracle.append(50)
+    IndexStore(oracle.table).create(new_index_metadata(oracle.table, "ix", ["k_long"], [], True, {}), "ix")
+    uri, warehouse = sqlite_catalog.properties["uri"], sqlite_catalog.properties["warehouse"]
+    with ProcessPoolExecutor(max_workers=3, mp_context=get_context("spawn")) as pool:
+        ids = list(pool.map(_refresh_in_process, [uri] * 3, [warehouse] * 3))
+    metadata, _, version = IndexStore(oracle.table).load("ix")
+    assert sorted(e.extract_id for e in metadata.extracts) == sorted(ids)  # no extract lost
+    assert version == 4 and [e.metadata_file.rsplit("/", 1)[1] for e in metadata.metadata_log] == [
+        "00001.metadata.json", "00002.metadata.json", "00003.metadata.json"]
+    for extract in metadata.extracts:
+        entries = read_tracking_file(oracle.table.io, extract.tracking_file)
+        assert sum(e.record_count for e in entries) == 50
