@@ -6,10 +6,12 @@ the partition tuples, summaries and column metrics that make ``inspect.all_files
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pyiceberg.avro.decoder import new_decoder
+from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 from pyiceberg.avro.file import AvroFile
+from pyiceberg.avro.reader import IntegerReader, Reader, StructReader
 from pyiceberg.avro.resolver import ReadSchemaResolver, SchemaPartnerAccessor
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntryStatus
@@ -46,6 +48,54 @@ class _ProjectingAccessor(SchemaPartnerAccessor):
         return partner_map.value_type if isinstance(partner_map, MapType) else None
 
 
+def _skip_ints(count: int) -> Callable[[BinaryDecoder], Any]:
+    return lambda decoder: decoder.read_ints(count)
+
+
+class _CoalescedStruct(Reader):
+    """A struct reader that skips a run of int/long fields with one call instead of one each.
+
+    Manifest lists are mostly runs of counters nobody here needs; this is most of their cost.
+    """
+
+    def __init__(self, struct: StructReader) -> None:
+        plan: list[tuple[int | None, Callable[[BinaryDecoder], Any]]] = []
+        run = 0
+        for pos, reader in struct.field_readers:
+            if pos is None and isinstance(reader, IntegerReader):
+                run += 1
+                continue
+            if run:
+                plan.append((None, _skip_ints(run)))
+                run = 0
+            if pos is None:
+                plan.append((None, reader.skip))
+            else:
+                plan.append((pos, _coalesce(reader).read))
+        if run:
+            plan.append((None, _skip_ints(run)))
+        self._plan = tuple(plan)
+        self._create = struct.create_struct
+        self._size = 1 + max((pos for pos, _ in struct.field_readers if pos is not None), default=-1)
+
+    def read(self, decoder: BinaryDecoder) -> Any:
+        struct = self._create(*[None] * self._size)
+        for pos, step in self._plan:
+            if pos is None:
+                step(decoder)
+            else:
+                struct[pos] = step(decoder)
+        return struct
+
+    def skip(self, decoder: BinaryDecoder) -> None:
+        for _, step in self._plan:
+            step(decoder)
+
+
+def _coalesce(reader: Reader) -> Reader:
+    return _CoalescedStruct(reader) if isinstance(reader, StructReader) else reader
+
+
 class _ProjectedAvroFile(AvroFile[Record]):
     """An Avro container file read through a projection that may drop nested fields.
 
@@ -66,7 +116,7 @@ class _ProjectedAvroFile(AvroFile[Record]):
                 self._readers.clear()
             self.schema = self.header.get_schema()
             resolver: Any = ReadSchemaResolver()
-            reader = visit_with_partner(self.schema, self.read_schema, resolver, _ProjectingAccessor())
+            reader = _coalesce(visit_with_partner(self.schema, self.read_schema, resolver, _ProjectingAccessor()))
             self._readers[cache_key] = reader
         self.reader = reader
         return self

@@ -53,6 +53,7 @@ class OrphanOptions:
     equal_schemes: Mapping[str, str] | None = None
     equal_authorities: Mapping[str, str] | None = None
     max_concurrent_deletes: int = 8
+    reader_processes: int | None = None  # manifest-decoding workers; None: one a core for large local tables
 
 
 @dataclass
@@ -308,7 +309,7 @@ def remove_orphan_files(
     )
 
     refs = ReferencedSet(equivalence)
-    with ReferenceWalk(table, equivalence) as walk:
+    with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
             _collect(refs, walk, sources)

@@ -12,10 +12,10 @@ import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-import mmh3
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.io import FileIO
@@ -24,7 +24,9 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.manifests import live_file_paths, manifest_paths
+from airflow_iceberg_maint.path_hashes import EMPTY, HASH_SCHEMA, PathHasher, component_hash, path_hash
 
 log = logging.getLogger(__name__)
 
@@ -33,66 +35,8 @@ log = logging.getLogger(__name__)
 REFERENCE_SOURCES: tuple[str, ...] = ("airflow_iceberg_maint.index.references:index_file_batches",)
 
 ReferenceSource = Callable[[Table], Iterable[list[str]]]
-_EMPTY = 0  # hash standing for "no scheme" / "no authority": matches any (as Iceberg Java)
-_SCHEMA = pa.schema([("exact", pa.int64()), ("key", pa.int64()), ("scheme", pa.int64()), ("authority", pa.int64())])
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
-
-
-def _hash(text: str) -> int:
-    return mmh3.hash64(text, signed=True)[0]  # stable across processes and runs, unlike hash()
-
-
-def _component_hash(text: str) -> int:
-    if not text:
-        return _EMPTY
-    value = _hash(text)
-    return value if value != _EMPTY else 1
-
-
-class PathHasher:
-    """Hashes a path's exact string, its path key, and its mapped scheme and authority.
-
-    Paths of one table nearly all share one ``scheme://authority`` head: it is parsed once.
-    """
-
-    def __init__(self, equivalence: PathEquivalence) -> None:
-        self.equivalence = equivalence
-        self._head = ""
-        self._scopes: dict[str, tuple[int, int]] = {}
-
-    def key(self, path: str) -> int:
-        return self._key_and_scope(path)[0]
-
-    def _key_and_scope(self, path: str) -> tuple[int, tuple[int, int]]:
-        head = self._head
-        if not (head and path.startswith(head) and path[len(head) : len(head) + 1] in ("/", "")):
-            uri = Uri.parse(path)
-            head = path[: len(path) - len(uri.path)]
-            if head not in self._scopes:
-                eq = self.equivalence
-                self._scopes[head] = (
-                    _component_hash(eq.scheme(uri.scheme) if uri.scheme else ""),
-                    _component_hash(eq.authority(uri.authority)),
-                )
-            self._head = head
-        key = path[len(head) :]
-        if "//" in key or key.endswith("/"):
-            key = PathEquivalence.path_key(key)
-        return _hash(key), self._scopes[head]
-
-    def batch(self, paths: Sequence[str]) -> pa.RecordBatch:
-        exact: list[int] = []
-        keys: list[int] = []
-        schemes: list[int] = []
-        authorities: list[int] = []
-        for path in paths:
-            key, (scheme, authority) = self._key_and_scope(path)
-            exact.append(_hash(path))
-            keys.append(key)
-            schemes.append(scheme)
-            authorities.append(authority)
-        columns = [pa.array(c, pa.int64()) for c in (exact, keys, schemes, authorities)]
-        return pa.record_batch(columns, schema=_SCHEMA)
+T = TypeVar("T")
 
 
 class ReferencedSet:
@@ -117,7 +61,7 @@ class ReferencedSet:
     def _freeze(self) -> tuple[pa.Array, pa.Table]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
         if self._frozen is None or self._batches:
-            added = pa.Table.from_batches(self._batches, schema=_SCHEMA)
+            added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
             exact_parts = [added["exact"]]
             key_parts = [added.select(["key", "scheme", "authority"])]
             if self._frozen is not None:
@@ -139,7 +83,7 @@ class ReferencedSet:
 
     def contains_exact(self, paths: Sequence[str]) -> list[bool]:
         exact, _ = self._freeze()
-        return pc.is_in(pa.array([_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
+        return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
 
     def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
         """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
@@ -160,8 +104,8 @@ class ReferencedSet:
             if key not in scopes:
                 continue
             uri = Uri.parse(path)
-            mine = (_component_hash(eq.scheme(uri.scheme)), _component_hash(eq.authority(uri.authority)))
-            same = any(s in (_EMPTY, mine[0]) and a in (_EMPTY, mine[1]) for s, a in scopes[key])
+            mine = (component_hash(eq.scheme(uri.scheme)), component_hash(eq.authority(uri.authority)))
+            same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
         return result
 
@@ -212,31 +156,59 @@ def _manifests_of(io: FileIO, manifest_lists: Iterable[str], map_: MapFn) -> lis
 class ReferenceWalk:
     """Reads manifest lists and manifests, each unique manifest once.
 
-    Decoding is CPU-bound Python: on local disks one thread does it best. On object stores
-    each read waits on the network, so reads overlap on a few threads.
+    Decoding is CPU-bound Python. On local disks a large table is decoded by worker processes
+    (``processes``: None picks one a core when there are enough files, 0 or 1 reads here);
+    on object stores each read waits on the network, so reads overlap on threads.
     ``seen`` holds the manifests read so far, so a later walk (the re-check) reads only new ones.
     """
 
     table: Table
     equivalence: PathEquivalence
+    processes: int | None = None
     snapshots: int = 0
     manifests_read: int = 0
 
     def __post_init__(self) -> None:
         self.seen: set[str] = set()
-        self._pool: ThreadPoolExecutor | None = None
-        if not Uri.parse(self.table.metadata.location).is_local:
-            self._pool = ThreadPoolExecutor(max_workers=REMOTE_READERS)
+        self._local = Uri.parse(self.table.metadata.location).is_local
+        self._threads = None if self._local else ThreadPoolExecutor(max_workers=REMOTE_READERS)
+        self._workers: ManifestPool | None = None
+        self._workers_failed = False
 
     def __enter__(self) -> ReferenceWalk:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown(cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()
 
     def _map(self, fn: Callable[[str], Any], items: Iterable[str]) -> Iterator[Any]:
-        return self._pool.map(fn, items) if self._pool is not None else map(fn, items)
+        return self._threads.map(fn, items) if self._threads is not None else map(fn, items)
+
+    def _start_workers(self, files: int) -> None:
+        if self._workers is not None or self._workers_failed or not self._local:
+            return
+        count = worker_count(files, self.processes)
+        if count:
+            try:
+                self._workers = ManifestPool(self.table.io, self.table.metadata.location, count)
+            except (OSError, ValueError, RuntimeError) as exc:
+                log.info("decoding manifests in this process: no worker processes (%s)", exc)
+                self._workers_failed = True
+
+    def _pooled(self, pooled: Callable[[ManifestPool], Iterator[T]], here: Callable[[], Iterator[T]]) -> Iterator[T]:
+        """Run a stage on the workers; if they break, redo the whole stage here (sets ignore repeats)."""
+        if self._workers is not None:
+            try:
+                yield from pooled(self._workers)
+                return
+            except BrokenProcessPool as exc:
+                log.warning("manifest workers stopped (%s); reading in this process", exc)
+                self._workers.close()
+                self._workers, self._workers_failed = None, True
+        yield from here()
 
     def hash_batches(
         self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset()
@@ -250,15 +222,21 @@ class ReferenceWalk:
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
         yield hasher.batch(lists)
-        manifests = [m for m in _manifests_of(io, lists, self._map) if m not in self.seen]
+        self._start_workers(len(lists))
+        found = self._pooled(
+            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(_manifests_of(io, lists, self._map))
+        )
+        manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
         self.seen.update(manifests)
         yield hasher.batch(manifests)
-        for paths in self._map(lambda m: live_file_paths(io, m), manifests):
-            self.manifests_read += 1
-            yield hasher.batch(paths)
+        yield from self._pooled(
+            lambda pool: pool.hash_batches(manifests, self.equivalence),
+            lambda: (hasher.batch(paths) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
+        )
+        self.manifests_read += len(manifests)
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:
-        """The same walk as strings (for the rare report of conflicting pairs)."""
+        """The same walk as strings, read here (for the rare report of conflicting pairs)."""
         io = self.table.io
         lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
         yield lists

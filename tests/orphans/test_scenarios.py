@@ -53,3 +53,11 @@ def test_metadata_files_beyond_previous_versions_max_are_orphans(sqlite_catalog)
     deleted_json = {p for p in report.orphan_files if p.endswith(".metadata.json")}
     assert deleted_json and not (deleted_json & kept_json)
     assert all(s.files.exists(p) for p in kept_json)
+
+
+def test_worker_processes_find_the_same_orphans(sqlite_catalog):
+    s = build(sqlite_catalog)
+    here = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=0))
+    pooled = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2))
+    assert set(pooled.orphan_files) == set(here.orphan_files) == s.expected_orphans
+    assert pooled.referenced_files == here.referenced_files
