@@ -56,6 +56,12 @@ def multiset(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = Non
     return Counter(tuple(r[n] for n in names) for r in rows)
 
 
+def _fullest(where: dict[int, tuple[str, int]]) -> str:
+    """The data file with the most live rows (ties broken by path)."""
+    live = Counter(p for p, _ in where.values())
+    return min(live, key=lambda p: (-live[p], p))
+
+
 @dataclass
 class OracleTable:
     table: Table
@@ -123,9 +129,9 @@ class OracleTable:
         self._remember()
 
     def delete_with_deletion_vector(self, count: int) -> None:
-        """Delete rows of one data file with a deletion vector (merged with its earlier position deletes)."""
+        """Delete rows of the fullest data file with a deletion vector."""
         where = self._locations()
-        path = sorted({p for p, _ in where.values()})[0]
+        path = _fullest(where)
         victims = self.rng.sample(sorted(rid for rid, (p, _) in where.items() if p == path), count)
         self.table = commit_deletion_vector(self.table, path, [where[rid][1] for rid in victims])
         for rid in victims:
@@ -140,8 +146,7 @@ class OracleTable:
     def delete_copy_on_write(self, count: int) -> None:
         """Delete rows of the data file with the most live rows through pyiceberg, which rewrites that file."""
         where = self._locations()
-        live = Counter(p for p, _ in where.values())
-        path = min(live, key=lambda p: (-live[p], p))
+        path = _fullest(where)
         victims = self.rng.sample(sorted(rid for rid, (p, _) in where.items() if p == path), count)
         self.table.delete(In("rid", victims))
         for rid in victims:

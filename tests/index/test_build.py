@@ -29,12 +29,17 @@ from airflow_iceberg_maint.index.store import IndexStore
 from tests.index.oracle_table import OracleTable
 
 
+@pytest.fixture(params=["sqlite", pytest.param("s3", marks=pytest.mark.s3)])
+def catalog(request: pytest.FixtureRequest) -> Catalog:
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
 def _field_ids(schema: pa.Schema) -> dict[str, int]:
     return {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in schema}
 
 
-def test_live_rows_apply_every_delete_and_keep_true_positions(sqlite_catalog: Catalog) -> None:
-    oracle = OracleTable.create(sqlite_catalog, "t", seed=1)
+def test_live_rows_apply_every_delete_and_keep_true_positions(catalog: Catalog) -> None:
+    oracle = OracleTable.create(catalog, "t", seed=1)
     for _ in range(3):
         oracle.append(40)
     oracle.delete_positions(15)
@@ -81,8 +86,8 @@ def test_cut_regions_only_where_the_key_changes() -> None:
 
 
 @pytest.mark.parametrize("ordering", ["k_long", "bucket(4, k_long), k_long", "truncate(1, k_str), k_str"])
-def test_extract_files_follow_the_spec(sqlite_catalog: Catalog, ordering: str) -> None:
-    oracle = OracleTable.create(sqlite_catalog, "t", seed=2)
+def test_extract_files_follow_the_spec(catalog: Catalog, ordering: str) -> None:
+    oracle = OracleTable.create(catalog, "t", seed=2)
     for _ in range(3):
         oracle.append(70)
     oracle.delete_positions(10)

@@ -99,7 +99,7 @@ def test_lookup_with_position_and_equality_deletes(catalog: Catalog, ordering: s
 @pytest.mark.parametrize(("ordering", "column"), [ORDERINGS[1], ORDERINGS[5], ORDERINGS[7]])
 def test_lookup_reconciles_lag_after_new_commits(catalog: Catalog, ordering: str, column: str) -> None:
     oracle = OracleTable.create(catalog, "t", seed=11)
-    for _ in range(6):
+    for _ in range(8):
         oracle.append(80)
     _index(oracle, ordering)
     refresh_full(oracle.table, "ix")
