@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,7 +71,18 @@ def entry_layout(metadata: IndexMetadata, extract_schema: Schema) -> EntryLayout
     if file_field is not None and file_field.field_id not in metadata.ordering_key:
         # Bounds on _file let maintenance find the regions holding a data file's entries.
         columns.append(StatsColumn(file_field.field_id, file_field.name, pa.string(), ordering=False))
-    return EntryLayout(metadata, extract_schema, pa.schema(region_fields), ordering, tuple(columns))
+    return EntryLayout(metadata, extract_schema, pa.schema(region_fields), ordering, _unique_names(columns))
+
+
+def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
+    """Stats struct names are informational but must not repeat: a repeated one gets its field ID appended."""
+    seen: set[str] = set()
+    unique = []
+    for column in columns:
+        name = column.name if column.name not in seen else f"{column.name}#{column.field_id}"
+        seen.add(name)
+        unique.append(replace(column, name=name))
+    return tuple(unique)
 
 
 def entries_for_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout) -> pa.Table:
@@ -178,11 +189,12 @@ def write_regions(
         rows = entries.slice(start, stop - start)
         values = {fid: v.slice(start, stop - start) for fid, v in stats_values.items()}
         expressions = {f.field_id: f.expr for f in layout.metadata.stats_fields}
+        stored = {f.field_id: f.name for f in layout.extract_schema.fields}
         for column in layout.stats_columns:
             if column.field_id in expressions and column.field_id not in values:
                 values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
             elif column.field_id not in values:
-                values[column.field_id] = rows.column(column.name)
+                values[column.field_id] = rows.column(stored[column.field_id])
         path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
         size = write_region_file(io, path, rows, layout.region_schema)
         return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))

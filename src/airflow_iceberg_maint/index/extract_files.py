@@ -237,45 +237,41 @@ def _parse_tracking(table: pa.Table, path: str, index_location: str | None) -> l
     missing = {FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID} - ids.keys()
     if missing:
         raise MetadataReadError(f"tracking file {path!r}: missing required fields {sorted(missing)}")
-    stats_type: pa.StructType = table.schema.field(ids[CONTENT_STATS_ID]).type
     values = {fid: table.column(ids[fid]).to_pylist() for fid in (FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID,
                                                                   FILE_SIZE_ID)}
-    stats_rows = table.column(ids[CONTENT_STATS_ID]).to_pylist()
-    layout = _stats_layout(stats_type)
-    entries = []
-    for row in range(table.num_rows):
-        entries.append(RegionEntry(
+    stats = _stats_by_field(table.column(ids[CONTENT_STATS_ID]).combine_chunks())
+    return [
+        RegionEntry(
             file_path=_resolved(values[FILE_PATH_ID][row], index_location, path),
             file_format=values[FILE_FORMAT_ID][row],
             record_count=values[RECORD_COUNT_ID][row],
             file_size_in_bytes=values[FILE_SIZE_ID][row],
-            stats=_row_stats(stats_rows[row], layout),
-        ))
-    return entries
+            stats={field_id: per_row[row] for field_id, per_row in stats.items() if per_row[row] is not None},
+        )
+        for row in range(table.num_rows)
+    ]
 
 
-def _stats_layout(stats_type: pa.StructType) -> dict[int, tuple[str, dict[int, str]]]:
-    """For each stats struct: its name, and the names of its metrics by offset."""
-    layout: dict[int, tuple[str, dict[int, str]]] = {}
-    for field in stats_type:
+def _stats_by_field(content_stats: pa.StructArray) -> dict[int, list[FieldStats | None]]:
+    """Each index field's stats, one per entry (None when unknown), resolved by field ID and offset."""
+    result: dict[int, list[FieldStats | None]] = {}
+    for index, field in enumerate(content_stats.type):
         base = _field_id(field)
         if base is None or base < 10_000 or (base - 10_000) % 200:
-            continue
-        metrics = {fid - base: child.name for child in field.type if (fid := _field_id(child)) is not None}
-        layout[(base - 10_000) // 200] = (field.name, metrics)
-    return layout
+            continue  # not a field stats struct
+        struct = content_stats.field(index)
+        metrics = {fid - base: struct.field(i).to_pylist() for i, child in enumerate(field.type)
+                   if (fid := _field_id(child)) is not None}
+        present = struct.is_valid().to_pylist()
+        result[(base - 10_000) // 200] = [
+            FieldStats(_metric(metrics, LOWER_BOUND, row), _metric(metrics, UPPER_BOUND, row),
+                       _metric(metrics, NULL_VALUE_COUNT, row), _metric(metrics, GROUP_MAX_VALUE, row),
+                       GROUP_MAX_VALUE in metrics) if present[row] else None
+            for row in range(len(struct))
+        ]
+    return result
 
 
-def _row_stats(row: dict[str, Any] | None, layout: dict[int, tuple[str, dict[int, str]]]) -> dict[int, FieldStats]:
-    stats: dict[int, FieldStats] = {}
-    for field_id, (name, metrics) in layout.items():
-        struct = (row or {}).get(name)
-        if struct is None:
-            continue
-
-        def metric(offset: int, struct: dict[str, Any] = struct, metrics: dict[int, str] = metrics) -> Any:
-            return struct.get(metrics[offset]) if offset in metrics else None
-
-        stats[field_id] = FieldStats(metric(LOWER_BOUND), metric(UPPER_BOUND), metric(NULL_VALUE_COUNT),
-                                     metric(GROUP_MAX_VALUE), GROUP_MAX_VALUE in metrics)
-    return stats
+def _metric(metrics: dict[int, list[Any]], offset: int, row: int) -> Any:
+    """One metric of one entry; None when the stats struct has no field at that offset (unknown)."""
+    return metrics[offset][row] if offset in metrics else None
