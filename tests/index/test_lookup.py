@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +21,7 @@ from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
-from airflow_iceberg_maint.index.lookup import LookupResult, lookup
+from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata import new_index_metadata
 from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
@@ -322,3 +324,29 @@ def test_composite_key_lookups(sqlite_catalog: Catalog) -> None:
         result = lookup(oracle.table, "ix", [probe])
         expected = multiset(r for r in oracle.rows.values() if (r["k_str"], r["k_int"]) == probe)
         assert (result.mode, _rows(result)) == ("index", expected), probe
+
+
+def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog) -> None:
+    schema = pa.schema([("rid", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("amount", pa.decimal128(9, 2))])
+    table = sqlite_catalog.create_table("db.z", schema=schema)
+    moments = [datetime(2024, 3, 1, 12, tzinfo=UTC), datetime(2024, 3, 1, 13, tzinfo=UTC), None]
+    amounts = [Decimal("1.50"), Decimal("-2.00"), None]
+    rows = [{"rid": i, "at": moments[i % 3], "amount": amounts[(i // 3) % 3]} for i in range(60)]
+    table.append(pa.Table.from_pylist(rows, schema=schema))
+    found = []
+    for name, ordering, column in [("by_at", "hour(at), at", "at"), ("by_amount", "amount", "amount")]:
+        IndexStore(table).create(new_index_metadata(table, name, split_expression_list(ordering), [], True,
+                                                    {"write.region.target-file-size-bytes": "200"}), name)
+        refresh_full(table, name)
+        key = key_columns(IndexStore(table).load(name)[0])[0]
+        for text in ["2024-03-01T13:00:00+00:00", "2024-03-01T14:00:00+01:00", "1.50", "-2.00", "3.00"]:
+            try:
+                value = parse_lookup_value(text, key)
+            except InvalidInputError:
+                continue  # a value of the other column's type
+            result = lookup(table, name, [(value,)], columns=["rid"])
+            expected = sorted(r["rid"] for r in rows if r[column] == value)
+            assert (result.mode, sorted(result.rows.column("rid").to_pylist())) == ("index", expected), text
+            found.append((text, len(expected)))
+    assert found == [("2024-03-01T13:00:00+00:00", 20), ("2024-03-01T14:00:00+01:00", 20), ("1.50", 21),
+                     ("-2.00", 21), ("3.00", 0)]
