@@ -350,3 +350,19 @@ def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog) -> None:
             found.append((text, len(expected)))
     assert found == [("2024-03-01T13:00:00+00:00", 20), ("2024-03-01T14:00:00+01:00", 20), ("1.50", 21),
                      ("-2.00", 21), ("3.00", 0)]
+
+
+def test_time_travel_uses_the_extract_of_that_snapshot(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=59)
+    oracle.append(60)
+    oracle.delete_positions(10)
+    first = oracle.snapshot_id
+    for _ in range(3):
+        oracle.append(60)
+    _index(oracle, "k_long")
+    refresh_full(oracle.table, "ix", snapshot_id=first)
+    assert _check_all(oracle, "k_long", "index", snapshot_id=first) > 0
+    _check_all(oracle, "k_long", "scan")  # three new files of four: past the reconciliation threshold
+    refresh_full(oracle.table, "ix")
+    assert _check_all(oracle, "k_long", "index") > 0
+    assert _check_all(oracle, "k_long", "index", snapshot_id=first) > 0
