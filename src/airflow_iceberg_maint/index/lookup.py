@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from itertools import pairwise
+from threading import Lock
 from typing import Any
 
 import pyarrow as pa
@@ -341,13 +342,15 @@ class _GroupStats:
 
 
 _group_stats: OrderedDict[tuple[str, int], _GroupStats] = OrderedDict()
+_group_stats_lock = Lock()
 _GROUP_STATS_CACHE_SIZE = 1024
 
 
 def _column_group_stats(parquet: Any, path: str, column: int, arrow_type: pa.DataType) -> _GroupStats:
     """Min, max and null count of a column in each row group (cached: region files never change)."""
     key = (path, column)
-    cached = _group_stats.get(key)
+    with _group_stats_lock:
+        cached = _group_stats.get(key)
     if cached is None:
         lows, highs, nulls = [], [], []
         for g in range(parquet.metadata.num_row_groups):
@@ -362,9 +365,10 @@ def _column_group_stats(parquet: Any, path: str, column: int, arrow_type: pa.Dat
         except (pa.ArrowException, TypeError, ValueError):
             low = high = pa.nulls(len(lows), type=value_type)  # unusable statistics: no pruning
         cached = _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
-        _group_stats[key] = cached
-        while len(_group_stats) > _GROUP_STATS_CACHE_SIZE:
-            _group_stats.popitem(last=False)
+        with _group_stats_lock:
+            _group_stats[key] = cached
+            while len(_group_stats) > _GROUP_STATS_CACHE_SIZE:
+                _group_stats.popitem(last=False)
     return cached
 
 
