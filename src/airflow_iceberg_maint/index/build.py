@@ -27,7 +27,8 @@ from airflow_iceberg_maint.index.metadata import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 
-WRITE_THREADS = 2
+#: Threads reading data files and writing region files (Parquet work runs outside the GIL).
+IO_THREADS = 2
 _METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
 
 
@@ -90,8 +91,12 @@ def entries_for_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], l
     table_schema = plan_schema(table, plan)
     table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
     read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
-    parts = [_entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
-             for path in paths]
+    def entries(path: str) -> pa.Table:
+        return _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+
+    # Decoding Parquet releases the GIL: files are read side by side, results kept in path order.
+    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+        parts = list(pool.map(entries, paths))
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
@@ -200,7 +205,7 @@ def write_regions(
         return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
     # Parquet encoding releases the GIL: regions are written side by side, results kept in order.
-    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
         return list(pool.map(write, regions))
 
 
