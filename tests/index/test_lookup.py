@@ -21,6 +21,7 @@ from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
+from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata import new_index_metadata
 from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
@@ -366,3 +367,22 @@ def test_time_travel_uses_the_extract_of_that_snapshot(sqlite_catalog: Catalog) 
     refresh_full(oracle.table, "ix")
     assert _check_all(oracle, "k_long", "index") > 0
     assert _check_all(oracle, "k_long", "index", snapshot_id=first) > 0
+
+
+def test_extract_of_an_expired_snapshot_means_a_scan(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=61)
+    for _ in range(4):
+        oracle.append(50)
+    _index(oracle, "k_long")
+    refresh_full(oracle.table, "ix")
+    extract_snapshot = oracle.snapshot_id
+    oracle.append(10)
+    oracle.table.maintenance.expire_snapshots().by_id(extract_snapshot).commit()
+    oracle.table = oracle.table.refresh()
+    assert oracle.table.snapshot_by_id(extract_snapshot) is None
+    _check_all(oracle, "k_long", "scan")  # the extract's files are unknown: never trust it
+    metadata, _, _ = IndexStore(oracle.table).load("ix")
+    lag = index_lag(oracle.table, "ix", metadata)
+    assert (lag.extract_snapshot_id, lag.removed_files, lag.lag_seconds, lag.stale) == (
+        extract_snapshot, None, None, True)
+    assert lag.added_files.data == 5
