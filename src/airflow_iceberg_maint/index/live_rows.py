@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from threading import Lock
 from typing import Any
 
@@ -158,16 +158,40 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     return pa.Table.from_batches([batch]).append_column(POS_COLUMN, row_positions)
 
 
+_deletes: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_deletes_lock = Lock()
+_DELETES_CACHE_SIZE = 64
+
+
+def _cached_deletes(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
+    """The decoded content of a delete file, loaded once per process (delete files never change)."""
+    with _deletes_lock:
+        if key in _deletes:
+            _deletes.move_to_end(key)
+            return _deletes[key]
+    value = load()
+    with _deletes_lock:
+        _deletes[key] = value
+        while len(_deletes) > _DELETES_CACHE_SIZE:
+            _deletes.popitem(last=False)
+    return value
+
+
+def _read_position_deletes(table: Table, delete: DataFile) -> dict[str, pa.ChunkedArray]:
+    """Data file path -> deleted positions, from a position delete file or a Puffin deletion vector."""
+    try:
+        return _read_deletes(table.io, delete)
+    except Exception as exc:
+        raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
+
+
 def deleted_positions(table: Table, delete_files: Iterable[DataFile], data_path: str) -> pa.Array:
     """Positions of ``data_path`` removed by position delete files and deletion vectors."""
     parts: list[pa.Array] = []
     for delete in delete_files:
         if delete.content != DataFileContent.POSITION_DELETES:
             continue
-        try:
-            by_file = _read_deletes(table.io, delete)
-        except Exception as exc:
-            raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
+        by_file = _cached_deletes(("positions", delete.file_path), lambda d=delete: _read_position_deletes(table, d))
         if data_path in by_file:
             parts.extend(by_file[data_path].cast(pa.int64()).chunks)
     return pc.unique(pa.chunked_array(parts, type=pa.int64())) if parts else pa.array([], pa.int64())
@@ -181,7 +205,10 @@ def equality_deleted_mask(table: Table, rows: pa.Table, schema: Schema, delete_f
             continue
         ids = list(delete.equality_ids or [])
         key_schema = prune_columns(schema, set(ids), select_full_types=False)
-        deleted = read_rows(table, delete, key_schema).drop_columns([POS_COLUMN])
+        deleted = _cached_deletes(
+            ("equality", delete.file_path, tuple((f.field_id, f.name, str(f.field_type)) for f in key_schema.fields)),
+            lambda d=delete, k=key_schema: read_rows(table, d, k).drop_columns([POS_COLUMN]),
+        )
         names = [schema.find_column_name(i) or str(i) for i in ids]
         mask = pc.or_(mask, _null_safe_matches(rows, deleted, names))
     return mask
