@@ -12,6 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform
@@ -173,3 +175,41 @@ def test_concurrent_refreshes_all_commit(sqlite_catalog: Catalog) -> None:
     for extract in metadata.extracts:
         entries = read_tracking_file(oracle.table.io, extract.tracking_file)
         assert sum(e.record_count for e in entries) == 50
+
+
+_floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, math.nan, -math.nan])
+_keys = st.lists(st.one_of(st.none(), _floats), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_keys)
+def test_arrow_and_python_orders_agree(values: list[float | None]) -> None:
+    # The sort (Arrow) and the group_max_value binary search (Python) must see one order.
+    column = pa.array(values, type=pa.float64())
+    ordered = column.take(sort_indices([column])).to_pylist()
+    ranks = [comparable((v,), [pa.float64()]) for v in ordered]
+    assert ranks == sorted(ranks)
+    changes = key_changes([pa.array(ordered, type=pa.float64())]).to_pylist()
+    assert changes == [i == 0 or ranks[i] != ranks[i - 1] for i in range(len(ordered))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 6) | st.none(), max_size=80), st.integers(1, 12), st.booleans())
+def test_region_cuts_partition_entries_at_key_changes(values: list[int | None], target: int, spanning: bool) -> None:
+    column = pa.array(values, type=pa.int64())
+    ordered = column.take(sort_indices([column])).to_pylist()
+    regions = cut_regions([pa.array(ordered, type=pa.int64())], target, spanning)
+    starts = [start for start, _ in regions]
+    assert starts == [0, *(stop for _, stop in regions[:-1])] if regions else values == []
+    assert not regions or regions[-1][1] == len(values)
+    changes = [i for i in range(1, len(ordered)) if ordered[i] != ordered[i - 1]]
+    for start, stop in regions:
+        if not spanning:
+            # The first key change at or after `target` entries ends the region.
+            expected = next((c for c in changes if c >= start + target), len(ordered))
+            assert stop == expected
+        else:
+            assert stop - start <= 2 * target
+            if stop < len(ordered) and stop not in changes:
+                run = ordered.count(ordered[stop])  # the key is cut inside only when it is a hot key
+                assert run > target
