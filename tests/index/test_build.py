@@ -21,7 +21,12 @@ from pyiceberg.types import IntegerType, LongType
 
 from airflow_iceberg_maint.index.build import cut_regions, entry_layout
 from airflow_iceberg_maint.index.expressions import Apply, Reference, split_expression_list
-from airflow_iceberg_maint.index.extract_files import FieldStats, read_tracking_file, region_file_paths
+from airflow_iceberg_maint.index.extract_files import (
+    FieldStats,
+    read_region_file,
+    read_tracking_file,
+    region_file_paths,
+)
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata import StatsField, new_index_metadata
 from airflow_iceberg_maint.index.ordering import comparable, key_changes, sort_indices
@@ -141,6 +146,7 @@ def test_extract_files_follow_the_spec(catalog: Catalog, ordering: str) -> None:
         previous = tuples[-1]
         assert not seen_keys & set(tuples)
         seen_keys |= set(tuples)
+        assert read_region_file(table.io, entry.file_path, layout.region_schema).to_pylist() == region.to_pylist()
 
 
 def test_stats_only_field_outside_the_ordering_key_gets_bounds(sqlite_catalog: Catalog) -> None:

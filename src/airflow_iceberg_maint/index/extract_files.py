@@ -143,6 +143,22 @@ def write_region_file(io: FileIO, path: str, rows: pa.Table, schema: pa.Schema) 
     return _put(io, path, buffer.getvalue())
 
 
+def read_region_file(io: FileIO, path: str, schema: pa.Schema) -> pa.Table:
+    """All entries of a region file as ``schema`` (columns matched by field ID, named as in ``schema``)."""
+    try:
+        with io.new_input(path).open() as stream:
+            table = pq.read_table(stream)
+    except Exception as exc:
+        raise MetadataReadError(f"region file {path!r}: cannot be read ({exc})") from exc
+    columns = _by_id(table.schema)
+    wanted = {f.name: _field_id(f) for f in schema}
+    missing = [fid for fid in wanted.values() if fid not in columns]
+    if missing:
+        raise MetadataReadError(f"region file {path!r}: no column with field ID(s) {missing}")
+    return pa.Table.from_arrays([table.column(columns[fid]) for fid in wanted.values()],
+                                names=list(wanted)).cast(schema)
+
+
 def _put(io: FileIO, path: str, data: pa.Buffer) -> int:
     with io.new_output(path).create(overwrite=False) as stream:
         stream.write(data.to_pybytes())
