@@ -19,11 +19,12 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index import live_rows
 from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
+from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata import EncryptionKey, IndexMetadata, new_index_metadata
 from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
@@ -416,3 +417,22 @@ def test_random_histories_never_miss_or_return_a_dead_row(sqlite_catalog: Catalo
             for value in oracle.probes(column, 4):
                 result = lookup(oracle.table, "ix", [(value,)], snapshot_id=snapshot_id)
                 assert _rows(result) == oracle.expected(column, value, snapshot_id), (step, snapshot_id, value)
+
+
+def test_encrypted_extract_means_a_scan(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=67)
+    oracle.append(50)
+    _index(oracle, "k_long")
+    refresh_full(oracle.table, "ix")
+    _check_all(oracle, "k_long", "index")
+
+    def add_encrypted_extract(base: IndexMetadata) -> IndexMetadata:
+        (plain,) = base.extracts
+        encrypted = replace(plain, extract_id=base.new_extract_id(), timestamp_ms=plain.timestamp_ms + 1, key_id="k1")
+        return replace(base, encryption_keys=(EncryptionKey("k1", "opaque"),), extracts=(plain, encrypted))
+
+    IndexStore(oracle.table).commit("ix", add_encrypted_extract)
+    _check_all(oracle, "k_long", "index")  # the readable extract of the snapshot is used
+    expire_extracts(oracle.table, "ix", retain_last=1, older_than=None)  # keeps only the encrypted one
+    assert [e.key_id for e in IndexStore(oracle.table).load("ix")[0].extracts] == ["k1"]
+    _check_all(oracle, "k_long", "scan")  # an encrypted extract is not readable here

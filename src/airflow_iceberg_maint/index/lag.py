@@ -8,6 +8,7 @@ files are unknown: ``removed_files`` is then null and every current file counts 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,16 +84,20 @@ def snapshots_behind(table: Table, current: Snapshot, extract_snapshot_id: int |
     return count
 
 
-def closest_extract(table: Table, metadata: IndexMetadata, snapshot: Snapshot | None) -> Extract | None:
-    """The extract of the nearest ancestor of ``snapshot`` (itself first), else the newest extract.
+def closest_extract(
+    table: Table, metadata: IndexMetadata, snapshot: Snapshot | None,
+    usable: Callable[[Extract], bool] = lambda _: True,
+) -> Extract | None:
+    """The usable extract of the nearest ancestor of ``snapshot`` (itself first), else the newest usable one.
 
     Among several extracts of one snapshot the latest written is taken.
     """
     for ancestor in ancestors_of(snapshot, table.metadata) if snapshot is not None else ():
-        candidates = metadata.extracts_for_snapshot(ancestor.snapshot_id)
+        candidates = [e for e in metadata.extracts_for_snapshot(ancestor.snapshot_id) if usable(e)]
         if candidates:
             return max(candidates, key=lambda e: e.timestamp_ms)
-    return metadata.newest_extract()
+    candidates = [e for e in metadata.extracts if usable(e)]
+    return max(candidates, key=lambda e: e.timestamp_ms) if candidates else None
 
 
 def index_lag(table: Table, name: str, metadata: IndexMetadata) -> IndexLag:

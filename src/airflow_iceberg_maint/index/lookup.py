@@ -213,11 +213,13 @@ def _has_row_location(metadata: IndexMetadata) -> bool:
 
 def _choose(table: Table, metadata: IndexMetadata, snapshot: Snapshot) -> _Plan:
     target = plan_snapshot(table, snapshot)
-    extract = closest_extract(table, metadata, snapshot) if _has_row_location(metadata) else None
+    extract = None
+    if _has_row_location(metadata):
+        # Encrypted extracts (a key-id) cannot be read here.
+        extract = closest_extract(table, metadata, snapshot, usable=lambda e: e.key_id is None)
     source_snapshot = table.snapshot_by_id(extract.source_table_snapshot_id) if extract else None
-    if extract is None or source_snapshot is None or extract.key_id is not None:
-        # No extract, its snapshot expired (its files are unknown), or it is encrypted.
-        return _Plan(target)
+    if extract is None or source_snapshot is None:
+        return _Plan(target)  # no readable extract, or its snapshot expired: its files are unknown
     if source_snapshot.snapshot_id == snapshot.snapshot_id:
         return _Plan(target, extract)
     source = plan_snapshot(table, source_snapshot)
