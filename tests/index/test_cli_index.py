@@ -126,6 +126,8 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
 def test_index_command_errors_name_the_input(env: dict[str, str], table: Table) -> None:
     _json(env, "create", "db.t", "by_day", "--ordering", "day", "--with-row-location")
     _fails(env, "lookup", "db.t", "by_day", "--eq", "yesterday", message="'yesterday'")
+    _json(env, "create", "db.t", "by_id", "--ordering", "id", "--with-row-location")
+    _fails(env, "lookup", "db.t", "by_id", "--eq", str(2**63), message="out of range")
     _fails(env, "lookup", "db.t", "nope", "--eq", "1", message="'nope'")
     _fails(env, "create", "db.t", "bad", "--ordering", "bucket(4, missing)", message="missing")
     _fails(env, "create", "db.t", "by_day", "--ordering", "day", message="already exists")

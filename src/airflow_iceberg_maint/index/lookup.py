@@ -103,7 +103,11 @@ def parse_lookup_value(text: str, column: NestedField) -> Any:
     kind = column.field_type
     try:
         if isinstance(kind, (IntegerType, LongType)):
-            return int(text)
+            bits = 32 if isinstance(kind, IntegerType) else 64
+            number = int(text)
+            if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+                raise ValueError(f"out of range for a {bits}-bit integer")
+            return number
         if isinstance(kind, (FloatType, DoubleType)):
             return float(text)
         if isinstance(kind, DecimalType):
