@@ -57,8 +57,9 @@ def _hash_manifests(spec: IoSpec, manifests: list[str], equivalence: PathEquival
 
 
 def _chunks(items: list[str], parts: int) -> list[list[str]]:
-    size = max(1, -(-len(items) // parts))
-    return [items[i : i + size] for i in range(0, len(items), size)]
+    """Deal items round-robin: later manifest lists are longer, so slices would be unbalanced."""
+    parts = max(1, min(parts, len(items)))
+    return [items[i::parts] for i in range(parts)]
 
 
 class ManifestPool:
@@ -68,8 +69,12 @@ class ManifestPool:
         self.spec: IoSpec = (tuple(sorted((str(k), str(v)) for k, v in io.properties.items())), location)
         self.workers = workers
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])  # workers fork from a server that already imported this
+        # Workers fork from a server that has already imported the readers.
+        context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
+        for _ in range(workers):
+            self._executor.submit(_file_io, self.spec)
 
     def close(self) -> None:
         self._executor.shutdown(cancel_futures=True)

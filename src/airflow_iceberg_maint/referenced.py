@@ -176,6 +176,7 @@ class ReferenceWalk:
         self._workers_failed = False
 
     def __enter__(self) -> ReferenceWalk:
+        self._start_workers(len(self.table.metadata.snapshots))  # one manifest list a snapshot
         return self
 
     def __exit__(self, *exc: object) -> None:
