@@ -232,3 +232,51 @@ def test_a_file_without_a_modification_time_is_never_a_candidate():
     candidates, listed = _list_candidates(_ListingWithoutTimes(), "s3://b/t", lambda name: True, datetime.now(UTC))
     assert listed == 2
     assert [c.path for c in candidates] == ["s3://b/t/data/old.parquet"]
+
+
+def test_files_of_a_staged_snapshot_no_ref_points_at_are_kept(sqlite_catalog):
+    """Like a WAP-staged snapshot: in the metadata, on no branch or tag; its files are live."""
+    table = _table(sqlite_catalog)
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot_id, "staging").commit()
+    table.append(rows(50, 5), branch="staging")
+    staged = table.metadata.refs["staging"].snapshot_id
+    table.manage_snapshots().remove_branch("staging").commit()
+    table = sqlite_catalog.load_table("db.t")
+    assert staged in {s.snapshot_id for s in table.metadata.snapshots}
+    assert all(ref.snapshot_id != staged for ref in table.metadata.refs.values())
+    _age_everything(table)
+    staged_files = set(table.inspect.files(snapshot_id=staged)["file_path"].to_pylist())
+    report = remove_orphan_files(table)
+    assert not staged_files & set(report.orphan_files)
+    assert len(table.scan(snapshot_id=staged).to_arrow()) == 25
+
+
+def test_statistics_files_are_kept_and_replaced_ones_removed(sqlite_catalog):
+    from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
+    from pyiceberg.table.update import SetPartitionStatisticsUpdate
+
+    table = _table(sqlite_catalog)
+    snapshot_id = table.metadata.current_snapshot_id
+    meta = table.location() + "/metadata"
+    first, second, partition = (_plant_old(f"{meta}/{name}", b"PFA1") for name in
+                                ("stats-1.puffin", "stats-2.puffin", "partition-stats-1.parquet"))
+
+    def stats(path: str) -> StatisticsFile:
+        return StatisticsFile(snapshot_id=snapshot_id, statistics_path=path, file_size_in_bytes=4,
+                              file_footer_size_in_bytes=4, blob_metadata=[])
+
+    with table.update_statistics() as update:
+        update.set_statistics(stats(first))
+    with table.update_statistics() as update:
+        update.set_statistics(stats(second))  # replaces the first for this snapshot
+    partition_stats = PartitionStatisticsFile(snapshot_id=snapshot_id, statistics_path=partition, file_size_in_bytes=4)
+    sqlite_catalog.commit_table(table, requirements=(),
+                                updates=(SetPartitionStatisticsUpdate(partition_statistics=partition_stats),))
+    table = sqlite_catalog.load_table("db.t")
+    assert [s.statistics_path for s in table.metadata.statistics] == [second]
+    assert [s.statistics_path for s in table.metadata.partition_statistics] == [partition]
+
+    report = remove_orphan_files(table)
+    assert report.orphan_files == [first]
+    assert report.by_kind["statistics"] == {"count": 1, "bytes": 4}
+    assert os.path.exists(local_path(second)) and os.path.exists(local_path(partition))
