@@ -1,0 +1,119 @@
+"""When an index lags "too much": thresholds over the core's ``IndexLag``, and lag reads for tasks and triggers.
+
+The core measures lag (``index.lag``); deciding that a lag is worth acting on is a scheduling
+concern, so the threshold lives here, shared by the sensor, its trigger, the event trigger and
+the planning operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.catalog import catalog_for
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.lag import IndexLag, index_lag
+from airflow_iceberg_maint.index.store import IndexNotFoundError, IndexStore
+
+
+@dataclass(frozen=True)
+class LagThreshold:
+    """An index lags when it is stale and exceeds any bound given; with no bound, any staleness counts.
+    An index without an extract lags as soon as its table has a snapshot.
+
+    ``snapshots``: more than this many commits behind; ``seconds``: the table's current snapshot
+    is more than this much newer than the extract's (unknown when the extract's snapshot was
+    expired or no extract exists, which counts as exceeded); ``added_files``: more than this
+    many data and delete files added since the extract.
+    """
+
+    snapshots: int | None = None
+    seconds: float | None = None
+    added_files: int | None = None
+
+    @classmethod
+    def from_arguments(cls, snapshots: Any, seconds: Any, added_files: Any) -> LagThreshold:
+        """Typed bounds from (possibly Jinja-rendered) operator arguments; negative bounds are refused."""
+        values = {
+            "max_snapshots_behind": arguments.optional_number(snapshots, "max_snapshots_behind"),
+            "max_lag_seconds": arguments.optional_number(seconds, "max_lag_seconds"),
+            "max_added_files": arguments.optional_number(added_files, "max_added_files"),
+        }
+        for name, value in values.items():
+            if value is not None and value < 0:
+                raise InvalidInputError(f"argument {name}: expected a number >= 0, got {value:g}")
+        for name in ("max_snapshots_behind", "max_added_files"):
+            value = values[name]
+            if value is not None and value != int(value):
+                raise InvalidInputError(f"argument {name}: expected a whole number, got {value:g}")
+        snaps, secs, files = values.values()
+        return cls(
+            snapshots=None if snaps is None else int(snaps),
+            seconds=secs,
+            added_files=None if files is None else int(files),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_snapshots_behind": self.snapshots, "max_lag_seconds": self.seconds,
+                "max_added_files": self.added_files}
+
+    def exceeded(self, lag: IndexLag) -> list[str]:
+        """Why the lag exceeds the threshold (empty: it does not)."""
+        if not lag.stale:
+            return []
+        if lag.extract_snapshot_id is None:
+            return ["no extract yet"]  # an index without an extract serves no lookup, whatever the bounds
+        if self.snapshots is None and self.seconds is None and self.added_files is None:
+            return [f"stale: {lag.snapshots_behind} snapshot(s) behind"]
+        reasons = []
+        if self.snapshots is not None and lag.snapshots_behind > self.snapshots:
+            reasons.append(f"{lag.snapshots_behind} snapshot(s) behind > {self.snapshots}")
+        if self.seconds is not None:
+            if lag.lag_seconds is None:
+                reasons.append("lag in seconds unknown (no extract, or its snapshot was expired)")
+            elif lag.lag_seconds > self.seconds:
+                reasons.append(f"{lag.lag_seconds:g}s behind > {self.seconds:g}s")
+        added = lag.added_files.data + lag.added_files.delete
+        if self.added_files is not None and added > self.added_files:
+            reasons.append(f"{added} file(s) added > {self.added_files}")
+        return reasons
+
+
+@dataclass(frozen=True)
+class CheckedLag:
+    lag: IndexLag
+    reasons: list[str]
+
+    @property
+    def lagging(self) -> bool:
+        return bool(self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        """The lag (CLI ``index lag`` keys) plus ``lagging`` and ``reasons``: small, for XCom and events."""
+        return {**self.lag.to_json(), "lagging": self.lagging, "reasons": self.reasons}
+
+
+def check_index_lags(
+    conn_id: str, table: str, indexes: Sequence[str] | None, threshold: LagThreshold, missing_ok: bool = False
+) -> list[CheckedLag]:
+    """The lag of each named index of the table (None: every index it has), checked against ``threshold``.
+
+    A named index that does not exist is an error, or skipped with ``missing_ok`` (an index the
+    maintenance DAG has yet to create).
+    """
+    loaded = load_table(catalog_for(conn_id), table)
+    store = IndexStore(loaded)
+    checked = []
+    for name in store.names() if indexes is None else indexes:
+        try:
+            metadata, _, _ = store.load(name)
+        except IndexNotFoundError:
+            if missing_ok:
+                continue
+            raise
+        lag = index_lag(loaded, name, metadata)
+        checked.append(CheckedLag(lag, threshold.exceeded(lag)))
+    return checked

@@ -1,0 +1,321 @@
+"""Index maintenance operators: create missing indexes, plan by lag, commit extracts, expire old extracts.
+
+Each is a thin shell over ``airflow_iceberg_maint.index``: arguments are templated and coerced,
+XCom gets a small summary, and a retry is safe (creation and commits check what already exists).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.index_definitions import (
+    IndexDefinition,
+    load_index_definitions,
+    select_tables,
+    table_names,
+)
+from airflow_iceberg_maint.airflow.index_lag import check_index_lags
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError, TableNotFoundError
+from airflow_iceberg_maint.index.expire import expire_extracts
+from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
+from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexExistsError, IndexStore
+
+EXPIRE_KEY = "expire"
+LAGS_KEY = "lags"
+
+
+def _fail_or_retry(what: str, exc: MaintenanceError) -> AirflowException:
+    """Unreadable metadata and lost commit races may pass: retry. Bad input cannot: fail without retries."""
+    if isinstance(exc, MetadataReadError | IndexCommitConflictError):
+        return AirflowException(f"{what}: {exc}")
+    return AirflowFailException(f"{what}: {exc}")
+
+
+def optional_snapshot_id(value: Any) -> int | None:
+    """A snapshot id, parsed as an integer: 64-bit ids do not survive a round trip through float."""
+    text = arguments.optional_str(str(value) if isinstance(value, int) and not isinstance(value, bool) else value,
+                                  "snapshot_id")
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInputError(f"argument snapshot_id: expected a whole number, got {value!r}") from None
+
+
+class IcebergCreateMissingIndexesOperator(BaseOperator):
+    """Create each index of the definitions file that its table lacks; existing indexes are left alone.
+
+    Returns ``[{table, index, created}]``. A defined table that does not exist yet is skipped
+    with a warning (a writer may create it later). A definition the table cannot take (unknown
+    column, bad expression) fails the task. Creation is an exclusive create, so a retry or a
+    concurrent run never creates an index twice.
+
+    :param definitions_file: index definitions (YAML), e.g. ``dags/iceberg_indexes.yaml``.
+    :param tables: only these tables (list or comma-separated); None: every defined table.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    """
+
+    template_fields: Sequence[str] = ("definitions_file", "tables")
+    ui_color = "#e0d4f7"
+
+    def __init__(
+        self,
+        *,
+        definitions_file: str,
+        tables: list[str] | str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.definitions_file = definitions_file
+        self.tables = tables
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        try:
+            definitions = select_tables(load_index_definitions(self.definitions_file), table_names(self.tables))
+            catalog = catalog_for(self.iceberg_conn_id)
+            results = []
+            for definition in definitions:
+                try:
+                    table = load_table(catalog, definition.table)
+                except TableNotFoundError:
+                    self.log.warning("%s: table does not exist yet; its indexes are created once it does",
+                                     definition.table)
+                    continue
+                store = IndexStore(table)
+                existing = set(store.names())
+                for index in definition.indexes:
+                    created = index.name not in existing and self._create(store, table, index)
+                    results.append({"table": definition.table, "index": index.name, "created": created})
+        except MaintenanceError as exc:
+            raise _fail_or_retry(f"index definitions {self.definitions_file}", exc) from exc
+        self.log.info("created %d of %d defined indexes", sum(r["created"] for r in results), len(results))
+        return results
+
+    def _create(self, store: IndexStore, table: Table, index: IndexDefinition) -> bool:
+        metadata = new_index_metadata(
+            table, index.name, list(index.ordering), list(index.identity), index.with_row_location,
+            dict(index.properties),
+        )
+        try:
+            location = store.create(metadata, index.name)
+        except IndexExistsError:
+            self.log.info("%s index %s: created concurrently by another run", index.table, index.name)
+            return False
+        self.log.info("%s index %s: created (ordering %s) at %s", index.table, index.name,
+                      ", ".join(index.ordering), location)
+        return True
+
+
+class IcebergIndexLagPlanOperator(BaseOperator):
+    """Check the lag of each defined index against its threshold; return those that lag.
+
+    The return value, ``[{table, index}]``, feeds
+    ``IcebergCommitIndexExtractOperator.partial(...).expand_kwargs(...)``. Also pushed: under
+    ``lags`` every index's lag with ``lagging`` and ``reasons``, and under ``expire`` one
+    ``{table, index, retain_last}`` per existing index, for
+    ``IcebergExpireIndexExtractsOperator``. Indexes not created yet are left out.
+
+    :param definitions_file: index definitions (YAML); thresholds come from each index's ``lag``.
+    :param tables: only these tables (list or comma-separated); None: every defined table.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    """
+
+    template_fields: Sequence[str] = ("definitions_file", "tables")
+    ui_color = "#f7ecd4"
+
+    def __init__(
+        self,
+        *,
+        definitions_file: str,
+        tables: list[str] | str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.definitions_file = definitions_file
+        self.tables = tables
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        lagging: list[dict[str, Any]] = []
+        lags: list[dict[str, Any]] = []
+        expire: list[dict[str, Any]] = []
+        try:
+            for definition in select_tables(load_index_definitions(self.definitions_file),
+                                            table_names(self.tables)):
+                for index in definition.indexes:
+                    try:
+                        checks = check_index_lags(self.iceberg_conn_id, definition.table, [index.name],
+                                                  index.threshold, missing_ok=True)
+                    except TableNotFoundError:
+                        self.log.warning("%s: table does not exist yet", definition.table)
+                        break
+                    for checked in checks:
+                        self.log.info("%s index %s: %s", definition.table, index.name,
+                                      "; ".join(checked.reasons) or "within its lag threshold")
+                        lags.append({"table": definition.table, **checked.to_json()})
+                        expire.append({"table": definition.table, "index": index.name,
+                                       "retain_last": index.retain_last})
+                        if checked.lagging:
+                            lagging.append({"table": definition.table, "index": index.name})
+        except MaintenanceError as exc:
+            raise _fail_or_retry(f"index lag plan from {self.definitions_file}", exc) from exc
+        self.log.info("%d of %d indexes lag beyond their threshold", len(lagging), len(lags))
+        context["ti"].xcom_push(key=LAGS_KEY, value=lags)
+        context["ti"].xcom_push(key=EXPIRE_KEY, value=expire)
+        return lagging
+
+
+class IcebergCommitIndexExtractOperator(BaseOperator):
+    """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
+
+    Incremental by default and full with ``full=True``. The core has only the full build so
+    far, so both build every region; the summary's ``mode`` says which build ran and
+    ``requested_mode`` what was asked. Keyed by snapshot: when the index already has an extract
+    of the target snapshot (an earlier try committed it), nothing is built and ``committed`` is
+    false, so a retry never commits twice. XCom: ``{table, index, extract_id,
+    source_table_snapshot_id, requested_mode, mode, committed, region_files_written,
+    region_files_reused, entries, seconds}``.
+
+    :param table: ``namespace.table``.
+    :param index: index name.
+    :param full: rebuild every region instead of only those the table change touched.
+    :param snapshot_id: table snapshot to index (default: the current one).
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    """
+
+    template_fields: Sequence[str] = ("table", "index", "full", "snapshot_id")
+    ui_color = "#d4f7e0"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        index: str,
+        full: bool | str = False,
+        snapshot_id: int | str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.index = index
+        self.full = full
+        self.snapshot_id = snapshot_id
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        table_name = arguments.optional_str(self.table, "table") or ""
+        index = arguments.optional_str(self.index, "index") or ""
+        try:
+            return self._run(table_name, index)
+        except MaintenanceError as exc:
+            raise _fail_or_retry(f"table {table_name} index {index}", exc) from exc
+
+    def _run(self, table_name: str, index: str) -> dict[str, Any]:
+        requested = "full" if arguments.boolean(self.full, "full") else "incremental"
+        snapshot_id = optional_snapshot_id(self.snapshot_id)
+        table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+        snapshot = resolve_snapshot(table, snapshot_id)
+        summary: dict[str, Any] = {"table": table_name, "index": index, "requested_mode": requested}
+        if snapshot is None:
+            self.log.info("%s: no snapshot yet, nothing to index", table_name)
+            return {**summary, "extract_id": None, "source_table_snapshot_id": None, "mode": None,
+                    "committed": False}
+        metadata, _, _ = IndexStore(table).load(index)
+        existing = metadata.extracts_for_snapshot(snapshot.snapshot_id)
+        if existing:
+            extract = max(existing, key=lambda e: e.timestamp_ms)
+            self.log.info("%s index %s: extract %d already covers snapshot %d; nothing to commit",
+                          table_name, index, extract.extract_id, snapshot.snapshot_id)
+            return {**summary, "extract_id": extract.extract_id, "source_table_snapshot_id": snapshot.snapshot_id,
+                    "mode": None, "committed": False}
+        if requested == "incremental":
+            self.log.info("%s index %s: the core has no incremental refresh yet; building a full extract",
+                          table_name, index)
+        started = time.monotonic()
+        result = refresh_full(table, index, snapshot.snapshot_id)
+        seconds = round(time.monotonic() - started, 3)
+        body = result.to_json()
+        self.log.info(
+            "%s index %s: committed extract %d of snapshot %d (%s): %d entries, %d region files written, "
+            "%d reused, in %.3fs",
+            table_name, index, body["extract_id"], body["source_table_snapshot_id"], body["mode"], body["entries"],
+            body["region_files_written"], body["region_files_reused"], seconds,
+        )
+        return {**summary, **{k: body[k] for k in ("extract_id", "source_table_snapshot_id", "mode", "entries",
+                                                   "region_files_written", "region_files_reused")},
+                "committed": True, "seconds": seconds}
+
+
+class IcebergExpireIndexExtractsOperator(BaseOperator):
+    """Expire old extracts of an index and delete the files no remaining extract references.
+
+    ``retain_last`` keeps the N newest extracts, ``older_than`` expires those created before an
+    ISO 8601 time; with both, those older beyond the N newest. The newest extract is never
+    expired. A retry finds nothing more to expire. Files whose delete failed are unreferenced
+    and left for orphan removal; they are counted and logged. XCom: ``{table, index,
+    expired_extract_ids, deleted_files, failed_count}``.
+
+    :param table: ``namespace.table``.
+    :param index: index name.
+    :param retain_last: keep this many newest extracts.
+    :param older_than: expire extracts created before this time (ISO 8601 with a zone).
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    """
+
+    template_fields: Sequence[str] = ("table", "index", "retain_last", "older_than")
+    ui_color = "#f7d4d4"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        index: str,
+        retain_last: int | str | None = None,
+        older_than: datetime | str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.index = index
+        self.retain_last = retain_last
+        self.older_than = older_than
+        self.iceberg_conn_id = iceberg_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        table_name = arguments.optional_str(self.table, "table") or ""
+        index = arguments.optional_str(self.index, "index") or ""
+        try:
+            retain = arguments.optional_number(self.retain_last, "retain_last")
+            table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+            result = expire_extracts(
+                table, index, retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
+                older_than=arguments.optional_datetime(self.older_than, "older_than"),
+            )
+        except MaintenanceError as exc:
+            raise _fail_or_retry(f"table {table_name} index {index}", exc) from exc
+        failed = result["failed"]
+        self.log.info("%s index %s: expired extracts %s, deleted %d files", table_name, index,
+                      result["expired_extract_ids"] or "none", result["deleted_files"])
+        if failed:
+            self.log.warning("%s index %s: %d file(s) not deleted (left for orphan removal); first: %s: %s",
+                             table_name, index, len(failed), failed[0]["path"], failed[0]["error"])
+        return {"table": table_name, "index": index, "expired_extract_ids": result["expired_extract_ids"],
+                "deleted_files": result["deleted_files"], "failed_count": len(failed)}

@@ -1,0 +1,82 @@
+"""``IcebergOrphanDueTablesOperator``: evaluate the orphan-removal trigger of given tables (those that changed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.index_definitions import table_names
+from airflow_iceberg_maint.airflow.operators.expansion import EVALUATIONS_KEY
+from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
+from airflow_iceberg_maint.evaluation import evaluate_table
+from airflow_iceberg_maint.job_config import build_orphan_job
+from airflow_iceberg_maint.policies import load_policies, policy_for_table
+
+
+class IcebergOrphanDueTablesOperator(BaseOperator):
+    """Evaluate the given tables against the policy file; return the jobs of the due ones.
+
+    Like ``IcebergOrphanPolicyExpansionOperator``, but for a known list of tables (the ones an
+    event named) instead of every table the policies attach: the return value feeds
+    ``IcebergRemoveOrphanFilesOperator.partial(...).expand_kwargs(...)``, and every evaluation
+    is pushed under ``evaluations``. A table no policy attaches is never due; a table that
+    does not exist is skipped with a warning.
+
+    :param tables: tables to evaluate (list or comma-separated).
+    :param policy_file: JSON or YAML policy file, read when the task runs.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    """
+
+    template_fields: Sequence[str] = ("tables", "policy_file")
+    ui_color = "#e8f0d4"
+
+    def __init__(
+        self,
+        *,
+        tables: list[str] | str,
+        policy_file: str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.tables = tables
+        self.policy_file = policy_file
+        self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        now = datetime.now(UTC)
+        evaluations = []
+        jobs = []
+        try:
+            policies = load_policies(self.policy_file)
+            catalog = catalog_for(self.iceberg_conn_id)
+            store = state_store_for(self.state_url)
+            for name in table_names(self.tables) or []:
+                try:
+                    table = load_table(catalog, name)
+                except TableNotFoundError:
+                    self.log.warning("%s: table does not exist; not evaluated", name)
+                    continue
+                evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now,
+                                            str(self.policy_file))
+                self.log.info("%s: %s", name, evaluation.reason)
+                evaluations.append(evaluation)
+                policy = policy_for_table(policies, name)
+                if evaluation.due and policy is not None:
+                    job = build_orphan_job(name, table.metadata.location, policy.content, now)
+                    jobs.append(({**job.to_json(), "policy": policy.name}, evaluation.score))
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
+        self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))
+        return [job for job, _ in sorted(jobs, key=lambda j: j[1], reverse=True)]
