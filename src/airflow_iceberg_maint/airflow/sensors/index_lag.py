@@ -1,0 +1,108 @@
+"""``IcebergIndexLagSensor``: wait until an index lags its table by more than a threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
+from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
+from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
+from airflow_iceberg_maint.errors import MaintenanceError
+
+
+class IcebergIndexLagSensor(BaseSensorOperator):
+    """Succeed when the index lags the table by more than the threshold; XCom: the lag.
+
+    Bounds (any one exceeded is enough; with none, any staleness counts): more than
+    ``max_snapshots_behind`` commits, more than ``max_lag_seconds`` between the extract's
+    snapshot and the current one, more than ``max_added_files`` data and delete files added.
+    Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. A missing table
+    or index fails at once.
+
+    :param table: ``namespace.table``.
+    :param index: index name.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("table", "index", "max_snapshots_behind", "max_lag_seconds", "max_added_files")
+    ui_color = "#f7ecd4"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        index: str,
+        max_snapshots_behind: int | str | None = None,
+        max_lag_seconds: float | str | None = None,
+        max_added_files: int | str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.index = index
+        self.max_snapshots_behind = max_snapshots_behind
+        self.max_lag_seconds = max_lag_seconds
+        self.max_added_files = max_added_files
+        self.iceberg_conn_id = iceberg_conn_id
+        self.deferrable = deferrable
+
+    def _threshold(self) -> LagThreshold:
+        return LagThreshold.from_arguments(self.max_snapshots_behind, self.max_lag_seconds, self.max_added_files)
+
+    def _check(self, threshold: LagThreshold) -> CheckedLag:
+        table = arguments.optional_str(self.table, "table") or ""
+        index = arguments.optional_str(self.index, "index") or ""
+        checked = check_index_lags(self.iceberg_conn_id, table, [index], threshold)[0]
+        lag = checked.lag
+        self.log.info(
+            "%s index %s: extract of snapshot %s, table at %s, %d snapshot(s) behind: %s",
+            table, index, lag.extract_snapshot_id, lag.table_snapshot_id, lag.snapshots_behind,
+            "; ".join(checked.reasons) or f"within {threshold.to_json()}",
+        )
+        return checked
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        try:
+            checked = self._check(self._threshold())
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        return PokeReturnValue(is_done=checked.lagging, xcom_value=checked.to_json())
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        try:
+            threshold = self._threshold()
+            checked = self._check(threshold)
+        except MaintenanceError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if checked.lagging:
+            return checked.to_json()
+        self.defer(
+            trigger=IcebergIndexLagTrigger(
+                table=str(self.table),
+                index=str(self.index),
+                iceberg_conn_id=self.iceberg_conn_id,
+                max_snapshots_behind=threshold.snapshots,
+                max_lag_seconds=threshold.seconds,
+                max_added_files=threshold.added_files,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "lagging":
+            raise AirflowException(f"table {self.table} index {self.index}: {event.get('message', event)}")
+        self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
+        return event["lag"]

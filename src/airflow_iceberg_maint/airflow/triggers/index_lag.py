@@ -1,0 +1,74 @@
+"""``IcebergIndexLagTrigger``: polls one index's lag until it exceeds a threshold (for the deferrable sensor)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
+from airflow_iceberg_maint.errors import MaintenanceError
+
+
+class IcebergIndexLagTrigger(BaseTrigger):
+    """Yield once: ``status: lagging`` with the lag when the index exceeds the threshold, or
+    ``status: error`` when the table or index cannot be read.
+
+    pyiceberg is synchronous, so each check runs in a worker thread, never on the event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        index: str,
+        iceberg_conn_id: str,
+        max_snapshots_behind: int | None = None,
+        max_lag_seconds: float | None = None,
+        max_added_files: int | None = None,
+        poll_interval: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.table = table
+        self.index = index
+        self.iceberg_conn_id = iceberg_conn_id
+        self.max_snapshots_behind = max_snapshots_behind
+        self.max_lag_seconds = max_lag_seconds
+        self.max_added_files = max_added_files
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table": self.table,
+                "index": self.index,
+                "iceberg_conn_id": self.iceberg_conn_id,
+                "max_snapshots_behind": self.max_snapshots_behind,
+                "max_lag_seconds": self.max_lag_seconds,
+                "max_added_files": self.max_added_files,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    def _check(self) -> CheckedLag:
+        threshold = LagThreshold(self.max_snapshots_behind, self.max_lag_seconds, self.max_added_files)
+        return check_index_lags(self.iceberg_conn_id, self.table, [self.index], threshold)[0]
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                checked = await asyncio.to_thread(self._check)
+            except MaintenanceError as exc:
+                yield TriggerEvent({"status": "error", "table": self.table, "index": self.index, "message": str(exc)})
+                return
+            if checked.lagging:
+                yield TriggerEvent({"status": "lagging", "table": self.table, "lag": checked.to_json()})
+                return
+            self.log.info(
+                "%s index %s: %d snapshot(s) behind, within the threshold; next check in %ss",
+                self.table, self.index, checked.lag.snapshots_behind, self.poll_interval,
+            )
+            await asyncio.sleep(self.poll_interval)
