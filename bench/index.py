@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import sys
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     table = table.refresh()
     lookups = bench_lookups(table, keys, args.probes, args.scan_probes)
     report = {"rows": args.rows, "data_files": args.files, "data_row_group_rows": args.row_group_rows,
-              "setup_seconds": round(setup_seconds, 1), **build,
-              **lookups}
+              "setup_seconds": round(setup_seconds, 1), **build, **lookups,
+              "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     shutil.rmtree(args.root, ignore_errors=True)
