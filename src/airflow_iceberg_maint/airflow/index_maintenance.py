@@ -1,0 +1,104 @@
+"""The index-and-orphan maintenance task graph shared by the event-triggered and the scheduled sample DAGs.
+
+Per run: find the tables to maintain (those whose assets triggered the run; every defined table
+otherwise), create their missing indexes, check each index's lag, commit extracts for the
+lagging ones, expire old extracts, then evaluate the orphan-removal trigger of those tables
+and remove orphans where it is due. Every step is idempotent, so a repeated event costs a run
+and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import TriggerRule, get_current_context, task
+
+from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
+from airflow_iceberg_maint.airflow.index_definitions import (
+    TableDefinition,
+    load_index_definitions,
+    table_of_asset_uri,
+)
+from airflow_iceberg_maint.airflow.operators.index import (
+    EXPIRE_KEY,
+    IcebergCommitIndexExtractOperator,
+    IcebergCreateMissingIndexesOperator,
+    IcebergExpireIndexExtractsOperator,
+    IcebergIndexLagPlanOperator,
+)
+from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
+
+POOL = "iceberg_maint"
+
+log = logging.getLogger(__name__)
+
+
+def tables_to_maintain(definitions: Iterable[TableDefinition], asset_uris: Iterable[str]) -> list[str]:
+    """Defined tables named by the triggering assets, in file order; every defined table when none triggered."""
+    defined = [d.table for d in definitions]
+    named = {table_of_asset_uri(uri) for uri in asset_uris}
+    named.discard(None)
+    return [t for t in defined if t in named] if named else defined
+
+
+@task(task_id="tables_to_maintain")
+def _tables_task(definitions_file: str) -> list[str]:
+    context = get_current_context()
+    uris = [asset.uri for asset in context.get("triggering_asset_events") or {}]
+    tables = tables_to_maintain(load_index_definitions(definitions_file), uris)
+    log.info("tables to maintain: %s (triggering assets: %s)", ", ".join(tables) or "none", ", ".join(uris) or "none")
+    return tables
+
+
+@task(task_id="indexes_to_expire", trigger_rule=TriggerRule.NONE_FAILED)
+def _expire_task(plan_task_id: str) -> list[dict[str, Any]]:
+    # Mapping needs a return value; the plan pushes the expiry list under its own key.
+    return get_current_context()["ti"].xcom_pull(task_ids=plan_task_id, key=EXPIRE_KEY) or []
+
+
+def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_conn_id: str = DEFAULT_CONN_ID) -> None:
+    """Add the maintenance tasks to the DAG being defined (call inside ``with DAG(...)``)."""
+    tables = _tables_task(definitions_file)
+    ensure = IcebergCreateMissingIndexesOperator(
+        task_id="create_missing_indexes", definitions_file=definitions_file, tables=tables,
+        iceberg_conn_id=iceberg_conn_id,
+    )
+    plan = IcebergIndexLagPlanOperator(
+        task_id="check_index_lag", definitions_file=definitions_file, tables=tables, iceberg_conn_id=iceberg_conn_id,
+    )
+    commit = IcebergCommitIndexExtractOperator.partial(
+        task_id="commit_index_extract",
+        iceberg_conn_id=iceberg_conn_id,
+        pool=POOL,
+        map_index_template="{{ task.table }}.{{ task.index }}",
+        retries=2,
+        retry_delay=timedelta(minutes=1),
+    ).expand_kwargs(plan.output)
+    # Mapped over zero lagging indexes the commit task is skipped; expiry and orphans still run.
+    to_expire = _expire_task(plan.task_id)
+    expire = IcebergExpireIndexExtractsOperator.partial(
+        task_id="expire_index_extracts",
+        iceberg_conn_id=iceberg_conn_id,
+        pool=POOL,
+        map_index_template="{{ task.table }}.{{ task.index }}",
+        trigger_rule=TriggerRule.NONE_FAILED,
+        retries=2,
+        retry_delay=timedelta(minutes=1),
+    ).expand_kwargs(to_expire)
+    orphans_due = IcebergOrphanDueTablesOperator(
+        task_id="evaluate_orphan_removal", tables=tables, policy_file=policy_file, iceberg_conn_id=iceberg_conn_id,
+        trigger_rule=TriggerRule.NONE_FAILED,
+    )
+    remove = IcebergRemoveOrphanFilesOperator.partial(
+        task_id="remove_orphan_files",
+        iceberg_conn_id=iceberg_conn_id,
+        pool=POOL,
+        map_index_template="{{ task.table }}",
+        retries=2,
+        retry_delay=timedelta(minutes=5),
+    ).expand_kwargs(orphans_due.output)
+    tables >> ensure >> plan >> commit >> to_expire >> expire >> orphans_due >> remove
