@@ -32,19 +32,28 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_iceberg_maint.airflow.operators.orphans",
                     "airflow_iceberg_maint.airflow.operators.expansion",
+                    "airflow_iceberg_maint.airflow.operators.index",
+                    "airflow_iceberg_maint.airflow.operators.table_orphans",
                 ],
             }
         ],
         "sensors": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_iceberg_maint.airflow.sensors.due"],
+                "python-modules": [
+                    "airflow_iceberg_maint.airflow.sensors.due",
+                    "airflow_iceberg_maint.airflow.sensors.index_lag",
+                ],
             }
         ],
         "triggers": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_iceberg_maint.airflow.triggers.due"],
+                "python-modules": [
+                    "airflow_iceberg_maint.airflow.triggers.due",
+                    "airflow_iceberg_maint.airflow.triggers.index_lag",
+                    "airflow_iceberg_maint.airflow.triggers.index_events",
+                ],
             }
         ],
     }

@@ -43,3 +43,16 @@ def test_scheduled_dag_runs_the_same_tasks_on_a_timetable() -> None:
     assert set(dag.task_ids) == TASKS
     assert dag.get_task("commit_index_extract").pool == "iceberg_maint"
     assert dag.get_task("expire_index_extracts").trigger_rule == "none_failed"
+
+
+def test_provider_lists_the_index_modules() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    info = ProvidersManager().providers["airflow-iceberg-maint"].data
+    listed = {section: {m for entry in info[section] for m in entry["python-modules"]}
+              for section in ("operators", "sensors", "triggers")}
+    assert {"airflow_iceberg_maint.airflow.operators.index",
+            "airflow_iceberg_maint.airflow.operators.table_orphans"} <= listed["operators"]
+    assert "airflow_iceberg_maint.airflow.sensors.index_lag" in listed["sensors"]
+    assert {"airflow_iceberg_maint.airflow.triggers.index_lag",
+            "airflow_iceberg_maint.airflow.triggers.index_events"} <= listed["triggers"]
