@@ -25,8 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from airflow.providers.apache.iceberg.triggers.iceberg import IcebergTableSnapshotTrigger
-from airflow.sdk import DAG, AssetAny
-from airflow.triggers.base import BaseEventTrigger
+from airflow.sdk import DAG, AssetAny, AssetWatcher
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.index_definitions import IndexDefinition, load_index_definitions, table_asset
@@ -40,28 +39,35 @@ LAG_POLL_SECONDS = 60.0
 SNAPSHOT_POLL_SECONDS = 300.0
 
 
-def watchers(table: str, indexes: Sequence[IndexDefinition]) -> list[BaseEventTrigger]:
+def table_watchers(table: str, indexes: Sequence[IndexDefinition]) -> list[AssetWatcher]:
+    """One lag watcher per index (its own threshold), and one new-snapshot watcher; names are unique."""
     lag = [
-        IcebergIndexLagEventTrigger(
-            table=table,
-            iceberg_conn_id=DEFAULT_CONN_ID,
-            indexes=[index.name],
-            max_snapshots_behind=index.threshold.snapshots,
-            max_lag_seconds=index.threshold.seconds,
-            max_added_files=index.threshold.added_files,
-            poll_interval=LAG_POLL_SECONDS,
+        AssetWatcher(
+            name=f"{table}.{index.name}.lag",
+            trigger=IcebergIndexLagEventTrigger(
+                table=table,
+                iceberg_conn_id=DEFAULT_CONN_ID,
+                indexes=[index.name],
+                max_snapshots_behind=index.threshold.snapshots,
+                max_lag_seconds=index.threshold.seconds,
+                max_added_files=index.threshold.added_files,
+                poll_interval=LAG_POLL_SECONDS,
+            ),
         )
         for index in indexes
     ]
-    snapshots = IcebergTableSnapshotTrigger(
-        table=table, iceberg_conn_id=DEFAULT_CONN_ID, poll_interval=SNAPSHOT_POLL_SECONDS
+    snapshots = AssetWatcher(
+        name=f"{table}.snapshots",
+        trigger=IcebergTableSnapshotTrigger(
+            table=table, iceberg_conn_id=DEFAULT_CONN_ID, poll_interval=SNAPSHOT_POLL_SECONDS
+        ),
     )
     return [*lag, snapshots]
 
 
 # Parse-time work is reading one YAML file: no catalog call.
 TABLE_ASSETS = [
-    table_asset(DEFAULT_CONN_ID, d.table, watchers(d.table, d.indexes))
+    table_asset(DEFAULT_CONN_ID, d.table, table_watchers(d.table, d.indexes))
     for d in load_index_definitions(DEFINITIONS)
 ]
 

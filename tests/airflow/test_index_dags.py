@@ -26,6 +26,8 @@ def test_event_dag_is_scheduled_on_watched_table_assets() -> None:
     dag = bag.get_dag(EVENT)
     assets = list(dag.timetable.asset_condition.objects)
     assert [(a.name, a.uri) for a in assets] == [("iceberg_default.demo.events", "iceberg://iceberg_default/demo/events")]
+    assert [w.name for w in assets[0].watchers] == [
+        "demo.events.events_by_id.lag", "demo.events.events_by_kind.lag", "demo.events.snapshots"]
     triggers = [w.trigger for w in assets[0].watchers]
     lag = [t for t in triggers if isinstance(t, IcebergIndexLagEventTrigger)]
     assert sorted((t.indexes, t.max_snapshots_behind, t.max_added_files) for t in lag) == [

@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 
 import yaml
 from airflow.sdk import Asset, AssetWatcher
-from airflow.triggers.base import BaseEventTrigger
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.index_lag import LagThreshold
@@ -178,17 +177,10 @@ def table_asset_uri(conn_id: str, table: str) -> str:
     return f"iceberg://{conn_id}/{'/'.join(parse_identifier(table))}"
 
 
-def table_asset(conn_id: str, table: str, watchers: Iterable[BaseEventTrigger] = ()) -> Asset:
+def table_asset(conn_id: str, table: str, watchers: Iterable[AssetWatcher] = ()) -> Asset:
     """The asset of a table; writers declare it as an outlet, maintenance DAGs schedule on it."""
-    triggers = list(watchers)
-    return Asset(
-        name=f"{conn_id}.{table}",
-        uri=table_asset_uri(conn_id, table),
-        group="iceberg",
-        watchers=[
-            AssetWatcher(name=f"{table}.{type(t).__name__}".replace(".", "_"), trigger=t) for t in triggers
-        ],
-    )
+    return Asset(name=f"{conn_id}.{table}", uri=table_asset_uri(conn_id, table), group="iceberg",
+                 watchers=list(watchers))
 
 
 def table_of_asset_uri(uri: str) -> str | None:
