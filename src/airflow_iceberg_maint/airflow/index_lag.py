@@ -96,17 +96,15 @@ class CheckedLag:
         return {**self.lag.to_json(), "lagging": self.lagging, "reasons": self.reasons}
 
 
-def check_index_lags(
-    conn_id: str, table: str, indexes: Sequence[str] | None, threshold: LagThreshold, missing_ok: bool = False
-) -> list[CheckedLag]:
-    """The lag of each named index of the table (None: every index it has), checked against ``threshold``.
+def index_lags(conn_id: str, table: str, indexes: Sequence[str] | None, missing_ok: bool = False) -> list[IndexLag]:
+    """The lag of each named index of the table (None: every index it has), the table loaded once.
 
     A named index that does not exist is an error, or skipped with ``missing_ok`` (an index the
     maintenance DAG has yet to create).
     """
     loaded = load_table(catalog_for(conn_id), table)
     store = IndexStore(loaded)
-    checked = []
+    lags = []
     for name in store.names() if indexes is None else indexes:
         try:
             metadata, _, _ = store.load(name)
@@ -114,6 +112,12 @@ def check_index_lags(
             if missing_ok:
                 continue
             raise
-        lag = index_lag(loaded, name, metadata)
-        checked.append(CheckedLag(lag, threshold.exceeded(lag)))
-    return checked
+        lags.append(index_lag(loaded, name, metadata))
+    return lags
+
+
+def check_index_lags(
+    conn_id: str, table: str, indexes: Sequence[str] | None, threshold: LagThreshold, missing_ok: bool = False
+) -> list[CheckedLag]:
+    """``index_lags`` checked against one threshold."""
+    return [CheckedLag(lag, threshold.exceeded(lag)) for lag in index_lags(conn_id, table, indexes, missing_ok)]

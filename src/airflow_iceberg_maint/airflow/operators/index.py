@@ -23,7 +23,7 @@ from airflow_iceberg_maint.airflow.index_definitions import (
     select_tables,
     table_names,
 )
-from airflow_iceberg_maint.airflow.index_lag import check_index_lags
+from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError, TableNotFoundError
 from airflow_iceberg_maint.index.expire import expire_extracts
@@ -158,21 +158,21 @@ class IcebergIndexLagPlanOperator(BaseOperator):
         try:
             for definition in select_tables(load_index_definitions(self.definitions_file),
                                             table_names(self.tables)):
-                for index in definition.indexes:
-                    try:
-                        checks = check_index_lags(self.iceberg_conn_id, definition.table, [index.name],
-                                                  index.threshold, missing_ok=True)
-                    except TableNotFoundError:
-                        self.log.warning("%s: table does not exist yet", definition.table)
-                        break
-                    for checked in checks:
-                        self.log.info("%s index %s: %s", definition.table, index.name,
-                                      "; ".join(checked.reasons) or "within its lag threshold")
-                        lags.append({"table": definition.table, **checked.to_json()})
-                        expire.append({"table": definition.table, "index": index.name,
-                                       "retain_last": index.retain_last})
-                        if checked.lagging:
-                            lagging.append({"table": definition.table, "index": index.name})
+                by_name = {index.name: index for index in definition.indexes}
+                try:
+                    measured = index_lags(self.iceberg_conn_id, definition.table, list(by_name), missing_ok=True)
+                except TableNotFoundError:
+                    self.log.warning("%s: table does not exist yet", definition.table)
+                    continue
+                for lag in measured:
+                    index = by_name[lag.index]
+                    checked = CheckedLag(lag, index.threshold.exceeded(lag))
+                    self.log.info("%s index %s: %s", definition.table, index.name,
+                                  "; ".join(checked.reasons) or "within its lag threshold")
+                    lags.append({"table": definition.table, **checked.to_json()})
+                    expire.append({"table": definition.table, "index": index.name, "retain_last": index.retain_last})
+                    if checked.lagging:
+                        lagging.append({"table": definition.table, "index": index.name})
         except MaintenanceError as exc:
             raise _fail_or_retry(f"index lag plan from {self.definitions_file}", exc) from exc
         self.log.info("%d of %d indexes lag beyond their threshold", len(lagging), len(lags))
