@@ -45,8 +45,9 @@ def _fail_or_retry(what: str, exc: MaintenanceError) -> AirflowException:
 
 def optional_snapshot_id(value: Any) -> int | None:
     """A snapshot id, parsed as an integer: 64-bit ids do not survive a round trip through float."""
-    text = arguments.optional_str(str(value) if isinstance(value, int) and not isinstance(value, bool) else value,
-                                  "snapshot_id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = arguments.optional_str(value, "snapshot_id")
     if text is None:
         return None
     try:
