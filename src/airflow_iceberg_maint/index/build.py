@@ -86,9 +86,15 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
     return tuple(unique)
 
 
-def entries_for_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout) -> pa.Table:
-    """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``."""
-    table_schema = plan_schema(table, plan)
+def entries_for_files(
+    table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+) -> pa.Table:
+    """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
+
+    Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
+    refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
+    """
+    table_schema = table_schema or plan_schema(table, plan)
     table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
     read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
     def entries(path: str) -> pa.Table:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,11 +70,20 @@ def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> Ref
     return RefreshResult(name, committed, "full", len(regions), 0, entries)
 
 
-def commit_extract(store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int) -> Extract:
-    """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry."""
+def commit_extract(
+    store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int,
+    check: Callable[[IndexMetadata], None] | None = None,
+) -> Extract:
+    """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry.
+
+    ``check`` runs first on every attempt's base metadata and aborts the commit by raising (an
+    incremental refresh checks there that the region files it reuses are still live).
+    """
     added: list[Extract] = []
 
     def update(current: IndexMetadata) -> IndexMetadata:
+        if check is not None:
+            check(current)
         updated, schema_id = current.with_extract_schema_for(table.metadata, snapshot_id)
         extract = new_extract(updated, snapshot_id, schema_id, tracking, size)
         added[:] = [extract]
