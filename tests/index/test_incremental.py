@@ -17,6 +17,7 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import In
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.table import Table
 
 from airflow_iceberg_maint.index.build import entry_layout, ordering_columns
 from airflow_iceberg_maint.index.expressions import split_expression_list
@@ -39,26 +40,26 @@ def create_index(oracle: OracleTable, name: str, ordering: str, properties: dict
     IndexStore(oracle.table).create(metadata, name)
 
 
-def extract_entries(oracle: OracleTable, name: str, extract: Extract) -> Counter[tuple[Any, ...]]:
+def extract_entries(table: Table, name: str, extract: Extract) -> Counter[tuple[Any, ...]]:
     """The entries of an extract as a multiset of tuples (``_file`` decoded)."""
-    metadata, _, _ = IndexStore(oracle.table).load(name)
+    metadata, _, _ = IndexStore(table).load(name)
     layout = entry_layout(metadata, metadata.extract_schema(extract))
     entries: Counter[tuple[Any, ...]] = Counter()
-    for region in read_tracking_file(oracle.table.io, extract.tracking_file):
-        rows = read_region_file(oracle.table.io, region.file_path, layout.region_schema).to_pylist()
+    for region in read_tracking_file(table.io, extract.tracking_file):
+        rows = read_region_file(table.io, region.file_path, layout.region_schema).to_pylist()
         entries.update(tuple(r.values()) for r in rows)
     return entries
 
 
-def check_layout(oracle: OracleTable, name: str, extract: Extract) -> None:
+def check_layout(table: Table, name: str, extract: Extract) -> None:
     """Regions sorted, ranges disjoint (equal only for a spanning key), stats exact and recomputable."""
-    metadata, _, _ = IndexStore(oracle.table).load(name)
+    metadata, _, _ = IndexStore(table).load(name)
     layout = entry_layout(metadata, metadata.extract_schema(extract))
     types = [c.arrow_type for c in layout.stats_columns[: len(layout.ordering)]]
     spanning = metadata.allow_key_spanning()
     previous = None
-    for region in read_tracking_file(oracle.table.io, extract.tracking_file):
-        rows = read_region_file(oracle.table.io, region.file_path, layout.region_schema)
+    for region in read_tracking_file(table.io, extract.tracking_file):
+        rows = read_region_file(table.io, region.file_path, layout.region_schema)
         assert rows.num_rows == region.record_count > 0
         keys = ordering_columns(rows, layout)
         tuples = [comparable(k, types) for k in zip(*(c.to_pylist() for c in keys), strict=True)]
@@ -76,16 +77,17 @@ def check_layout(oracle: OracleTable, name: str, extract: Extract) -> None:
         assert region.stats == region_stats(layout.stats_columns, values)
 
 
-def refresh_and_compare(oracle: OracleTable, ordering_name: str = "ix", twin: str = "full") -> RefreshResult:
-    """Refresh ``ix`` incrementally and ``full`` fully to the current snapshot; both must hold the same entries."""
-    result = refresh_index(oracle.table, ordering_name)
-    reference = refresh_index(oracle.table, twin, full=True)
+def refresh_and_compare(table: Table, live_rows: int, name: str = "ix", twin: str = "full",
+                        snapshot_id: int | None = None) -> RefreshResult:
+    """Refresh ``name`` (default mode) and ``twin`` fully to a snapshot; both must hold the same entries."""
+    result = refresh_index(table, name, snapshot_id)
+    reference = refresh_index(table, twin, snapshot_id, full=True)
     assert reference.mode == "full"
-    assert result.extract.source_table_snapshot_id == oracle.snapshot_id
-    got = extract_entries(oracle, ordering_name, result.extract)
-    assert got == extract_entries(oracle, twin, reference.extract)
-    assert result.entries == sum(got.values()) == len(oracle.rows)
-    check_layout(oracle, ordering_name, result.extract)
+    assert result.extract.source_table_snapshot_id == reference.extract.source_table_snapshot_id
+    got = extract_entries(table, name, result.extract)
+    assert got == extract_entries(table, twin, reference.extract)
+    assert result.entries == sum(got.values()) == live_rows
+    check_layout(table, name, result.extract)
     return result
 
 
@@ -132,7 +134,7 @@ def test_random_histories_equal_full_builds(sqlite_catalog: Catalog, seed: int) 
     create_index(oracle, "ix", ordering, spanning)
     create_index(oracle, "full", ordering, spanning)
     oracle.append(oracle.rng.randint(0, 150))
-    first = refresh_and_compare(oracle)
+    first = refresh_and_compare(oracle.table, len(oracle.rows))
     assert first.mode == "full"  # no extract yet
     cow_allowed = True  # pyiceberg cannot delete or overwrite through equality deletes
     steps: Counter[str] = Counter()
@@ -159,9 +161,9 @@ def test_random_histories_equal_full_builds(sqlite_catalog: Catalog, seed: int) 
             step = "refresh"
         steps[step] += 1
         if step == "refresh" or oracle.rng.random() < 0.5:
-            result = refresh_and_compare(oracle)
+            result = refresh_and_compare(oracle.table, len(oracle.rows))
             assert result.mode == "incremental"
-    result = refresh_and_compare(oracle)
+    result = refresh_and_compare(oracle.table, len(oracle.rows))
     assert result.mode == "incremental"
     column = split_expression_list(ordering)[-1].split("(")[-1].split(",")[-1].strip(" )")
     for value in oracle.probes(column, 6):
