@@ -14,10 +14,10 @@ from airflow_iceberg_maint.cli import add_json_flag
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata import IndexMetadata, new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 
 
@@ -73,7 +73,8 @@ def register(subparsers: Any) -> None:
     refresh = commands.add_parser("refresh", help="build and commit an extract")
     _table_and_index(refresh)
     refresh.add_argument("--snapshot-id", type=int, help="table snapshot to index (default: current)")
-    refresh.add_argument("--full", action="store_true", help="rebuild every region (the only mode so far)")
+    refresh.add_argument("--full", action="store_true",
+                         help="rebuild every region (default: incremental from the nearest usable extract)")
     refresh.set_defaults(func=run_refresh)
 
     lag = commands.add_parser("lag", help="how far the index lags the table")
@@ -143,8 +144,7 @@ def run_list(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_refresh(args: argparse.Namespace) -> dict[str, Any]:
-    # Without --full the refresh is full as well until the incremental refresh lands; "mode" says so.
-    return refresh_full(_table(args), args.index, args.snapshot_id).to_json()
+    return refresh_index(_table(args), args.index, args.snapshot_id, full=args.full).to_json()
 
 
 def run_lag(args: argparse.Namespace) -> dict[str, Any]:

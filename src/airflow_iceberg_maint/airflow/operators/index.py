@@ -27,8 +27,8 @@ from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError, TableNotFoundError
 from airflow_iceberg_maint.index.expire import expire_extracts
+from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.metadata import new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexExistsError, IndexStore
 
@@ -250,7 +250,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
             self.log.info("%s index %s: the core has no incremental refresh yet; building a full extract",
                           table_name, index)
         started = time.monotonic()
-        result = refresh_full(table, index, snapshot.snapshot_id)
+        result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
         seconds = round(time.monotonic() - started, 3)
         body = result.to_json()
         self.log.info(
