@@ -13,6 +13,16 @@
   p50 and p95, against ``table.scan(row_filter=EqualTo("id", key)).to_arrow()`` for
   ``--scan-probes`` of the same keys; both return the same rows (checked);
 - region files read per lookup (target 1 for a non-spanning key).
+
+    .venv/bin/python bench/index.py --refresh    # incremental refresh against a full rebuild
+
+- refresh (``--refresh``, instead of the above): the same table, fully indexed; then
+  ``--append-fraction`` (1%) new rows are appended twice, and after each append the refresh is
+  timed both ways on the same snapshot: ``refresh_full`` of a twin index with the same
+  definition, then ``refresh_index`` (incremental) of the index. First append: new keys above
+  every existing one (ids or times that grow); second: keys spread over the whole range (the
+  worst case, every region is touched). Reported per case: seconds and region bytes written
+  by each, and the ratios incremental / full (targets: at most 0.1 for both).
 """
 
 from __future__ import annotations
@@ -33,16 +43,20 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.index.extract_files import read_tracking_file
+from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
 from airflow_iceberg_maint.index.metadata import new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.refresh import RefreshResult, refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 
 
-def _batch(rows: int, seed_offset: int) -> pa.Table:
-    keys = pc.cast(pc.floor(pc.multiply(pc.random(rows, initializer=seed_offset), float(2**40))), pa.int64())
+def _batch(rows: int, seed_offset: int, low: int = 0) -> pa.Table:
+    """Random keys in ``[low, low + 2**40)``."""
+    keys = pc.cast(pc.add(pc.floor(pc.multiply(pc.random(rows, initializer=seed_offset), float(2**40))), float(low)),
+                   pa.int64())
     return pa.table({"id": keys, "payload": pc.binary_join_element_wise("p", pc.cast(keys, pa.string()), "")},
                     schema=SCHEMA)
 
@@ -117,6 +131,62 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, scan_probes:
     }
 
 
+def _region_bytes(table: Table, result: RefreshResult) -> dict[str, int]:
+    """Region file sizes of the committed extract, by path."""
+    return {r.file_path: r.file_size_in_bytes for r in read_tracking_file(table.io, result.extract.tracking_file)}
+
+
+def _timed_refreshes(table: Table, before: dict[str, int]) -> tuple[dict[str, Any], dict[str, int]]:
+    """A full rebuild (twin index) and an incremental refresh of the same snapshot, measured."""
+    started = time.perf_counter()
+    full = refresh_index(table, "by_id_full", full=True)
+    full_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    incremental = refresh_index(table, "by_id")
+    incremental_seconds = time.perf_counter() - started
+    assert incremental.mode == "incremental" and incremental.entries == full.entries
+    full_bytes = sum(_region_bytes(table, full).values())
+    after = _region_bytes(table, incremental)
+    written_bytes = sum(size for path, size in after.items() if path not in before)
+    return {
+        "entries": incremental.entries,
+        "full_seconds": round(full_seconds, 3),
+        "full_region_files_written": full.region_files_written,
+        "full_region_bytes_written": full_bytes,
+        "incremental_seconds": round(incremental_seconds, 3),
+        "incremental_region_files_written": incremental.region_files_written,
+        "incremental_region_files_reused": incremental.region_files_reused,
+        "incremental_region_bytes_written": written_bytes,
+        "time_ratio": round(incremental_seconds / full_seconds, 4),
+        "region_bytes_ratio": round(written_bytes / full_bytes, 4),
+    }, after
+
+
+def bench_refresh(table: Table, rows: int, fraction: float) -> dict[str, Any]:
+    """Incremental refresh against a full rebuild after appends of ``fraction`` new rows."""
+    for name in ("by_id", "by_id_full"):
+        IndexStore(table).create(new_index_metadata(table, name, ["id"], [], True, {}), name)
+    started = time.perf_counter()
+    initial = refresh_full(table, "by_id")
+    initial_seconds = time.perf_counter() - started
+    before = _region_bytes(table, initial)
+    appended = max(int(rows * fraction), 1)
+    table.append(_batch(appended, seed_offset=1001, low=2**40))  # keys above every existing one
+    table = table.refresh()
+    growing, before = _timed_refreshes(table, before)
+    table.append(_batch(appended, seed_offset=1002))  # keys anywhere in the existing range
+    table = table.refresh()
+    spread, _ = _timed_refreshes(table, before)
+    return {"initial_full_seconds": round(initial_seconds, 3), "initial_region_files": initial.region_files_written,
+            "appended_rows_per_case": appended, "append_above_all_keys": growing, "append_random_keys": spread}
+
+
+def _report(report: dict[str, Any]) -> None:
+    report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -125,22 +195,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scan-probes", type=int, default=5)
     parser.add_argument("--row-group-rows", type=int, default=65_536)
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
+    parser.add_argument("--refresh", action="store_true", help="benchmark the incremental refresh instead")
+    parser.add_argument("--append-fraction", type=float, default=0.01)
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     table = make_table(args.root, args.rows, args.files, args.row_group_rows)
     setup_seconds = time.perf_counter() - started
+    if args.refresh:
+        refresh = bench_refresh(table, args.rows, args.append_fraction)
+        _report({"rows": args.rows, "data_files": args.files, "setup_seconds": round(setup_seconds, 1), **refresh})
+        shutil.rmtree(args.root, ignore_errors=True)
+        return 0
     metadata = new_index_metadata(table, "by_id", ["id"], [], True, {})
     IndexStore(table).create(metadata, "by_id")
     build = bench_build(table)
     keys = build.pop("keys")
     table = table.refresh()
     lookups = bench_lookups(table, keys, args.probes, args.scan_probes)
-    report = {"rows": args.rows, "data_files": args.files, "data_row_group_rows": args.row_group_rows,
-              "setup_seconds": round(setup_seconds, 1), **build, **lookups,
-              "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": args.row_group_rows,
+             "setup_seconds": round(setup_seconds, 1), **build, **lookups})
     shutil.rmtree(args.root, ignore_errors=True)
     return 0
 
