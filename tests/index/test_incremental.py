@@ -165,6 +165,9 @@ def test_random_histories_equal_full_builds(sqlite_catalog: Catalog, seed: int) 
             assert result.mode == "incremental"
     result = refresh_and_compare(oracle.table, len(oracle.rows))
     assert result.mode == "incremental"
+    # Time travel: an earlier snapshot, from the extract of its nearest ancestor (or the newest).
+    earlier = oracle.rng.choice(sorted(oracle.history))
+    assert refresh_and_compare(oracle.table, len(oracle.history[earlier]), snapshot_id=earlier).mode == "incremental"
     column = split_expression_list(ordering)[-1].split("(")[-1].split(",")[-1].strip(" )")
     for value in oracle.probes(column, 6):
         found = lookup(oracle.table, "ix", [(value,)])
