@@ -7,7 +7,9 @@ import logging
 import os
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 from tests.index.oracle_table import OracleTable, multiset
 from tests.index.row_deletes import commit_position_deletes
-from tests.index.test_incremental import SMALL_REGIONS, create_index, refresh_and_compare
+from tests.index.test_incremental import SMALL_REGIONS, create_index, extract_entries, refresh_and_compare
 
 
 def _oracle(catalog: Catalog, ordering: str, seed: int, rows: int = 120) -> OracleTable:
@@ -210,6 +212,28 @@ def test_race_with_an_expiry_redoes_from_the_new_extract(
     for region in read_tracking_file(oracle.table.io, result.extract.tracking_file):
         assert oracle.table.io.new_input(region.file_path).exists()
     _check_lookups(oracle, "k_long")
+
+
+def _refresh_in_process(uri: str, warehouse: str) -> tuple[str, int]:
+    result = refresh_index(SqlCatalog("default", uri=uri, warehouse=warehouse).load_table("db.t"), "ix")
+    return result.mode, result.extract.extract_id
+
+
+def test_concurrent_incremental_refreshes_all_commit(sqlite_catalog: Catalog) -> None:
+    oracle = _oracle(sqlite_catalog, "k_long", seed=11)
+    refresh_index(oracle.table, "ix")
+    oracle.delete_positions(2)
+    uri, warehouse = sqlite_catalog.properties["uri"], sqlite_catalog.properties["warehouse"]
+    with ProcessPoolExecutor(max_workers=3, mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(_refresh_in_process, [uri] * 3, [warehouse] * 3))
+    assert [mode for mode, _ in results] == ["incremental"] * 3
+    metadata, _, version = IndexStore(oracle.table).load("ix")
+    assert version == 5 and len(metadata.extracts) == 4  # nothing lost, history linear
+    reference = refresh_index(oracle.table, "full", full=True)
+    for _, extract_id in results:
+        extract = next(e for e in metadata.extracts if e.extract_id == extract_id)
+        assert extract_entries(oracle.table, "ix", extract) == extract_entries(oracle.table, "full",
+                                                                               reference.extract)
 
 
 # The command line

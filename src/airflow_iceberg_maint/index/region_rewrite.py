@@ -44,7 +44,7 @@ Key = tuple[tuple[Any, ...], ...]
 
 
 class RegionRewriteMismatch(MaintenanceError):
-    """Entries to drop were not where the base extract says they are."""
+    """The change cannot be applied exactly: entries to drop are missing from the base, or cannot be packed."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,8 @@ class _Dropper:
         files = entries.column(self.file_name).combine_chunks()
         dictionary = files.dictionary.to_pylist()
         indices = files.indices.cast(pa.int64())
+        if len(dictionary) >= 1 << (63 - _POS_BITS):
+            raise RegionRewriteMismatch(f"a region holds entries of {len(dictionary)} data files: too many to pack")
         whole = [i for i, path in enumerate(dictionary) if path in self.removed_files]
         packed_removed: list[pa.Array] = []
         for i, path in enumerate(dictionary):
