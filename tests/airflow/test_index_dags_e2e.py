@@ -133,6 +133,7 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
     commit = xcom(EVENT, run_id, "commit_index_extract", map_index=0)
     assert (commit["index"], commit["source_table_snapshot_id"], commit["entries"], commit["committed"]) == (
         "events_by_id", second, 65, True)
+    assert (commit["requested_mode"], commit["mode"]) == ("incremental", "incremental")
     assert states[("remove_orphan_files", -1)] == "skipped"
     assert xcom(EVENT, run_id, "evaluate_orphan_removal", key="evaluations")[0]["due"] is False
 

@@ -168,3 +168,19 @@ def test_orphan_evaluation_of_named_tables(catalog: SqlCatalog, context: dict) -
     age = datetime.now(UTC) - datetime.fromisoformat(job["older_than"])
     assert 3 * 86400 - 60 < age.total_seconds() < 3 * 86400 + 60
     assert [e["reason"] for e in context["ti"].pushed["evaluations"]] == ["never cleaned: due"]
+
+
+def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: dict) -> None:
+    events_table(catalog)
+    create(context)
+    # No base extract yet: the incremental request falls back to a full build, and says so.
+    first = commit(context, "events_by_id")
+    assert (first["requested_mode"], first["mode"], first["entries"]) == ("incremental", "full", 40)
+    append(catalog, 5)
+    second = commit(context, "events_by_id")
+    assert (second["requested_mode"], second["mode"], second["entries"]) == ("incremental", "incremental", 45)
+    append(catalog, 5)
+    third = commit(context, "events_by_id", full="True")
+    assert (third["requested_mode"], third["mode"], third["entries"], third["region_files_reused"]) == (
+        "full", "full", 50, 0)
+    assert_lookups_exact(catalog, "events_by_id", "id", [0, 40, 44, 45, 49, 50])

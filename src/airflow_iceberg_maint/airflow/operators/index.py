@@ -185,8 +185,9 @@ class IcebergIndexLagPlanOperator(BaseOperator):
 class IcebergCommitIndexExtractOperator(BaseOperator):
     """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
 
-    Incremental by default and full with ``full=True``. The core has only the full build so
-    far, so both build every region; the summary's ``mode`` says which build ran and
+    Incremental by default (only the regions the table change touched are rewritten) and full
+    with ``full=True``. The core falls back to a full build when no usable base extract exists
+    (the first extract, an expired base snapshot, ...): ``mode`` says which build ran and
     ``requested_mode`` what was asked. Keyed by snapshot: when the index already has an extract
     of the target snapshot (an earlier try committed it), nothing is built and ``committed`` is
     false, so a retry never commits twice. XCom: ``{table, index, extract_id,
@@ -246,9 +247,6 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
                           table_name, index, extract.extract_id, snapshot.snapshot_id)
             return {**summary, "extract_id": extract.extract_id, "source_table_snapshot_id": snapshot.snapshot_id,
                     "mode": None, "committed": False}
-        if requested == "incremental":
-            self.log.info("%s index %s: the core has no incremental refresh yet; building a full extract",
-                          table_name, index)
         started = time.monotonic()
         result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
         seconds = round(time.monotonic() - started, 3)
