@@ -4,6 +4,10 @@ Trigger it by hand (the form asks how many rows). Each run commits one snapshot,
 namespace and table on the first run. Its outlet marks the ``demo.events`` asset as updated, so
 ``iceberg_index_maintenance_event_triggered`` runs next, even before its watchers poll; the
 watchers see the same commit in the catalog and add nothing that run has not done.
+
+The outlet references the asset by name: the maintenance DAG defines it with its watchers, and
+a second definition here without them would make the DAG processor drop and re-add the watchers
+at every parse.
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ from __future__ import annotations
 from datetime import datetime
 
 import pyarrow as pa
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.index_definitions import table_asset
+from airflow_iceberg_maint.airflow.index_definitions import table_asset_name
 
 TABLE = "demo.events"
 KINDS = ("click", "view", "purchase", "signup")
@@ -30,7 +34,7 @@ with DAG(
     params={"rows": Param(100, type="integer", minimum=1, maximum=1_000_000, title="Rows to append")},
 ):
 
-    @task(outlets=[table_asset(DEFAULT_CONN_ID, TABLE)])
+    @task(outlets=[Asset.ref(name=table_asset_name(DEFAULT_CONN_ID, TABLE))])
     def append_rows(params: dict | None = None) -> dict:
         """Append ``rows`` rows whose ids continue after the table's current row count."""
         catalog = catalog_for(DEFAULT_CONN_ID)

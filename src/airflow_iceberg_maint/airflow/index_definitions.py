@@ -177,9 +177,19 @@ def table_asset_uri(conn_id: str, table: str) -> str:
     return f"iceberg://{conn_id}/{'/'.join(parse_identifier(table))}"
 
 
+def table_asset_name(conn_id: str, table: str) -> str:
+    """``<connection>.<namespace...>.<table>``, the name writers reference the table asset by."""
+    return f"{conn_id}.{'.'.join(parse_identifier(table))}"
+
+
 def table_asset(conn_id: str, table: str, watchers: Iterable[AssetWatcher] = ()) -> Asset:
-    """The asset of a table; writers declare it as an outlet, maintenance DAGs schedule on it."""
-    return Asset(name=f"{conn_id}.{table}", uri=table_asset_uri(conn_id, table), group="iceberg",
+    """The asset of a table, defined (with its watchers) by the DAG that schedules on it.
+
+    Writers declare ``Asset.ref(name=table_asset_name(...))`` as their outlet rather than a second
+    ``Asset``: the DAG processor keeps the watchers of the definition it parsed last, so a copy
+    without watchers would drop them, and the triggerer would stop and restart them at every parse.
+    """
+    return Asset(name=table_asset_name(conn_id, table), uri=table_asset_uri(conn_id, table), group="iceberg",
                  watchers=list(watchers))
 
 
