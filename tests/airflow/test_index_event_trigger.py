@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,3 +222,23 @@ def test_advance_tracks_crossings_per_index_and_extract() -> None:
     cursor, crossed = advance(cursor, [lag("a", 9, 2), lag("b", 7, 0)])  # a: new extract, still lagging
     assert (cursor, [c.lag.index for c in crossed]) == ({"a": 9}, ["a"])
     assert advance(cursor, []) == ({}, [])  # dropped indexes leave the cursor
+
+
+def test_a_read_error_is_logged_and_polled_again(indexed: SqlCatalog, state: MetastoreAssetState) -> None:
+    table = indexed.load_table(TABLE)
+    metadata_dir = Path(table.location().removeprefix("file://")) / "index" / "events_by_id" / "metadata"
+    broken = metadata_dir / "99999.metadata.json"
+
+    async def scenario() -> None:
+        watcher = trigger()
+        watcher.asset_state_store = state
+        running = Running(watcher)
+        broken.write_text("{not json")  # the newest metadata version cannot be read
+        await in_thread(append, indexed, 5)
+        assert await running.quiet() == 0  # nothing reported from unreadable metadata, still polling
+        broken.unlink()
+        await running.wait_for(1)
+        assert running.events[0]["indexes"][0]["reasons"] == ["1 snapshot(s) behind > 0"]
+        await running.stop()
+
+    asyncio.run(scenario())

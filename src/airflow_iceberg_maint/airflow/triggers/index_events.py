@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.errors import TableNotFoundError
 
 # Raised by AssetStateStoreAccessors when the trigger watches several assets: no single cursor.
 _MULTI_ASSET_ERROR = "concrete inlets and outlets"
@@ -63,7 +63,7 @@ class IcebergIndexLagEventTrigger(BaseEventTrigger):
 
     The event: ``table``, ``table_snapshot_id`` and ``indexes`` (the lag of each index that
     crossed, with ``reasons``). A missing table, or a named index not created yet, is waited on;
-    a read error is logged and polled again (a raising watcher would be restarted every second).
+    any read error is logged and polled again.
 
     :param table: ``namespace.table``.
     :param iceberg_conn_id: an ``iceberg`` connection.
@@ -138,8 +138,13 @@ class IcebergIndexLagEventTrigger(BaseEventTrigger):
         while True:
             try:
                 checked = await asyncio.to_thread(self._check)
-            except MaintenanceError as exc:
-                self.log.warning("%s: lag not checked (%s); next check in %ss", self.table, exc, self.poll_interval)
+            except TableNotFoundError:
+                self.log.info("%s: no such table yet; next check in %ss", self.table, self.poll_interval)
+            except Exception as exc:
+                # A watcher outlives catalog and storage hiccups (HTTP errors, unreadable metadata):
+                # raising would end it and make the triggerer restart it at once, in a loop.
+                self.log.warning("%s: lag not checked (%s: %s); next check in %ss", self.table,
+                                 type(exc).__name__, exc, self.poll_interval, exc_info=True)
             else:
                 updated, crossed = advance(cursor, checked)
                 if crossed:
