@@ -1,53 +1,46 @@
-"""The deferrable sensor in a DAG run: it defers, its trigger polls the state kept in Airflow
-Variables, and the task resumes once the table becomes due."""
+"""The deferrable sensor in a DAG run: it defers while the table is not due, its trigger
+polls, and the task resumes once the minimum interval has passed."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.state_store import variable_key
-from airflow_iceberg_maint.state import CleanupState
+from airflow_iceberg_maint.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import TEST_DAGS
 from tests.airflow.helpers import task_states, xcom
 
-
-def set_state(table_uuid: str, days_ago: float) -> None:
-    """Write the state as the removal task would, straight into the metadata database."""
-    from airflow.models.variable import Variable
-
-    at = datetime.now(UTC) - timedelta(days=days_ago)
-    state = CleanupState(table_uuid, "system_iceberg_orphan_file_removal", "demo.orders", at, at, "success", False)
-    Variable.set(variable_key(table_uuid), json.dumps(state.to_json()))
+INTERVAL_SECONDS = 30  # longer than the first task start of a fresh process, so the sensor defers
 
 
-def test_deferred_sensor_resumes_when_the_table_becomes_due(demo_tables: dict, catalog: SqlCatalog) -> None:
+def test_deferred_sensor_resumes_when_the_table_becomes_due(
+    demo_tables: dict, catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps({
+        "name": "every_30_seconds", "type": "system_iceberg_orphan_file_removal",
+        "minIntervalDays": INTERVAL_SECONDS / 86_400, "tables": ["demo.orders"],
+    }))
+    state_url = f"sqlite:///{tmp_path}/state.db"
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_POLICY_FILE", str(policy_file))
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_STATE_URL", state_url)
     table_uuid = str(catalog.load_table("demo.orders").metadata.table_uuid)
-    set_state(table_uuid, days_ago=1)
-    dag = DagBag(dag_folder=str(TEST_DAGS)).dags["due_sensor_deferred"]
-    seen_deferred = threading.Event()
+    record_attempt(SqlStateStore(state_url), table_uuid=table_uuid, table="demo.orders", at=datetime.now(UTC),
+                   dry_run=False, succeeded=True)
 
-    def make_due_once_deferred() -> None:
-        """The table becomes due only after the sensor has deferred and its trigger polls."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not seen_deferred.is_set():
-            if "deferred" in task_states("due_sensor_deferred", "%").values():
-                seen_deferred.set()
-                set_state(table_uuid, days_ago=8)
-            time.sleep(0.2)
+    run = DagBag(dag_folder=str(TEST_DAGS)).dags["due_sensor_deferred"].test()
 
-    watcher = threading.Thread(target=make_due_once_deferred, daemon=True)
-    watcher.start()
-    run = dag.test()
-    watcher.join(timeout=1)
-    assert seen_deferred.is_set()
+    output = capfd.readouterr().out
+    assert "Pausing task as DEFERRED" in output
+    assert "not due; next check in 0.2s" in output
     assert run.state == "success"
     assert task_states("due_sensor_deferred", run.run_id) == {("wait_until_due", -1): "success"}
     evaluation = xcom("due_sensor_deferred", run.run_id, "wait_until_due")
-    assert evaluation["due"] is True
-    assert evaluation["reason"] == "last cleaned 8 days ago, interval 7 days: due"
+    assert evaluation["due"] is True and evaluation["policy"] == "every_30_seconds"
+    assert evaluation["days_since_last_cleanup"] * 86_400 >= INTERVAL_SECONDS
