@@ -1,4 +1,4 @@
-"""``airflow dags test`` in a subprocess, as a user runs the scheduled DAG."""
+"""The `airflow` command in a subprocess, as a user runs it: `providers list` and `dags test`."""
 
 from __future__ import annotations
 
@@ -26,3 +26,11 @@ def test_airflow_dags_test_runs_the_scheduled_dag(demo_tables: dict, catalog: Sq
     for name, planted in demo_tables.items():
         assert not planted["old"].exists() and planted["fresh"].exists()
         assert stored_state(str(catalog.load_table(name).metadata.table_uuid))["last_success_at"] is not None
+
+
+def test_airflow_providers_list_shows_the_provider() -> None:
+    airflow = Path(sys.executable).with_name("airflow")
+    done = subprocess.run([str(airflow), "providers", "list"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert any(line.startswith("airflow-iceberg-maint ") and "0.1.0" in line for line in done.stdout.splitlines())
