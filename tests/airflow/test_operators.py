@@ -200,3 +200,10 @@ def test_expansion_failures_name_the_cause(demo_tables: dict, state_url: str, tm
     with pytest.raises(AirflowFailException) as caught:
         expand.execute(context)
     assert message in str(caught.value)
+
+
+def test_cleanup_clock_is_the_schedule_tick(demo_tables: dict, state_url: str, tmp_path: Path,
+                                            context: dict) -> None:
+    tick = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
+    summary = remover(state_url, tmp_path, table="demo.orders").execute({**context, "logical_date": tick})
+    assert SqlStateStore(state_url).get(summary["table_uuid"]).last_success_at == tick

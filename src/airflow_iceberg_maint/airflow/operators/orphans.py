@@ -43,6 +43,17 @@ def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | N
     }
 
 
+def cleanup_clock(context: Context, started: datetime) -> datetime:
+    """When a cleanup counts as done: the run's logical date if earlier than the start.
+
+    A daily DAG evaluates at about the same time each day; a clock set at the end of the
+    cleanup would be seconds later than the next week's evaluation, and a 7-day interval
+    would become 8. The schedule tick has no such jitter.
+    """
+    logical_date = context.get("logical_date")
+    return min(logical_date, started) if isinstance(logical_date, datetime) else started
+
+
 class IcebergRemoveOrphanFilesOperator(BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
@@ -175,7 +186,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             raise
         write_report(uri, report.to_json(), io_properties)
         summary = report.summary()
-        record_orphan_run(store, summary, datetime.now(UTC))
+        record_orphan_run(store, summary, cleanup_clock(context, now))
         self._log_report(report, uri)
         if report.failed:
             raise AirflowException(
