@@ -27,6 +27,12 @@ def _service(var: str) -> str:
     return value
 
 
+@pytest.fixture(autouse=True)
+def _private_cleanup_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run by tests record cleanups in a state file of their own, never the user's."""
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", f"sqlite:///{tmp_path}/cleanup-state.db")
+
+
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     path = tmp_path / "warehouse"
