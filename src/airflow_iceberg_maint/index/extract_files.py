@@ -34,7 +34,7 @@ from airflow_iceberg_maint.index.ordering import sortable
 FIELD_ID = b"PARQUET:field_id"
 FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID = 100, 101, 103, 104, 146
 #: Rows per Parquet row group in region files: small, so a lookup reads little past the footer.
-REGION_ROW_GROUP_ROWS = 8_192
+REGION_ROW_GROUP_ROWS = 4_096
 _CACHE_SIZE = 64
 
 

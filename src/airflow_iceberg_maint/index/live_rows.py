@@ -102,23 +102,28 @@ def open_parquet(stream: Any, path: str) -> pq.ParquetFile:
     return parquet
 
 
-_file_schemas: OrderedDict[str, Schema] = OrderedDict()
+_file_projections: OrderedDict[tuple[str, frozenset[int]], Schema] = OrderedDict()
 
 
-def _file_schema(table: Table, path: str, parquet: pq.ParquetFile) -> Schema:
-    """The Iceberg schema of a data file (by its field IDs, or the table's name mapping); cached per file."""
+def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> Schema:
+    """The Iceberg schema of a data file's columns among ``field_ids``, cached per file and projection.
+
+    Columns are identified by their Parquet field IDs, or through the table's name mapping.
+    """
+    key = (path, field_ids)
     with _footers_lock:
-        schema = _file_schemas.get(path)
-    if schema is None:
+        projection = _file_projections.get(key)
+    if projection is None:
         metadata = table.metadata
-        schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
-                                   downcast_ns_timestamp_to_us=metadata.format_version <= 2,
-                                   format_version=metadata.format_version)
+        file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
+                                        downcast_ns_timestamp_to_us=metadata.format_version <= 2,
+                                        format_version=metadata.format_version)
+        projection = prune_columns(file_schema, set(field_ids), select_full_types=False)
         with _footers_lock:
-            _file_schemas[path] = schema
-            while len(_file_schemas) > _FOOTER_CACHE_SIZE:
-                _file_schemas.popitem(last=False)
-    return schema
+            _file_projections[key] = projection
+            while len(_file_projections) > _FOOTER_CACHE_SIZE:
+                _file_projections.popitem(last=False)
+    return projection
 
 
 def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequence[int] | None = None) -> pa.Table:
@@ -133,8 +138,7 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     downcast = metadata.format_version <= 2
     with table.io.new_input(data_file.file_path).open() as stream:
         parquet = open_parquet(stream, data_file.file_path)
-        file_schema = _file_schema(table, data_file.file_path, parquet)
-        file_project_schema = prune_columns(file_schema, set(schema.field_ids), select_full_types=False)
+        file_project_schema = _file_projection(table, data_file.file_path, parquet, frozenset(schema.field_ids))
         columns = [c.name for c in file_project_schema.columns]
         starts = _row_group_starts(parquet.metadata)
         if positions is not None:

@@ -142,6 +142,33 @@ def key_columns(metadata: IndexMetadata) -> list[NestedField]:
     return [by_id[i] for i in seen if metadata.source_id_of(i) not in METADATA_COLUMNS]
 
 
+_metadata_cache: OrderedDict[tuple[str, str], IndexMetadata] = OrderedDict()
+_metadata_lock = Lock()
+_METADATA_CACHE_SIZE = 64
+
+
+def current_metadata(store: IndexStore, name: str) -> IndexMetadata:
+    """The index's current metadata; a file already loaded and checked against this table state is reused.
+
+    Metadata files are immutable and named by version, so listing the versions is enough to know
+    whether the newest one is already known.
+    """
+    versions = store.versions(name)
+    table_state = store.table.metadata_location
+    if versions:
+        key = (versions[max(versions)], table_state)
+        with _metadata_lock:
+            if key in _metadata_cache:
+                _metadata_cache.move_to_end(key)
+                return _metadata_cache[key]
+    metadata, location, _ = store.load(name)
+    with _metadata_lock:
+        _metadata_cache[(location, table_state)] = metadata
+        while len(_metadata_cache) > _METADATA_CACHE_SIZE:
+            _metadata_cache.popitem(last=False)
+    return metadata
+
+
 @dataclass
 class _Plan:
     """What a lookup reads: the extract, the snapshot and, for reconciliation, both file sets."""
@@ -157,7 +184,7 @@ def lookup(
     columns: Sequence[str] | None = None, store: IndexStore | None = None,
 ) -> LookupResult:
     """Rows of the snapshot (default: current) whose key columns equal one of the probes."""
-    metadata, _, _ = (store or IndexStore(table)).load(name)
+    metadata = current_metadata(store or IndexStore(table), name)
     keys = key_columns(metadata)
     unique = list(dict.fromkeys(check_probe(tuple(p)) for p in probes))
     if not unique or any(len(p) != len(keys) for p in unique):
