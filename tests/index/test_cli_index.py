@@ -115,9 +115,12 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
     old = _json(env, "lookup", "db.t", "by_id", "--eq", "1", "--columns", "name", "--snapshot-id", str(first))
     assert old["rows"] == [{"name": "ann"}] and old["reconciled_files"] == 0
 
-    second = _json(env, "refresh", "db.t", "by_id")
+    second = _json(env, "refresh", "db.t", "by_id")  # incremental: reuses the untouched regions
+    assert (second["mode"], second["entries"]) == ("incremental", 5)
     expired = _json(env, "expire", "db.t", "by_id", "--retain-last", "1")
-    assert expired["expired_extract_ids"] == [refreshed["extract_id"]] and expired["deleted_files"] >= 3
+    # The first extract's tracking file and its regions the second one did not reuse.
+    assert expired["expired_extract_ids"] == [refreshed["extract_id"]]
+    assert expired["deleted_files"] == 1 + refreshed["region_files_written"] - second["region_files_reused"]
     assert _json(env, "list", "db.t")["indexes"][0]["newest_extract_snapshot_id"] == second[
         "source_table_snapshot_id"]
     assert sorted(r["name"] for r in _json(env, "lookup", "db.t", "by_id", "--eq", "1")["rows"]) == ["amy", "ann"]
