@@ -62,6 +62,7 @@ def _batch(rows: int, seed_offset: int, low: int = 0) -> pa.Table:
 
 
 def make_table(root: Path, rows: int, files: int, row_group_rows: int) -> Table:
+    root = root.resolve()  # a relative path would make a ``file://`` URI whose first part is a host
     shutil.rmtree(root, ignore_errors=True)
     (root / "wh").mkdir(parents=True)
     catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/wh")
