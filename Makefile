@@ -17,6 +17,7 @@ demo: install
 	$(PY) scripts/demo.py --root .demo
 
 test: install
+	$(VENV)/bin/ruff check .
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: install
@@ -24,3 +25,5 @@ lint: install
 
 bench: install
 	$(PY) bench/orphans.py
+	$(PY) bench/index.py
+	$(PY) bench/index.py --refresh
