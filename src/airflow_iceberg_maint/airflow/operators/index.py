@@ -56,21 +56,10 @@ def optional_snapshot_id(value: Any) -> int | None:
         raise InvalidInputError(f"argument snapshot_id: expected a whole number, got {value!r}") from None
 
 
-class IcebergCreateMissingIndexesOperator(BaseOperator):
-    """Create each index of the definitions file that its table lacks; existing indexes are left alone.
-
-    Returns ``[{table, index, created}]``. A defined table that does not exist yet is skipped
-    with a warning (a writer may create it later). A definition the table cannot take (unknown
-    column, bad expression) fails the task. Creation is an exclusive create, so a retry or a
-    concurrent run never creates an index twice.
-
-    :param definitions_file: index definitions (YAML), e.g. ``dags/iceberg_indexes.yaml``.
-    :param tables: only these tables (list or comma-separated); None: every defined table.
-    :param iceberg_conn_id: an ``iceberg`` connection.
-    """
+class _DefinitionsOperator(BaseOperator):
+    """Works through the indexes of a definitions file, for some or all of its tables."""
 
     template_fields: Sequence[str] = ("definitions_file", "tables")
-    ui_color = "#e0d4f7"
 
     def __init__(
         self,
@@ -84,6 +73,22 @@ class IcebergCreateMissingIndexesOperator(BaseOperator):
         self.definitions_file = definitions_file
         self.tables = tables
         self.iceberg_conn_id = iceberg_conn_id
+
+
+class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
+    """Create each index of the definitions file that its table lacks; existing indexes are left alone.
+
+    Returns ``[{table, index, created}]``. A defined table that does not exist yet is skipped
+    with a warning (a writer may create it later). A definition the table cannot take (unknown
+    column, bad expression) fails the task. Creation is an exclusive create, so a retry or a
+    concurrent run never creates an index twice.
+
+    :param definitions_file: index definitions (YAML), e.g. ``dags/iceberg_indexes.yaml``.
+    :param tables: only these tables (list or comma-separated); None: every defined table.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    """
+
+    ui_color = "#e0d4f7"
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
@@ -122,7 +127,7 @@ class IcebergCreateMissingIndexesOperator(BaseOperator):
         return True
 
 
-class IcebergIndexLagPlanOperator(BaseOperator):
+class IcebergIndexLagPlanOperator(_DefinitionsOperator):
     """Check the lag of each defined index against its threshold; return those that lag.
 
     The return value, ``[{table, index}]``, feeds
@@ -136,21 +141,7 @@ class IcebergIndexLagPlanOperator(BaseOperator):
     :param iceberg_conn_id: an ``iceberg`` connection.
     """
 
-    template_fields: Sequence[str] = ("definitions_file", "tables")
     ui_color = "#f7ecd4"
-
-    def __init__(
-        self,
-        *,
-        definitions_file: str,
-        tables: list[str] | str | None = None,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.definitions_file = definitions_file
-        self.tables = tables
-        self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         lagging: list[dict[str, Any]] = []
