@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.errors import MaintenanceError, MetadataReadError
 from airflow_iceberg_maint.index.build import EntryLayout, entries_for_files, entry_layout
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, region_file_paths, write_tracking_file
@@ -40,6 +40,7 @@ from airflow_iceberg_maint.index.refresh import (
     _delete_quietly,
     commit_extract,
     refresh_full,
+    refresh_target,
     tracking_file_location,
 )
 from airflow_iceberg_maint.index.region_rewrite import (
@@ -50,8 +51,7 @@ from airflow_iceberg_maint.index.region_rewrite import (
     region_bounds,
     rewrite_regions,
 )
-from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +85,8 @@ def refresh_index(table: Table, name: str, snapshot_id: int | None = None, full:
 
 def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None) -> RefreshResult | None:
     """An extract of the snapshot built from a usable base extract; None when there is none."""
-    store = IndexStore(table)
-    metadata, _, _ = store.load(name)
-    snapshot = resolve_snapshot(table, snapshot_id)
-    if snapshot is None:
-        raise InvalidInputError(f"table {table.name()}: has no snapshot to index")
-    # Raises with the field named when an indexed column was dropped: no extract can be created.
-    working, schema_id = metadata.with_extract_schema_for(table.metadata, snapshot.snapshot_id)
-    layout = entry_layout(working, working.schema_by_id(schema_id))
+    target = refresh_target(table, name, snapshot_id)
+    store, working, snapshot, layout = target.store, target.metadata, target.snapshot, target.layout
     base = _base_extract(table, working, snapshot, layout)
     if base is None:
         return None

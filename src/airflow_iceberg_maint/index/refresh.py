@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.build import build_regions, entry_layout
+from airflow_iceberg_maint.index.build import EntryLayout, build_regions, entry_layout
 from airflow_iceberg_maint.index.extract_files import write_tracking_file
 from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, new_extract
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot, resolve_snapshot
@@ -50,17 +51,34 @@ def tracking_file_location(metadata: IndexMetadata) -> str:
     return f"{metadata.location.rstrip('/')}/metadata/tracking-{uuid.uuid4()}.parquet"
 
 
-def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> RefreshResult:
-    """Index every live row of the snapshot (default: current) in a new extract, and commit it."""
+@dataclass(frozen=True)
+class RefreshTarget:
+    """What a refresh builds: the index, the snapshot, and the entry layout of the snapshot's extract schema."""
+
+    store: IndexStore
+    metadata: IndexMetadata  # with the snapshot's extract schema added when it was missing
+    snapshot: Snapshot
+    layout: EntryLayout
+
+
+def refresh_target(table: Table, name: str, snapshot_id: int | None = None) -> RefreshTarget:
+    """Load the index and resolve the snapshot (default: current) a refresh indexes."""
     store = IndexStore(table)
     metadata, _, _ = store.load(name)
     snapshot = resolve_snapshot(table, snapshot_id)
     if snapshot is None:
         raise InvalidInputError(f"table {table.name()}: has no snapshot to index")
+    # Raises with the field named when an indexed column was dropped: no extract can be created.
     working, schema_id = metadata.with_extract_schema_for(table.metadata, snapshot.snapshot_id)
-    layout = entry_layout(working, working.schema_by_id(schema_id))
+    return RefreshTarget(store, working, snapshot, entry_layout(working, working.schema_by_id(schema_id)))
+
+
+def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> RefreshResult:
+    """Index every live row of the snapshot (default: current) in a new extract, and commit it."""
+    target = refresh_target(table, name, snapshot_id)
+    store, snapshot, layout = target.store, target.snapshot, target.layout
     regions, entries = build_regions(table, plan_snapshot(table, snapshot), layout)
-    tracking = tracking_file_location(metadata)
+    tracking = tracking_file_location(target.metadata)
     try:
         size = write_tracking_file(table.io, tracking, layout.stats_columns, regions)
         committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size)
