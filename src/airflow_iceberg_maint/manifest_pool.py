@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
 from airflow_iceberg_maint.locations import PathEquivalence
-from airflow_iceberg_maint.manifests import live_file_paths, manifest_paths
+from airflow_iceberg_maint.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.path_hashes import PathHasher
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,7 @@ def _file_io(spec: IoSpec) -> FileIO:
 
 
 def _read_lists(spec: IoSpec, manifest_lists: list[str]) -> list[str]:
-    io = _file_io(spec)
-    return list(dict.fromkeys(m for ml in manifest_lists for m in manifest_paths(io, ml)))
+    return unique_manifest_paths(_file_io(spec), manifest_lists)
 
 
 def _hash_manifests(spec: IoSpec, manifests: list[str], equivalence: PathEquivalence) -> pa.RecordBatch:

@@ -6,7 +6,7 @@ the partition tuples, summaries and column metrics that make ``inspect.all_files
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
@@ -129,6 +129,16 @@ def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
             return [entry[0] for entry in reader]
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
+
+
+def unique_manifest_paths(
+    io: FileIO, manifest_lists: Iterable[str], map_: Callable[..., Iterable[list[str]]] = map
+) -> list[str]:
+    """The manifests the manifest lists name, each once, in first-seen order.
+
+    ``map_`` runs the reads (the built-in ``map``, or a thread pool's to overlap network reads).
+    """
+    return list(dict.fromkeys(m for ms in map_(lambda ml: manifest_paths(io, ml), manifest_lists) for m in ms))
 
 
 def live_file_paths(io: FileIO, manifest: str) -> list[str]:

@@ -18,14 +18,13 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.manifest_pool import ManifestPool, worker_count
-from airflow_iceberg_maint.manifests import live_file_paths, manifest_paths
+from airflow_iceberg_maint.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.path_hashes import EMPTY, HASH_SCHEMA, PathHasher, component_hash, path_hash
 
 log = logging.getLogger(__name__)
@@ -145,13 +144,6 @@ def source_path_batches(table: Table, sources: Iterable[ReferenceSource]) -> Ite
 # Reading manifests.
 
 
-MapFn = Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]]
-
-
-def _manifests_of(io: FileIO, manifest_lists: Iterable[str], map_: MapFn) -> list[str]:
-    return list(dict.fromkeys(m for ms in map_(lambda ml: manifest_paths(io, ml), manifest_lists) for m in ms))
-
-
 @dataclass
 class ReferenceWalk:
     """Reads manifest lists and manifests, each unique manifest once.
@@ -225,7 +217,7 @@ class ReferenceWalk:
         yield hasher.batch(lists)
         self._start_workers(len(lists))
         found = self._pooled(
-            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(_manifests_of(io, lists, self._map))
+            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
         )
         manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
         self.seen.update(manifests)
@@ -241,6 +233,6 @@ class ReferenceWalk:
         io = self.table.io
         lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
         yield lists
-        manifests = _manifests_of(io, lists, self._map)
+        manifests = unique_manifest_paths(io, lists, self._map)
         yield manifests
         yield from self._map(lambda m: live_file_paths(io, m), manifests)
