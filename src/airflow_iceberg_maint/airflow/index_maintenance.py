@@ -70,24 +70,21 @@ def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_con
     plan = IcebergIndexLagPlanOperator(
         task_id="check_index_lag", definitions_file=definitions_file, tables=tables, iceberg_conn_id=iceberg_conn_id,
     )
+    # One mapped task per index: the same connection, pool, labels and retries for each kind.
+    per_index: dict[str, Any] = {
+        "iceberg_conn_id": iceberg_conn_id,
+        "pool": POOL,
+        "map_index_template": "{{ task.table }}.{{ task.index }}",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+    }
     commit = IcebergCommitIndexExtractOperator.partial(
-        task_id="commit_index_extract",
-        iceberg_conn_id=iceberg_conn_id,
-        pool=POOL,
-        map_index_template="{{ task.table }}.{{ task.index }}",
-        retries=2,
-        retry_delay=timedelta(minutes=1),
+        task_id="commit_index_extract", **per_index
     ).expand_kwargs(plan.output)
     # Mapped over zero lagging indexes the commit task is skipped; expiry and orphans still run.
     to_expire = _expire_task(plan.task_id)
     expire = IcebergExpireIndexExtractsOperator.partial(
-        task_id="expire_index_extracts",
-        iceberg_conn_id=iceberg_conn_id,
-        pool=POOL,
-        map_index_template="{{ task.table }}.{{ task.index }}",
-        trigger_rule=TriggerRule.NONE_FAILED,
-        retries=2,
-        retry_delay=timedelta(minutes=1),
+        task_id="expire_index_extracts", trigger_rule=TriggerRule.NONE_FAILED, **per_index
     ).expand_kwargs(to_expire)
     orphans_due = IcebergOrphanDueTablesOperator(
         task_id="evaluate_orphan_removal", tables=tables, policy_file=policy_file, iceberg_conn_id=iceberg_conn_id,
