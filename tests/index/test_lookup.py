@@ -14,9 +14,9 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo, IsNull
 from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import LongType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index import live_rows
 from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expire import expire_extracts
@@ -215,9 +215,8 @@ def test_lookup_rejects_bad_values(sqlite_catalog: Catalog) -> None:
         lookup(oracle.table, "ix", [(1,)], columns=["nope"])
 
 
-def test_lookup_fetches_rows_from_many_row_groups(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Tiny row groups and fetch batches: positions fall in many groups and batches of each data file.
-    monkeypatch.setattr(live_rows, "FETCH_BATCH_ROWS", 3)
+def test_lookup_fetches_rows_from_many_row_groups(sqlite_catalog: Catalog) -> None:
+    # Tiny row groups: positions fall in many groups of each data file, at every offset in a group.
     oracle = OracleTable.create(sqlite_catalog, "t", seed=31, properties={"write.parquet.row-group-limit": "7"})
     for _ in range(2):
         oracle.append(120)
@@ -436,3 +435,27 @@ def test_encrypted_extract_means_a_scan(sqlite_catalog: Catalog) -> None:
     expire_extracts(oracle.table, "ix", retain_last=1, older_than=None)  # keeps only the encrypted one
     assert [e.key_id for e in IndexStore(oracle.table).load("ix")[0].extracts] == ["k1"]
     _check_all(oracle, "k_long", "scan")  # an encrypted extract is not readable here
+
+
+def test_repeated_lookups_keep_column_order_renames_and_promotions(sqlite_catalog: Catalog) -> None:
+    # A data file's projection is reused once seen to only rename in place; other projections
+    # (columns swapped, a type widened) must come out right on every call, not only the first.
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=59)
+    oracle.append(60)
+    _index(oracle, "k_long")
+    refresh_full(oracle.table, "ix")
+    value = next(v for v in oracle.probes("k_long", 12) if oracle.expected("k_long", v))
+    rows = [r for r in oracle.rows.values() if r["k_long"] == value]
+    for columns in (["rid", "k_long"], ["k_long", "rid"], ["rid", "k_long"], ["k_long", "rid"]):
+        result = lookup(oracle.table, "ix", [(value,)], columns=columns)
+        assert result.rows.column_names == columns
+        assert multiset(result.rows.to_pylist(), columns) == multiset(rows, columns)
+    with oracle.table.update_schema() as update:
+        update.rename_column("rid", "row_id")
+        update.update_column("k_int", LongType())
+    oracle.table = oracle.table.refresh()
+    for _ in range(2):
+        result = lookup(oracle.table, "ix", [(value,)], columns=["row_id", "k_int"])
+        assert result.rows.schema.field("k_int").type == pa.int64()
+        assert multiset(result.rows.to_pylist(), ["row_id", "k_int"]) == Counter(
+            (r["rid"], r["k_int"]) for r in rows)

@@ -34,9 +34,9 @@ def check_probe(probe: Probe) -> Probe:
 
 def probe_mask(rows: pa.Table, names: Sequence[str], probes: Iterable[Probe]) -> pa.Array:
     """Rows whose ``names`` columns equal one of the probes (nulls equal nulls)."""
-    mask = pc.fill_null(pa.nulls(rows.num_rows, type=pa.bool_()), False)
+    mask = None
     for probe in probes:
-        match = pc.fill_null(pa.nulls(rows.num_rows, type=pa.bool_()), True)
+        match = None
         for name, value in zip(names, probe, strict=True):
             column = rows.column(name)
             if pa.types.is_dictionary(column.type):
@@ -45,9 +45,14 @@ def probe_mask(rows: pa.Table, names: Sequence[str], probes: Iterable[Probe]) ->
                 same = pc.is_null(column)
             else:
                 same = pc.fill_null(pc.equal(column, pa.scalar(value, type=column.type)), False)
-            match = pc.and_(match, same)
-        mask = pc.or_(mask, match)
-    return mask
+            match = same if match is None else pc.and_(match, same)
+        match = _constant(rows.num_rows, True) if match is None else match
+        mask = match if mask is None else pc.or_(mask, match)
+    return _constant(rows.num_rows, False) if mask is None else mask
+
+
+def _constant(length: int, value: bool) -> pa.Array:
+    return pc.fill_null(pa.nulls(length, type=pa.bool_()), value)
 
 
 def _file_filter(names: Sequence[str], probes: Sequence[Probe]) -> BooleanExpression:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from itertools import pairwise
 from threading import Lock
 from typing import Any
@@ -45,6 +46,7 @@ from pyiceberg.types import (
     IntegerType,
     LongType,
     NestedField,
+    PrimitiveType,
     StringType,
     TimestampType,
     TimestamptzType,
@@ -64,7 +66,7 @@ from airflow_iceberg_maint.index.live_rows import (
     plan_schema,
     read_rows,
 )
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
+from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import comparable
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
@@ -270,10 +272,15 @@ def _deletes_only_grew(source: SnapshotFiles, target: SnapshotFiles, path: str) 
 # Reading the index
 
 
-def _key_tuple(metadata: IndexMetadata, schema: Schema, keys: Sequence[NestedField], probe: Probe) -> tuple[Any, ...]:
-    arrow = schema_to_pyarrow(Schema(*keys), include_field_ids=False)
-    row = pa.Table.from_pylist([dict(zip([k.name for k in keys], probe, strict=True))], schema=arrow)
-    return tuple(o.expression.evaluate(row, schema)[0].as_py() for o in metadata.ordering_fields(schema))
+def _key_tuple(tracking: _Tracking, keys: Sequence[NestedField], probe: Probe) -> tuple[Any, ...]:
+    """The ordering key of one probe, evaluated with the index's own expressions."""
+    row = pa.table({k.name: pa.array([v], type=_arrow_type(k.field_type)) for k, v in zip(keys, probe, strict=True)})
+    return tuple(o.expression.evaluate(row, tracking.schema)[0].as_py() for o in tracking.ordering)
+
+
+@lru_cache(maxsize=256)
+def _arrow_type(iceberg_type: PrimitiveType) -> pa.DataType:
+    return schema_to_pyarrow(iceberg_type, include_field_ids=False)
 
 
 def _admits(stats: FieldStats | None, value: Any, arrow_type: pa.DataType) -> bool:
@@ -294,19 +301,36 @@ class _Tracking:
     """A tracking file ready for lookups: entries with their ``group_max_value`` keys in index order."""
 
     schema: Schema
+    ordering: list[OrderingField]
     entries: list[RegionEntry]
     bounds: list[tuple[tuple[Any, ...], ...]]
     types: list[pa.DataType]
 
 
-def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _Tracking | None:
-    """The extract's tracking file, or None when it cannot answer lookups exactly.
+_trackings: OrderedDict[tuple[str, int], _Tracking | None] = OrderedDict()
+_TRACKINGS_CACHE_SIZE = 64
 
-    That is when an entry lacks ``group_max_value`` for an ordering field, or the entries are not
-    in index order: binary search would then be unsound, so the lookup scans instead.
-    """
+
+def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _Tracking | None:
+    """The extract's tracking file, or None when it cannot answer lookups exactly (cached: both are immutable)."""
+    key = (metadata.resolve_location(extract.tracking_file), extract.extract_schema_id)
+    with _metadata_lock:
+        if key in _trackings:
+            _trackings.move_to_end(key)
+            return _trackings[key]
+    tracking = _load_tracking(io, metadata, extract, key[0])
+    with _metadata_lock:
+        _trackings[key] = tracking
+        while len(_trackings) > _TRACKINGS_CACHE_SIZE:
+            _trackings.popitem(last=False)
+    return tracking
+
+
+def _load_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract, path: str) -> _Tracking | None:
+    """None when an entry lacks ``group_max_value`` for an ordering field, or the entries are not in
+    index order: binary search would then be unsound, so the lookup scans instead."""
     schema = metadata.extract_schema(extract)
-    entries = read_tracking_file(io, metadata.resolve_location(extract.tracking_file), metadata.location)
+    entries = read_tracking_file(io, path, metadata.location)
     ordering = metadata.ordering_fields(schema)
     types = [schema_to_pyarrow(o.data_type) for o in ordering]
     if any(not (s := e.stats.get(o.field_id)) or not s.has_group_max_value for e in entries for o in ordering):
@@ -316,18 +340,17 @@ def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _
     if any(a > b for a, b in pairwise(bounds)):
         log.warning("tracking file %s: entries are not in index order; scanning instead", extract.tracking_file)
         return None
-    return _Tracking(schema, entries, bounds, types)
+    return _Tracking(schema, ordering, entries, bounds, types)
 
 
-def candidate_regions(metadata: IndexMetadata, tracking: _Tracking, key: tuple[Any, ...]) -> list[RegionEntry]:
+def candidate_regions(tracking: _Tracking, key: tuple[Any, ...]) -> list[RegionEntry]:
     """The region files that can hold entries with this ordering key, in index order."""
-    ordering = metadata.ordering_fields(tracking.schema)
     wanted = comparable(key, tracking.types)
     found: list[RegionEntry] = []
     index = bisect_left(tracking.bounds, wanted)  # the first region whose inclusive upper bound >= key
     while index < len(tracking.entries):
         entry = tracking.entries[index]
-        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(ordering, key, tracking.types,
+        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(tracking.ordering, key, tracking.types,
                                                                              strict=True)):
             found.append(entry)
         if tracking.bounds[index] != wanted:
@@ -351,8 +374,8 @@ def _index_hits(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: 
     regions: dict[str, list[Probe]] = defaultdict(list)
     for probe in probes:
         for variant in _key_variants(probe):
-            key = _key_tuple(metadata, tracking.schema, keys, variant)
-            for region in candidate_regions(metadata, tracking, key):
+            key = _key_tuple(tracking, keys, variant)
+            for region in candidate_regions(tracking, key):
                 if probe not in regions[region.file_path]:
                     regions[region.file_path].append(probe)
     file_id = next(f.field_id for f in metadata.identity_fields if f.source_id == FILE_COLUMN_ID)
@@ -417,31 +440,52 @@ def _groups_admitting(stats: _GroupStats, value: Any) -> pa.Array:
     return pc.fill_null(inside, True)
 
 
+def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], groups: int) -> list[int]:
+    """The row groups whose statistics may hold one of the probes."""
+    admitted = None
+    for probe in probes:
+        matches = None
+        for stats, value in zip(key_stats, probe, strict=True):
+            admits = _groups_admitting(stats, value)
+            matches = admits if matches is None else pc.and_(matches, admits)
+        if matches is None:
+            return list(range(groups))  # a probe over no column matches everything
+        admitted = matches if admitted is None else pc.or_(admitted, matches)
+    return [] if admitted is None else pc.indices_nonzero(admitted).to_pylist()
+
+
+_region_columns: OrderedDict[str, dict[int, pa.Field]] = OrderedDict()
+
+
+def _columns_by_id(parquet: Any, path: str) -> dict[int, pa.Field]:
+    """Field ID -> Arrow field of a region file (cached: region files never change)."""
+    with _group_stats_lock:
+        columns = _region_columns.get(path)
+    if columns is None:
+        columns = {int(f.metadata[FIELD_ID]): f for f in parquet.schema_arrow if f.metadata and FIELD_ID in f.metadata}
+        with _group_stats_lock:
+            _region_columns[path] = columns
+            while len(_region_columns) > _GROUP_STATS_CACHE_SIZE:
+                _region_columns.popitem(last=False)
+    return columns
+
+
 def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],
                         probes: Sequence[Probe]) -> pa.Table:
     """The ``output_ids`` columns of a region file's entries whose ``key_ids`` columns equal a probe."""
     with io.new_input(path).open() as stream:
         parquet = open_parquet(stream, path)
-        arrow_schema = parquet.schema_arrow
-        column_of = {int(f.metadata[FIELD_ID]): i for i, f in enumerate(arrow_schema) if f.metadata and
-                     FIELD_ID in f.metadata}
-        missing = [i for i in (*key_ids, *output_ids) if i not in column_of]
+        columns = _columns_by_id(parquet, path)
+        missing = [i for i in (*key_ids, *output_ids) if i not in columns]
         if missing:
             raise InvalidInputError(f"region file {path}: no column with field ID(s) {missing}")
-        key_stats = [_column_group_stats(parquet, path, column_of[k], arrow_schema[column_of[k]].type)
-                     for k in key_ids]
-        admitted = pa.array([False] * parquet.metadata.num_row_groups)
-        for probe in probes:
-            matches = pa.array([True] * parquet.metadata.num_row_groups)
-            for stats, value in zip(key_stats, probe, strict=True):
-                matches = pc.and_(matches, _groups_admitting(stats, value))
-            admitted = pc.or_(admitted, matches)
-        groups = pc.indices_nonzero(admitted).to_pylist()
-        names = [arrow_schema[column_of[i]].name for i in (*key_ids, *output_ids)]
+        index_of = {name: i for i, name in enumerate(parquet.schema_arrow.names)}
+        key_stats = [_column_group_stats(parquet, path, index_of[columns[k].name], columns[k].type) for k in key_ids]
+        groups = _admitted_groups(key_stats, probes, parquet.metadata.num_row_groups)
+        names = [columns[i].name for i in (*key_ids, *output_ids)]
         rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
-    key_names = [arrow_schema[column_of[i]].name for i in key_ids]
-    rows = rows.filter(probe_mask(rows, key_names, probes))
-    return rows.select([arrow_schema[column_of[i]].name for i in output_ids])
+    rows = rows.filter(probe_mask(rows, names[:len(key_ids)], probes))
+    return rows.select(names[len(key_ids):])
 
 
 # Fetching table rows
