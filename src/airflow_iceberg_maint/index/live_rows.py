@@ -23,19 +23,19 @@ from pyiceberg.io.pyarrow import (
     _read_deletes,
     _to_requested_schema,
     pyarrow_to_schema,
-    schema_to_pyarrow,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema, prune_columns
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.parquet_files import ParquetHandle, opened_parquet
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 
 #: Names under which the row location travels next to the projected columns.
 FILE_COLUMN = "_file"
 POS_COLUMN = "_pos"
-_FOOTER_CACHE_SIZE = 256
+_CACHE_SIZE = 256
 
 
 def arange(start: int, stop: int) -> pa.Array:
@@ -46,16 +46,7 @@ def arange(start: int, stop: int) -> pa.Array:
     return pc.add(pc.cumulative_sum(ones), start - 1)
 
 
-def _row_group_starts(metadata: pq.FileMetaData) -> list[int]:
-    """Start offset of each row group, plus the total row count at the end."""
-    starts = [0]
-    for i in range(metadata.num_row_groups):
-        starts.append(starts[-1] + metadata.row_group(i).num_rows)
-    return starts
-
-
-def _read_positions(parquet: pq.ParquetFile, starts: list[int], positions: Sequence[int],
-                    columns: list[str]) -> pa.Table:
+def _read_positions(handle: ParquetHandle, positions: Sequence[int], columns: list[str]) -> pa.Table:
     """The rows at ``positions`` (sorted, unique), decoding each row group only up to the last one needed.
 
     A row group is decoded as one batch ending at its last wanted row: Parquet pages decode
@@ -64,37 +55,19 @@ def _read_positions(parquet: pq.ParquetFile, starts: list[int], positions: Seque
     """
     wanted: dict[int, list[int]] = {}
     for position in positions:
-        group = bisect_right(starts, position) - 1
-        wanted.setdefault(group, []).append(position - starts[group])
+        group = bisect_right(handle.starts, position) - 1
+        wanted.setdefault(group, []).append(position - handle.starts[group])
     pieces: list[pa.RecordBatch] = []
     for group, local in sorted(wanted.items()):
-        batch = next(parquet.iter_batches(batch_size=local[-1] + 1, row_groups=[group], columns=columns,
-                                          use_threads=True))
-        pieces.append(batch.take(pa.array(local, type=pa.int64())))
+        batch = next(handle.file.iter_batches(batch_size=local[-1] + 1, row_groups=[group], columns=columns,
+                                              use_threads=True))
+        pieces.append(batch.slice(local[0], 1) if len(local) == 1 else batch.take(pa.array(local, type=pa.int64())))
     if not pieces:
-        return parquet.schema_arrow.empty_table().select(columns)
+        return handle.file.schema_arrow.empty_table().select(columns)
     return pa.Table.from_batches(pieces)
 
 
-_footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
-_footers_lock = Lock()
-
-
-def open_parquet(stream: Any, path: str) -> pq.ParquetFile:
-    """A Parquet reader whose footer is parsed once per process (data and index files never change)."""
-    with _footers_lock:
-        metadata = _footers.get(path)
-        if metadata is not None:
-            _footers.move_to_end(path)
-    parquet = pq.ParquetFile(stream, metadata=metadata)
-    if metadata is None:
-        with _footers_lock:
-            _footers[path] = parquet.metadata
-            while len(_footers) > _FOOTER_CACHE_SIZE:
-                _footers.popitem(last=False)
-    return parquet
-
-
+_cache_lock = Lock()
 _file_projections: OrderedDict[tuple[str, frozenset[int]], Schema] = OrderedDict()
 
 
@@ -104,7 +77,7 @@ def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids
     Columns are identified by their Parquet field IDs, or through the table's name mapping.
     """
     key = (path, field_ids)
-    with _footers_lock:
+    with _cache_lock:
         projection = _file_projections.get(key)
     if projection is None:
         metadata = table.metadata
@@ -112,9 +85,9 @@ def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids
                                         downcast_ns_timestamp_to_us=metadata.format_version <= 2,
                                         format_version=metadata.format_version)
         projection = prune_columns(file_schema, set(field_ids), select_full_types=False)
-        with _footers_lock:
+        with _cache_lock:
             _file_projections[key] = projection
-            while len(_file_projections) > _FOOTER_CACHE_SIZE:
+            while len(_file_projections) > _CACHE_SIZE:
                 _file_projections.popitem(last=False)
     return projection
 
@@ -129,20 +102,18 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
         raise MetadataReadError(f"data file {data_file.file_path!r}: format {data_file.file_format} is not supported")
     metadata = table.metadata
     downcast = metadata.format_version <= 2
-    with table.io.new_input(data_file.file_path).open() as stream:
-        parquet = open_parquet(stream, data_file.file_path)
-        file_project_schema = _file_projection(table, data_file.file_path, parquet, frozenset(schema.field_ids))
-        columns = [c.name for c in file_project_schema.columns]
-        starts = _row_group_starts(parquet.metadata)
-        if positions is not None:
-            raw = _read_positions(parquet, starts, positions, columns)
-            row_positions = pa.array(positions, type=pa.int64())
-        elif starts[-1]:
-            raw = parquet.read_row_groups(list(range(len(starts) - 1)), columns=columns, use_threads=False)
-            row_positions = arange(0, starts[-1])
-        else:
-            raw = schema_to_pyarrow(file_project_schema, include_field_ids=False).empty_table()
-            row_positions = arange(0, 0)
+    path = data_file.file_path
+    if positions is None:
+        with table.io.new_input(path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            file_project_schema = _file_projection(table, path, parquet, frozenset(schema.field_ids))
+            raw = parquet.read(columns=[c.name for c in file_project_schema.columns], use_threads=False)
+        row_positions = arange(0, raw.num_rows)
+    else:
+        with opened_parquet(table.io, path) as handle:
+            file_project_schema = _file_projection(table, path, handle.file, frozenset(schema.field_ids))
+            raw = _read_positions(handle, positions, [c.name for c in file_project_schema.columns])
+        row_positions = pa.array(positions, type=pa.int64())
     missing = _get_column_projection_values(
         data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
     )
@@ -164,7 +135,7 @@ def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcas
     same order, same Arrow types), its output schema is reused for the same inputs instead.
     """
     key = (batch.schema, tuple(schema.fields), tuple(file_schema.fields)) if not missing else None
-    with _footers_lock:
+    with _cache_lock:
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
         return pa.RecordBatch.from_arrays(batch.columns, schema=relabel)
@@ -173,9 +144,9 @@ def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcas
         downcast_ns_timestamp_to_us=downcast, projected_missing_fields=missing, allow_timestamp_tz_mismatch=True,
     )
     if key is not None and _only_renames(schema, file_schema, batch.schema, projected.schema):
-        with _footers_lock:
+        with _cache_lock:
             _relabels[key] = projected.schema
-            while len(_relabels) > _FOOTER_CACHE_SIZE:
+            while len(_relabels) > _CACHE_SIZE:
                 _relabels.popitem(last=False)
     return projected
 

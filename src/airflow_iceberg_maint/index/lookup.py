@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
@@ -62,12 +63,12 @@ from airflow_iceberg_maint.index.live_rows import (
     POS_COLUMN,
     deleted_positions,
     equality_deleted_mask,
-    open_parquet,
     plan_schema,
     read_rows,
 )
 from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import comparable
+from airflow_iceberg_maint.index.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
 
@@ -402,7 +403,7 @@ _group_stats_lock = Lock()
 _GROUP_STATS_CACHE_SIZE = 1024
 
 
-def _column_group_stats(parquet: Any, path: str, column: int, arrow_type: pa.DataType) -> _GroupStats:
+def _column_group_stats(parquet: pq.ParquetFile, path: str, column: int, arrow_field: pa.Field) -> _GroupStats:
     """Min, max and null count of a column in each row group (cached: region files never change)."""
     key = (path, column)
     with _group_stats_lock:
@@ -415,6 +416,7 @@ def _column_group_stats(parquet: Any, path: str, column: int, arrow_type: pa.Dat
             lows.append(stats.min if known else None)
             highs.append(stats.max if known else None)
             nulls.append(stats.null_count if stats is not None and stats.has_null_count else None)
+        arrow_type = arrow_field.type
         value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
         try:
             low, high = pa.array(lows, type=value_type), pa.array(highs, type=value_type)
@@ -454,15 +456,16 @@ def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], 
     return [] if admitted is None else pc.indices_nonzero(admitted).to_pylist()
 
 
-_region_columns: OrderedDict[str, dict[int, pa.Field]] = OrderedDict()
+_region_columns: OrderedDict[str, dict[int, tuple[int, pa.Field]]] = OrderedDict()
 
 
-def _columns_by_id(parquet: Any, path: str) -> dict[int, pa.Field]:
-    """Field ID -> Arrow field of a region file (cached: region files never change)."""
+def _columns_by_id(parquet: pq.ParquetFile, path: str) -> dict[int, tuple[int, pa.Field]]:
+    """Field ID -> column index and Arrow field of a region file (cached: region files never change)."""
     with _group_stats_lock:
         columns = _region_columns.get(path)
     if columns is None:
-        columns = {int(f.metadata[FIELD_ID]): f for f in parquet.schema_arrow if f.metadata and FIELD_ID in f.metadata}
+        columns = {int(f.metadata[FIELD_ID]): (i, f) for i, f in enumerate(parquet.schema_arrow)
+                   if f.metadata and FIELD_ID in f.metadata}
         with _group_stats_lock:
             _region_columns[path] = columns
             while len(_region_columns) > _GROUP_STATS_CACHE_SIZE:
@@ -473,16 +476,15 @@ def _columns_by_id(parquet: Any, path: str) -> dict[int, pa.Field]:
 def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],
                         probes: Sequence[Probe]) -> pa.Table:
     """The ``output_ids`` columns of a region file's entries whose ``key_ids`` columns equal a probe."""
-    with io.new_input(path).open() as stream:
-        parquet = open_parquet(stream, path)
+    with opened_parquet(io, path) as handle:
+        parquet = handle.file
         columns = _columns_by_id(parquet, path)
         missing = [i for i in (*key_ids, *output_ids) if i not in columns]
         if missing:
             raise InvalidInputError(f"region file {path}: no column with field ID(s) {missing}")
-        index_of = {name: i for i, name in enumerate(parquet.schema_arrow.names)}
-        key_stats = [_column_group_stats(parquet, path, index_of[columns[k].name], columns[k].type) for k in key_ids]
+        key_stats = [_column_group_stats(parquet, path, *columns[k]) for k in key_ids]
         groups = _admitted_groups(key_stats, probes, parquet.metadata.num_row_groups)
-        names = [columns[i].name for i in (*key_ids, *output_ids)]
+        names = [columns[i][1].name for i in (*key_ids, *output_ids)]
         rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
     rows = rows.filter(probe_mask(rows, names[:len(key_ids)], probes))
     return rows.select(names[len(key_ids):])

@@ -1,0 +1,71 @@
+"""Parquet files kept open per process, for point reads.
+
+Data files, region files and tracking files are never changed once written, so a reader opened
+once (footer parsed, remote object looked up) stays valid. A point lookup reads two files; opening
+them cost about a fifth of its time on a local disk, and a metadata request each on S3.
+
+A reader is used by one thread at a time. A file deleted while open stays readable through a
+local handle (its disk space is freed on eviction); the cache is small and is dropped in a forked
+child, whose remote clients must not be shared with the parent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import accumulate
+from threading import Lock
+
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+
+#: Open readers kept per process (each holds a file handle).
+OPEN_FILES = 32
+
+
+@dataclass
+class ParquetHandle:
+    """An open Parquet file and the start row of each row group (plus the row count at the end)."""
+
+    file: pq.ParquetFile
+    starts: list[int]
+    lock: Lock = field(default_factory=Lock)
+
+
+_handles: OrderedDict[str, ParquetHandle] = OrderedDict()
+_handles_lock = Lock()
+
+
+def _drop_all() -> None:
+    _handles.clear()
+
+
+os.register_at_fork(after_in_child=_drop_all)
+
+
+def _open(io: FileIO, path: str) -> ParquetHandle:
+    # No pre-buffering: a kept reader would otherwise hold its last row group's bytes in memory.
+    parquet = pq.ParquetFile(io.new_input(path).open(), pre_buffer=False)
+    groups = parquet.metadata
+    starts = [0, *accumulate(groups.row_group(i).num_rows for i in range(groups.num_row_groups))]
+    return ParquetHandle(parquet, starts)
+
+
+@contextmanager
+def opened_parquet(io: FileIO, path: str) -> Iterator[ParquetHandle]:
+    """The file's reader, held for the caller's exclusive use until the block ends."""
+    with _handles_lock:
+        handle = _handles.get(path)
+        if handle is not None:
+            _handles.move_to_end(path)
+    if handle is None:
+        handle = _open(io, path)
+        with _handles_lock:
+            handle = _handles.setdefault(path, handle)
+            while len(_handles) > OPEN_FILES:
+                _handles.popitem(last=False)
+    with handle.lock:
+        yield handle

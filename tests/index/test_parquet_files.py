@@ -1,0 +1,66 @@
+"""Parquet readers kept open per process: reused, bounded, closed on eviction, dropped in a fork."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
+
+from airflow_iceberg_maint.index import parquet_files
+from airflow_iceberg_maint.index.parquet_files import OPEN_FILES, opened_parquet
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> None:
+    parquet_files._drop_all()
+
+
+def _write(path: Path, groups: list[int]) -> str:
+    with pq.ParquetWriter(path, pa.schema([("n", pa.int64())])) as writer:
+        start = 0
+        for rows in groups:
+            writer.write_table(pa.table({"n": list(range(start, start + rows))}))
+            start += rows
+    return f"file://{path}"
+
+
+def _open_fds_to(paths: set[str]) -> int:
+    fds = Path("/proc/self/fd")
+    targets = [os.path.realpath(fds / fd) for fd in os.listdir(fds)]
+    return sum(t in paths for t in targets)
+
+
+def test_a_reader_is_opened_once_with_its_row_group_starts(tmp_path: Path) -> None:
+    uri = _write(tmp_path / "a.parquet", [3, 5, 2])
+    io = PyArrowFileIO()
+    with opened_parquet(io, uri) as first:
+        assert first.starts == [0, 3, 8, 10]
+    with opened_parquet(io, uri) as second:
+        assert second is first
+        assert second.file.read_row_group(1).column("n").to_pylist() == [3, 4, 5, 6, 7]
+
+
+def test_readers_beyond_the_limit_are_evicted_and_their_files_closed(tmp_path: Path) -> None:
+    io = PyArrowFileIO()
+    paths = [tmp_path / f"f{i}.parquet" for i in range(OPEN_FILES + 8)]
+    for path in paths:
+        with opened_parquet(io, _write(path, [1])) as handle:
+            assert handle.file.read().num_rows == 1
+    assert len(parquet_files._handles) == OPEN_FILES
+    assert _open_fds_to({str(p) for p in paths}) == OPEN_FILES
+    assert _open_fds_to({str(p) for p in paths[:8]}) == 0  # the oldest were closed
+
+
+def test_a_forked_child_starts_without_the_parents_readers(tmp_path: Path) -> None:
+    with opened_parquet(PyArrowFileIO(), _write(tmp_path / "a.parquet", [1])):
+        pass
+    pid = os.fork()
+    if pid == 0:
+        os._exit(len(parquet_files._handles))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(parquet_files._handles) == 1
