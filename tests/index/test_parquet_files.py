@@ -64,3 +64,10 @@ def test_a_forked_child_starts_without_the_parents_readers(tmp_path: Path) -> No
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(parquet_files._handles) == 1
+
+
+def test_a_reader_can_be_reentered_by_its_thread(tmp_path: Path) -> None:
+    uri = _write(tmp_path / "a.parquet", [2])
+    io = PyArrowFileIO()
+    with opened_parquet(io, uri) as outer, opened_parquet(io, uri) as inner:
+        assert inner is outer

@@ -4,9 +4,9 @@ Data files, region files and tracking files are never changed once written, so a
 once (footer parsed, remote object looked up) stays valid. A point lookup reads two files; opening
 them cost about a fifth of its time on a local disk, and a metadata request each on S3.
 
-A reader is used by one thread at a time. A file deleted while open stays readable through a
-local handle (its disk space is freed on eviction); the cache is small and is dropped in a forked
-child, whose remote clients must not be shared with the parent.
+A reader is used by one thread at a time (re-entrantly within it). A file deleted while open stays
+readable through a local handle (its disk space is freed on eviction); the cache is small and is
+dropped in a forked child, whose remote clients must not be shared with the parent.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from threading import Lock
+from threading import Lock, RLock
+from typing import Any
 
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
@@ -32,7 +33,7 @@ class ParquetHandle:
 
     file: pq.ParquetFile
     starts: list[int]
-    lock: Lock = field(default_factory=Lock)
+    lock: Any = field(default_factory=RLock)  # threading.RLock is a factory, not a type
 
 
 _handles: OrderedDict[str, ParquetHandle] = OrderedDict()
