@@ -10,7 +10,6 @@ a bound is null when the region holds no such value. Locations are written absol
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from threading import Lock
@@ -19,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MetadataReadError
@@ -230,22 +231,10 @@ def region_file_paths(io: FileIO, tracking_file: str, index_location: str | None
     return [_resolved(p, index_location, tracking_file) for p in paths]
 
 
-_tracking_cache: OrderedDict[str, list[RegionEntry]] = OrderedDict()
-_tracking_lock = Lock()
-
-
+@cached(LRUCache(maxsize=_CACHE_SIZE), key=lambda io, path, *_, **__: hashkey(path), lock=Lock())
 def read_tracking_file(io: FileIO, path: str, index_location: str | None = None) -> list[RegionEntry]:
     """The entries of a tracking file, stats resolved by field ID (cached: tracking files are immutable)."""
-    with _tracking_lock:
-        if path in _tracking_cache:
-            _tracking_cache.move_to_end(path)
-            return _tracking_cache[path]
-    entries = _parse_tracking(_read_tracking_table(io, path), path, index_location)
-    with _tracking_lock:
-        _tracking_cache[path] = entries
-        while len(_tracking_cache) > _CACHE_SIZE:
-            _tracking_cache.popitem(last=False)
-    return entries
+    return _parse_tracking(_read_tracking_table(io, path), path, index_location)
 
 
 def _parse_tracking(table: pa.Table, path: str, index_location: str | None) -> list[RegionEntry]:

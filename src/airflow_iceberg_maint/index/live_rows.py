@@ -10,14 +10,15 @@ missing from old files, identity partition values).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from threading import Lock
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
 from pyiceberg.io.pyarrow import (
     _get_column_projection_values,
     _read_deletes,
@@ -67,29 +68,18 @@ def _read_positions(handle: ParquetHandle, positions: Sequence[int], columns: li
     return pa.Table.from_batches(pieces)
 
 
-_cache_lock = Lock()
-_file_projections: OrderedDict[tuple[str, frozenset[int]], Schema] = OrderedDict()
-
-
+@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(),
+        key=lambda table, path, parquet, field_ids: hashkey(path, field_ids))
 def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> Schema:
     """The Iceberg schema of a data file's columns among ``field_ids``, cached per file and projection.
 
     Columns are identified by their Parquet field IDs, or through the table's name mapping.
     """
-    key = (path, field_ids)
-    with _cache_lock:
-        projection = _file_projections.get(key)
-    if projection is None:
-        metadata = table.metadata
-        file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
-                                        downcast_ns_timestamp_to_us=metadata.format_version <= 2,
-                                        format_version=metadata.format_version)
-        projection = prune_columns(file_schema, set(field_ids), select_full_types=False)
-        with _cache_lock:
-            _file_projections[key] = projection
-            while len(_file_projections) > _CACHE_SIZE:
-                _file_projections.popitem(last=False)
-    return projection
+    metadata = table.metadata
+    file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
+                                    downcast_ns_timestamp_to_us=metadata.format_version <= 2,
+                                    format_version=metadata.format_version)
+    return prune_columns(file_schema, set(field_ids), select_full_types=False)
 
 
 def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequence[int] | None = None) -> pa.Table:
@@ -123,7 +113,8 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     return pa.Table.from_batches([batch]).append_column(POS_COLUMN, row_positions)
 
 
-_relabels: OrderedDict[tuple[Any, ...], pa.Schema] = OrderedDict()
+_relabels: LRUCache[tuple[Any, ...], pa.Schema] = LRUCache(maxsize=_CACHE_SIZE)
+_relabels_lock = Lock()
 
 
 def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcast: bool,
@@ -135,7 +126,7 @@ def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcas
     same order, same Arrow types), its output schema is reused for the same inputs instead.
     """
     key = (batch.schema, tuple(schema.fields), tuple(file_schema.fields)) if not missing else None
-    with _cache_lock:
+    with _relabels_lock:
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
         return pa.RecordBatch.from_arrays(batch.columns, schema=relabel)
@@ -144,10 +135,8 @@ def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcas
         downcast_ns_timestamp_to_us=downcast, projected_missing_fields=missing, allow_timestamp_tz_mismatch=True,
     )
     if key is not None and _only_renames(schema, file_schema, batch.schema, projected.schema):
-        with _cache_lock:
+        with _relabels_lock:
             _relabels[key] = projected.schema
-            while len(_relabels) > _CACHE_SIZE:
-                _relabels.popitem(last=False)
     return projected
 
 
@@ -158,25 +147,11 @@ def _only_renames(schema: Schema, file_schema: Schema, before: pa.Schema, after:
     )
 
 
-_deletes: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_deletes_lock = Lock()
+#: Decoded delete files kept per process (delete files never change).
 _DELETES_CACHE_SIZE = 64
 
 
-def _cached_deletes(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
-    """The decoded content of a delete file, loaded once per process (delete files never change)."""
-    with _deletes_lock:
-        if key in _deletes:
-            _deletes.move_to_end(key)
-            return _deletes[key]
-    value = load()
-    with _deletes_lock:
-        _deletes[key] = value
-        while len(_deletes) > _DELETES_CACHE_SIZE:
-            _deletes.popitem(last=False)
-    return value
-
-
+@cached(LRUCache(maxsize=_DELETES_CACHE_SIZE), lock=Lock(), key=lambda table, delete: hashkey(delete.file_path))
 def _read_position_deletes(table: Table, delete: DataFile) -> dict[str, pa.ChunkedArray]:
     """Data file path -> deleted positions, from a position delete file or a Puffin deletion vector."""
     try:
@@ -191,7 +166,7 @@ def deleted_positions(table: Table, delete_files: Iterable[DataFile], data_path:
     for delete in delete_files:
         if delete.content != DataFileContent.POSITION_DELETES:
             continue
-        by_file = _cached_deletes(("positions", delete.file_path), lambda d=delete: _read_position_deletes(table, d))
+        by_file = _read_position_deletes(table, delete)
         if data_path in by_file:
             parts.extend(by_file[data_path].cast(pa.int64()).chunks)
     return pc.unique(pa.chunked_array(parts, type=pa.int64())) if parts else pa.array([], pa.int64())
@@ -205,13 +180,17 @@ def equality_deleted_mask(table: Table, rows: pa.Table, schema: Schema, delete_f
             continue
         ids = list(delete.equality_ids or [])
         key_schema = prune_columns(schema, set(ids), select_full_types=False)
-        deleted = _cached_deletes(
-            ("equality", delete.file_path, tuple((f.field_id, f.name, str(f.field_type)) for f in key_schema.fields)),
-            lambda d=delete, k=key_schema: read_rows(table, d, k).drop_columns([POS_COLUMN]),
-        )
+        deleted = _equality_delete_rows(table, delete, key_schema)
         names = [schema.find_column_name(i) or str(i) for i in ids]
         mask = pc.or_(mask, _null_safe_matches(rows, deleted, names))
     return mask
+
+
+@cached(LRUCache(maxsize=_DELETES_CACHE_SIZE), lock=Lock(),
+        key=lambda table, delete, key_schema: hashkey(delete.file_path, tuple(key_schema.fields)))
+def _equality_delete_rows(table: Table, delete: DataFile, key_schema: Schema) -> pa.Table:
+    """The key columns of an equality delete file's rows."""
+    return read_rows(table, delete, key_schema).drop_columns([POS_COLUMN])
 
 
 def _join_keys(left: pa.ChunkedArray, right: pa.ChunkedArray) -> list[tuple[pa.Array, pa.Array]]:

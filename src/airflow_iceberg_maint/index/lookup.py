@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from bisect import bisect_left
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -33,6 +33,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
@@ -145,9 +147,8 @@ def key_columns(metadata: IndexMetadata) -> list[NestedField]:
     return [by_id[i] for i in seen if metadata.source_id_of(i) not in METADATA_COLUMNS]
 
 
-_metadata_cache: OrderedDict[tuple[str, str], IndexMetadata] = OrderedDict()
+_metadata_cache: LRUCache[tuple[str, str], IndexMetadata] = LRUCache(maxsize=64)
 _metadata_lock = Lock()
-_METADATA_CACHE_SIZE = 64
 
 
 def current_metadata(store: IndexStore, name: str) -> IndexMetadata:
@@ -161,14 +162,12 @@ def current_metadata(store: IndexStore, name: str) -> IndexMetadata:
     if versions:
         key = (versions[max(versions)], table_state)
         with _metadata_lock:
-            if key in _metadata_cache:
-                _metadata_cache.move_to_end(key)
-                return _metadata_cache[key]
+            known = _metadata_cache.get(key)
+        if known is not None:
+            return known
     metadata, location, _ = store.load(name)
     with _metadata_lock:
         _metadata_cache[(location, table_state)] = metadata
-        while len(_metadata_cache) > _METADATA_CACHE_SIZE:
-            _metadata_cache.popitem(last=False)
     return metadata
 
 
@@ -308,30 +307,16 @@ class _Tracking:
     types: list[pa.DataType]
 
 
-_trackings: OrderedDict[tuple[str, int], _Tracking | None] = OrderedDict()
-_TRACKINGS_CACHE_SIZE = 64
-
-
+@cached(LRUCache(maxsize=64), lock=Lock(), key=lambda io, metadata, extract: hashkey(
+    metadata.resolve_location(extract.tracking_file), extract.extract_schema_id))
 def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _Tracking | None:
-    """The extract's tracking file, or None when it cannot answer lookups exactly (cached: both are immutable)."""
-    key = (metadata.resolve_location(extract.tracking_file), extract.extract_schema_id)
-    with _metadata_lock:
-        if key in _trackings:
-            _trackings.move_to_end(key)
-            return _trackings[key]
-    tracking = _load_tracking(io, metadata, extract, key[0])
-    with _metadata_lock:
-        _trackings[key] = tracking
-        while len(_trackings) > _TRACKINGS_CACHE_SIZE:
-            _trackings.popitem(last=False)
-    return tracking
+    """The extract's tracking file, or None when it cannot answer lookups exactly (cached: both are immutable).
 
-
-def _load_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract, path: str) -> _Tracking | None:
-    """None when an entry lacks ``group_max_value`` for an ordering field, or the entries are not in
-    index order: binary search would then be unsound, so the lookup scans instead."""
+    That is when an entry lacks ``group_max_value`` for an ordering field, or the entries are not
+    in index order: binary search would then be unsound, so the lookup scans instead.
+    """
     schema = metadata.extract_schema(extract)
-    entries = read_tracking_file(io, path, metadata.location)
+    entries = read_tracking_file(io, metadata.resolve_location(extract.tracking_file), metadata.location)
     ordering = metadata.ordering_fields(schema)
     types = [schema_to_pyarrow(o.data_type) for o in ordering]
     if any(not (s := e.stats.get(o.field_id)) or not s.has_group_max_value for e in entries for o in ordering):
@@ -398,36 +383,28 @@ class _GroupStats:
     nulls: pa.Array
 
 
-_group_stats: OrderedDict[tuple[str, int], _GroupStats] = OrderedDict()
-_group_stats_lock = Lock()
-_GROUP_STATS_CACHE_SIZE = 1024
+#: Region files whose column layout and row-group statistics are kept per process.
+_REGION_CACHE_SIZE = 1024
 
 
+@cached(LRUCache(maxsize=_REGION_CACHE_SIZE), lock=Lock(),
+        key=lambda parquet, path, column, arrow_field: hashkey(path, column))
 def _column_group_stats(parquet: pq.ParquetFile, path: str, column: int, arrow_field: pa.Field) -> _GroupStats:
     """Min, max and null count of a column in each row group (cached: region files never change)."""
-    key = (path, column)
-    with _group_stats_lock:
-        cached = _group_stats.get(key)
-    if cached is None:
-        lows, highs, nulls = [], [], []
-        for g in range(parquet.metadata.num_row_groups):
-            stats = parquet.metadata.row_group(g).column(column).statistics
-            known = stats is not None and stats.has_min_max
-            lows.append(stats.min if known else None)
-            highs.append(stats.max if known else None)
-            nulls.append(stats.null_count if stats is not None and stats.has_null_count else None)
-        arrow_type = arrow_field.type
-        value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
-        try:
-            low, high = pa.array(lows, type=value_type), pa.array(highs, type=value_type)
-        except (pa.ArrowException, TypeError, ValueError):
-            low = high = pa.nulls(len(lows), type=value_type)  # unusable statistics: no pruning
-        cached = _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
-        with _group_stats_lock:
-            _group_stats[key] = cached
-            while len(_group_stats) > _GROUP_STATS_CACHE_SIZE:
-                _group_stats.popitem(last=False)
-    return cached
+    lows, highs, nulls = [], [], []
+    for g in range(parquet.metadata.num_row_groups):
+        stats = parquet.metadata.row_group(g).column(column).statistics
+        known = stats is not None and stats.has_min_max
+        lows.append(stats.min if known else None)
+        highs.append(stats.max if known else None)
+        nulls.append(stats.null_count if stats is not None and stats.has_null_count else None)
+    arrow_type = arrow_field.type
+    value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    try:
+        low, high = pa.array(lows, type=value_type), pa.array(highs, type=value_type)
+    except (pa.ArrowException, TypeError, ValueError):
+        low = high = pa.nulls(len(lows), type=value_type)  # unusable statistics: no pruning
+    return _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
 
 
 def _groups_admitting(stats: _GroupStats, value: Any) -> pa.Array:
@@ -456,21 +433,11 @@ def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], 
     return [] if admitted is None else pc.indices_nonzero(admitted).to_pylist()
 
 
-_region_columns: OrderedDict[str, dict[int, tuple[int, pa.Field]]] = OrderedDict()
-
-
+@cached(LRUCache(maxsize=_REGION_CACHE_SIZE), lock=Lock(), key=lambda parquet, path: hashkey(path))
 def _columns_by_id(parquet: pq.ParquetFile, path: str) -> dict[int, tuple[int, pa.Field]]:
     """Field ID -> column index and Arrow field of a region file (cached: region files never change)."""
-    with _group_stats_lock:
-        columns = _region_columns.get(path)
-    if columns is None:
-        columns = {int(f.metadata[FIELD_ID]): (i, f) for i, f in enumerate(parquet.schema_arrow)
-                   if f.metadata and FIELD_ID in f.metadata}
-        with _group_stats_lock:
-            _region_columns[path] = columns
-            while len(_region_columns) > _GROUP_STATS_CACHE_SIZE:
-                _region_columns.popitem(last=False)
-    return columns
+    return {int(f.metadata[FIELD_ID]): (i, f) for i, f in enumerate(parquet.schema_arrow)
+            if f.metadata and FIELD_ID in f.metadata}
 
 
 def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],

@@ -12,7 +12,6 @@ dropped in a forked child, whose remote clients must not be shared with the pare
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from threading import Lock, RLock
 from typing import Any
 
 import pyarrow.parquet as pq
+from cachetools import LRUCache
 from pyiceberg.io import FileIO
 
 #: Open readers kept per process (each holds a file handle).
@@ -36,7 +36,7 @@ class ParquetHandle:
     lock: Any = field(default_factory=RLock)  # threading.RLock is a factory, not a type
 
 
-_handles: OrderedDict[str, ParquetHandle] = OrderedDict()
+_handles: LRUCache[str, ParquetHandle] = LRUCache(maxsize=OPEN_FILES)
 _handles_lock = Lock()
 
 
@@ -60,13 +60,9 @@ def opened_parquet(io: FileIO, path: str) -> Iterator[ParquetHandle]:
     """The file's reader, held for the caller's exclusive use until the block ends."""
     with _handles_lock:
         handle = _handles.get(path)
-        if handle is not None:
-            _handles.move_to_end(path)
     if handle is None:
         handle = _open(io, path)
         with _handles_lock:
-            handle = _handles.setdefault(path, handle)
-            while len(_handles) > OPEN_FILES:
-                _handles.popitem(last=False)
+            handle = _handles.setdefault(path, handle)  # another thread may have opened it meanwhile
     with handle.lock:
         yield handle

@@ -9,11 +9,12 @@ A plan is immutable for a snapshot, so recent plans are kept in a small in-proce
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from threading import Lock
 
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
 from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 from pyiceberg.table.delete_file_index import DeleteFileIndex
@@ -76,23 +77,11 @@ def resolve_snapshot(table: Table, snapshot_id: int | None) -> Snapshot | None:
     return snapshot
 
 
-_plans: OrderedDict[tuple[str, int], SnapshotFiles] = OrderedDict()
-_plans_lock = Lock()
-
-
+@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(),
+        key=lambda table, snapshot: hashkey(str(table.metadata.table_uuid), snapshot.snapshot_id))
 def plan_snapshot(table: Table, snapshot: Snapshot) -> SnapshotFiles:
     """The live files of a snapshot (cached: a snapshot's manifests never change)."""
-    key = (str(table.metadata.table_uuid), snapshot.snapshot_id)
-    with _plans_lock:
-        if key in _plans:
-            _plans.move_to_end(key)
-            return _plans[key]
-    plan = _read_plan(table, snapshot)
-    with _plans_lock:
-        _plans[key] = plan
-        while len(_plans) > _CACHE_SIZE:
-            _plans.popitem(last=False)
-    return plan
+    return _read_plan(table, snapshot)
 
 
 def _manifest_entries(table: Table, snapshot: Snapshot) -> Iterable[ManifestEntry]:
