@@ -17,6 +17,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index import extract_files
 from airflow_iceberg_maint.index import lookup as lookup_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expire import expire_extracts
@@ -25,6 +26,7 @@ from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata import EncryptionKey, IndexMetadata, new_index_metadata
+from airflow_iceberg_maint.index.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
@@ -459,3 +461,33 @@ def test_repeated_lookups_keep_column_order_renames_and_promotions(sqlite_catalo
         assert result.rows.schema.field("k_int").type == pa.int64()
         assert multiset(result.rows.to_pylist(), ["row_id", "k_int"]) == Counter(
             (r["rid"], r["k_int"]) for r in rows)
+
+
+@pytest.mark.parametrize(("ordering", "column", "searched"), [
+    ("k_str", "k_str", True),
+    ("k_ts", "k_ts", True),
+    ("k_date", "k_date", True),
+    ("truncate(3, k_int), k_int", "k_int", False),  # k_int does not ascend where the truncated value ties
+    ("bucket(8, k_long), k_long", "k_long", False),
+])
+def test_lookups_in_regions_of_many_row_groups(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch,
+                                               ordering: str, column: str, searched: bool) -> None:
+    # Region row groups of 3 entries: row groups are pruned by binary search where the looked-up
+    # column ascends through the region, else by comparing every row group's bounds.
+    monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", 3)
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=61)
+    for _ in range(3):
+        oracle.append(60)
+    oracle.delete_positions(20)
+    _index(oracle, ordering, {"write.region.target-file-size-bytes": "100000"})
+    tracking = read_tracking_file(oracle.table.io, refresh_full(oracle.table, "ix").extract.tracking_file)
+    assert len(tracking) == 1
+    region = tracking[0].file_path
+    with opened_parquet(oracle.table.io, region) as handle:
+        assert handle.file.metadata.num_row_groups > 20
+        field_id = next(i for i, (_, f) in lookup_module._columns_by_id(handle.file, region).items()
+                        if f.name == column)
+        column_index, arrow_field = lookup_module._columns_by_id(handle.file, region)[field_id]
+        stats = lookup_module._column_group_stats(handle.file, region, column_index, arrow_field)
+    assert (stats.ascending is not None) == searched
+    assert _check_all(oracle, column, "index") > 0

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -381,6 +381,11 @@ class _GroupStats:
     low: pa.Array
     high: pa.Array
     nulls: pa.Array
+    #: When the bounds ascend with the row groups, as they do for the ordering key's leading
+    #: column, a value's row groups are one run, found by binary search: the number of leading
+    #: row groups holding only nulls (nulls sort first), then the later groups' lower and upper
+    #: bounds as Python lists. None otherwise (and for floats, whose order differs).
+    ascending: tuple[int, list[Any], list[Any]] | None = None
 
 
 #: Region files whose column layout and row-group statistics are kept per process.
@@ -391,46 +396,70 @@ _REGION_CACHE_SIZE = 1024
         key=lambda parquet, path, column, arrow_field: hashkey(path, column))
 def _column_group_stats(parquet: pq.ParquetFile, path: str, column: int, arrow_field: pa.Field) -> _GroupStats:
     """Min, max and null count of a column in each row group (cached: region files never change)."""
-    lows, highs, nulls = [], [], []
+    lows, highs, nulls, only_nulls = [], [], [], []
     for g in range(parquet.metadata.num_row_groups):
-        stats = parquet.metadata.row_group(g).column(column).statistics
+        group = parquet.metadata.row_group(g)
+        stats = group.column(column).statistics
         known = stats is not None and stats.has_min_max
         lows.append(stats.min if known else None)
         highs.append(stats.max if known else None)
         nulls.append(stats.null_count if stats is not None and stats.has_null_count else None)
+        only_nulls.append(not known and nulls[-1] == group.num_rows)
     arrow_type = arrow_field.type
     value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
     try:
         low, high = pa.array(lows, type=value_type), pa.array(highs, type=value_type)
     except (pa.ArrowException, TypeError, ValueError):
         low = high = pa.nulls(len(lows), type=value_type)  # unusable statistics: no pruning
-    return _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
+        return _GroupStats(low, high, pa.array(nulls, type=pa.int64()))
+    ascending = None if pa.types.is_floating(value_type) else _ascending(lows, highs, only_nulls)
+    return _GroupStats(low, high, pa.array(nulls, type=pa.int64()), ascending)
 
 
-def _groups_admitting(stats: _GroupStats, value: Any) -> pa.Array:
-    """Which row groups may hold the value (unknown statistics: yes)."""
-    if value is None:
-        return pc.fill_null(pc.greater(stats.nulls, 0), True)
+def _ascending(lows: list[Any], highs: list[Any], only_nulls: list[bool]) -> tuple[int, list[Any], list[Any]] | None:
+    skip = next((i for i, empty in enumerate(only_nulls) if not empty), len(only_nulls))
+    lows, highs = lows[skip:], highs[skip:]
+    if None in lows or None in highs:
+        return None  # a row group without bounds after the first values
     try:
-        scalar = pa.scalar(value, type=stats.low.type)
-    except (pa.ArrowException, TypeError, ValueError):
-        return pa.array([True] * len(stats.low))
-    inside = pc.and_(pc.less_equal(stats.low, scalar), pc.greater_equal(stats.high, scalar))
-    return pc.fill_null(inside, True)
+        ordered = all(a <= b for a, b in pairwise(lows)) and all(a <= b for a, b in pairwise(highs))
+        return (skip, lows, highs) if ordered and all(a <= b for a, b in zip(lows, highs, strict=True)) else None
+    except TypeError:
+        return None  # values Python cannot order
+
+
+def _groups_admitting(stats: _GroupStats, value: Any) -> Iterable[int]:
+    """The row groups that may hold the value (unknown statistics: yes)."""
+    if value is not None and stats.ascending is not None:
+        skip, lows, highs = stats.ascending
+        try:
+            first = bisect_left(highs, value)
+            return range(skip + first, skip + max(first, bisect_right(lows, value)))
+        except TypeError:
+            pass  # a value of another kind than the statistics: compare in Arrow instead
+    if value is None:
+        admits = pc.fill_null(pc.greater(stats.nulls, 0), True)
+    else:
+        try:
+            scalar = pa.scalar(value, type=stats.low.type)
+        except (pa.ArrowException, TypeError, ValueError):
+            return range(len(stats.low))
+        admits = pc.fill_null(pc.and_(pc.less_equal(stats.low, scalar), pc.greater_equal(stats.high, scalar)), True)
+    return pc.indices_nonzero(admits).to_pylist()
 
 
 def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], groups: int) -> list[int]:
     """The row groups whose statistics may hold one of the probes."""
-    admitted = None
+    admitted: set[int] = set()
     for probe in probes:
-        matches = None
+        matches: set[int] | None = None
         for stats, value in zip(key_stats, probe, strict=True):
-            admits = _groups_admitting(stats, value)
-            matches = admits if matches is None else pc.and_(matches, admits)
+            admits = set(_groups_admitting(stats, value))
+            matches = admits if matches is None else matches & admits
         if matches is None:
             return list(range(groups))  # a probe over no column matches everything
-        admitted = matches if admitted is None else pc.or_(admitted, matches)
-    return [] if admitted is None else pc.indices_nonzero(admitted).to_pylist()
+        admitted |= matches
+    return sorted(admitted)
 
 
 @cached(LRUCache(maxsize=_REGION_CACHE_SIZE), lock=Lock(), key=lambda parquet, path: hashkey(path))
