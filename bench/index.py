@@ -10,8 +10,11 @@
   deletes, sort, cut, write region files and the tracking file, commit), in entries per second,
   against the floor: ``pyarrow.compute.sort_indices`` of the same keys already in memory;
 - lookup: ``lookup`` of ``--probes`` present keys, warm (caches filled by one warm-up lookup),
-  p50 and p95, against ``table.scan(row_filter=EqualTo("id", key)).to_arrow()`` for
-  ``--scan-probes`` of the same keys; both return the same rows (checked);
+  p50 and p95, against ``table.scan(row_filter=EqualTo("id", key)).to_arrow()`` of one key in
+  each of ``--rounds`` rounds (both return the same rows, checked), and against the fetch
+  floor: pyarrow decoding the row from its row group of an already open data file, the part of
+  a lookup no Parquet reader without page skipping avoids. Scans, lookups and floors are
+  interleaved round by round, so a slow stretch of a noisy machine weighs on all of them;
 - region files read per lookup (target 1 for a non-spanning key).
 
     .venv/bin/python bench/index.py --refresh    # incremental refresh against a full rebuild
@@ -39,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
@@ -99,26 +103,57 @@ def bench_build(table: Table) -> dict[str, Any]:
     }
 
 
-def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, scan_probes: int) -> dict[str, Any]:
+def _row_locations(table: Table, values: list[Any]) -> dict[Any, tuple[pq.ParquetFile, int, int]]:
+    """Where each value's first row is: an open data file, its row group and the row in it.
+
+    Found by reading the key column of every data file, independently of the index.
+    """
+    wanted = pa.array(values, type=pa.int64())
+    found: dict[Any, tuple[pq.ParquetFile, int, int]] = {}
+    for task in table.scan().plan_files():
+        parquet = pq.ParquetFile(table.io.new_input(task.file.file_path).open(), pre_buffer=False)
+        for group in range(parquet.metadata.num_row_groups):
+            ids = parquet.read_row_group(group, columns=["id"]).column("id")
+            for row in pc.indices_nonzero(pc.is_in(ids, value_set=wanted)).to_pylist():
+                found.setdefault(ids[row].as_py(), (parquet, group, row))
+    return found
+
+
+def _fetch_floor(location: tuple[pq.ParquetFile, int, int]) -> float:
+    """Seconds pyarrow takes to decode one row from its row group of an already open data file:
+    the row group's column chunks up to the row, on Arrow's threads, as any Parquet reader
+    without page skipping must."""
+    parquet, group, row = location
+    started = time.perf_counter()
+    next(parquet.iter_batches(batch_size=row + 1, row_groups=[group], use_threads=True))
+    return time.perf_counter() - started
+
+
+def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int) -> dict[str, Any]:
+    """Lookups, filtered scans and the fetch floor, interleaved in ``rounds`` so that a slower
+    stretch of a noisy machine weighs on all three alike."""
     positions = pc.cast(pc.floor(pc.multiply(pc.random(probes, initializer=99), len(keys) - 1)), pa.int64())
-    sample = pc.take(keys, positions)
-    values = sample.to_pylist()
+    values = pc.take(keys, positions).to_pylist()
+    locations = _row_locations(table, values)
     lookup(table, "by_id", [(values[0],)])  # warm-up: plan, tracking file and OS caches
-    timings, regions = [], []
-    for value in values:
+    _fetch_floor(locations[values[0]])
+    timings, regions, scans, floors = [], [], [], []
+    per_round = -(-len(values) // rounds)
+    for start in range(0, len(values), per_round):
+        chunk = values[start:start + per_round]
         started = time.perf_counter()
-        result = lookup(table, "by_id", [(value,)])
-        timings.append(time.perf_counter() - started)
-        regions.append(result.region_files_read)
-        assert result.mode == "index" and result.rows.num_rows >= 1
-    scans = []
-    for value in values[:scan_probes]:
-        started = time.perf_counter()
-        scanned = table.scan(row_filter=EqualTo("id", value)).to_arrow()
+        scanned = table.scan(row_filter=EqualTo("id", chunk[0])).to_arrow()
         scans.append(time.perf_counter() - started)
-        found = lookup(table, "by_id", [(value,)]).rows
-        assert sorted(scanned.to_pylist(), key=str) == sorted(found.to_pylist(), key=str)
-    lookup_p50, scan_p50 = _percentile(timings, 0.5), _percentile(scans, 0.5)
+        assert sorted(scanned.to_pylist(), key=str) == sorted(lookup(table, "by_id", [(chunk[0],)]).rows.to_pylist(),
+                                                             key=str)
+        for value in chunk:
+            started = time.perf_counter()
+            result = lookup(table, "by_id", [(value,)])
+            timings.append(time.perf_counter() - started)
+            regions.append(result.region_files_read)
+            assert result.mode == "index" and result.rows.num_rows >= 1
+        floors.extend(_fetch_floor(locations[value]) for value in chunk)
+    lookup_p50, scan_p50, floor_p50 = (_percentile(t, 0.5) for t in (timings, scans, floors))
     return {
         "lookup_probes": len(values),
         "lookup_warm_p50_ms": round(lookup_p50 * 1000, 2),
@@ -127,6 +162,8 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, scan_probes:
         "scan_p50_ms": round(scan_p50 * 1000, 1),
         "scan_p95_ms": round(_percentile(scans, 0.95) * 1000, 1),
         "lookup_speedup_p50": round(scan_p50 / lookup_p50, 1),
+        "fetch_floor_p50_ms": round(floor_p50 * 1000, 2),
+        "lookup_vs_fetch_floor_p50": round(lookup_p50 / floor_p50, 2),
         "region_files_read_per_lookup_mean": round(statistics.fmean(regions), 3),
         "region_files_read_per_lookup_max": max(regions),
     }
@@ -193,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--probes", type=int, default=200)
-    parser.add_argument("--scan-probes", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10, help="scans, each followed by a share of the lookups")
     parser.add_argument("--row-group-rows", type=int, default=65_536)
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
     parser.add_argument("--refresh", action="store_true", help="benchmark the incremental refresh instead")
@@ -213,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     build = bench_build(table)
     keys = build.pop("keys")
     table = table.refresh()
-    lookups = bench_lookups(table, keys, args.probes, args.scan_probes)
+    lookups = bench_lookups(table, keys, args.probes, args.rounds)
     _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": args.row_group_rows,
              "setup_seconds": round(setup_seconds, 1), **build, **lookups})
     shutil.rmtree(args.root, ignore_errors=True)
