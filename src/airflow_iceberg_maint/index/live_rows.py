@@ -109,7 +109,7 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     )
     raw = raw.combine_chunks()
     batch = raw.to_batches()[0] if raw.num_rows else pa.RecordBatch.from_pylist([], schema=raw.schema)
-    batch = _project(schema, file_project_schema, batch, downcast, missing)
+    batch = _project(path, schema, file_project_schema, batch, downcast, missing)
     return pa.Table.from_batches([batch]).append_column(POS_COLUMN, row_positions)
 
 
@@ -117,15 +117,15 @@ _relabels: LRUCache[tuple[Any, ...], pa.Schema] = LRUCache(maxsize=_CACHE_SIZE)
 _relabels_lock = Lock()
 
 
-def _project(schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcast: bool,
+def _project(path: str, schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcast: bool,
              missing: dict[int, Any]) -> pa.RecordBatch:
-    """pyiceberg's projection of a file batch on ``schema``.
+    """pyiceberg's projection of a batch of the data file ``path`` on ``schema``.
 
     pyiceberg's visitor costs about 0.15 ms a call, most of a point lookup's fetch overhead. When
     it has been seen to only rename top-level primitive columns in place (same field IDs in the
-    same order, same Arrow types), its output schema is reused for the same inputs instead.
+    same order, same Arrow types), its output schema is reused for the same file and schema.
     """
-    key = (batch.schema, tuple(schema.fields), tuple(file_schema.fields)) if not missing else None
+    key = hashkey(path, tuple(schema.fields)) if not missing else None
     with _relabels_lock:
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
