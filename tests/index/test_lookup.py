@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo, IsNull
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
@@ -395,8 +397,11 @@ def test_random_histories_never_miss_or_return_a_dead_row(sqlite_catalog: Catalo
     """S5 soak: random appends, deletes of every kind and refreshes; every snapshot stays exact."""
     oracle = OracleTable.create(sqlite_catalog, f"t{seed}", seed=100 + seed)
     oracle.append(60)
-    _index(oracle, "bucket(4, k_long), k_long" if seed % 2 else "k_str")
+    ordering = "bucket(4, k_long), k_long" if seed % 2 else "k_str"
     column = "k_long" if seed % 2 else "k_str"
+    # The extract also holds rid: lookups of rid and the key answer from it at its own snapshot.
+    metadata = new_index_metadata(oracle.table, "ix", split_expression_list(ordering), ["rid"], True, SMALL_REGIONS)
+    IndexStore(oracle.table).create(metadata, "ix")
     refresh_full(oracle.table, "ix")
     equality_deleted = False
     for _ in range(10):
@@ -417,7 +422,11 @@ def test_random_histories_never_miss_or_return_a_dead_row(sqlite_catalog: Catalo
         for snapshot_id in [None, oracle.rng.choice(list(oracle.history))]:
             for value in oracle.probes(column, 4):
                 result = lookup(oracle.table, "ix", [(value,)], snapshot_id=snapshot_id)
-                assert _rows(result) == oracle.expected(column, value, snapshot_id), (step, snapshot_id, value)
+                expected = oracle.expected(column, value, snapshot_id)
+                assert _rows(result) == expected, (step, snapshot_id, value)
+                covered = lookup(oracle.table, "ix", [(value,)], snapshot_id=snapshot_id, columns=["rid", column])
+                rids = Counter({(row[0], row[SCHEMA.names.index(column)]): n for row, n in expected.items()})
+                assert multiset(covered.rows.to_pylist(), ["rid", column]) == rids, (step, snapshot_id, value)
 
 
 def test_encrypted_extract_means_a_scan(sqlite_catalog: Catalog) -> None:
@@ -491,3 +500,77 @@ def test_lookups_in_regions_of_many_row_groups(sqlite_catalog: Catalog, monkeypa
         stats = lookup_module._column_group_stats(handle.file, region, column_index, arrow_field)
     assert (stats.ascending is not None) == searched
     assert _check_all(oracle, column, "index") > 0
+
+
+def _covering_index(oracle: OracleTable) -> None:
+    metadata = new_index_metadata(oracle.table, "ix", ["k_long"], ["rid", "k_str", "k_int"], True, SMALL_REGIONS)
+    IndexStore(oracle.table).create(metadata, "ix")
+    refresh_full(oracle.table, "ix")
+
+
+def _no_data_file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Data files a lookup reads rows from, recorded (and still read)."""
+    reads: list[str] = []
+    original = lookup_module.read_rows
+
+    def recording(table: Any, data_file: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(data_file.file_path)
+        return original(table, data_file, *args, **kwargs)
+
+    monkeypatch.setattr(lookup_module, "read_rows", recording)
+    return reads
+
+
+def test_index_only_lookup_answers_from_the_extract(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=67)
+    for _ in range(3):
+        oracle.append(60)
+    oracle.delete_positions(20)
+    oracle.delete_equality("k_str", ["abc"])
+    _covering_index(oracle)
+    reads = _no_data_file_reads(monkeypatch)
+    columns = ["k_str", "rid", "k_long"]
+    probes = oracle.probes("k_long", 12)
+    for value in probes:
+        result = lookup(oracle.table, "ix", [(value,)], columns=columns)
+        assert result.mode == "index"
+        assert result.rows.schema == schema_to_pyarrow(Schema(*map(oracle.table.schema().find_field, columns)),
+                                                       include_field_ids=False)
+        expected = multiset((r for r in oracle.rows.values() if r["k_long"] == value), columns)
+        assert multiset(result.rows.to_pylist(), columns) == expected, value
+    assert reads == []
+    several = lookup(oracle.table, "ix", [(v,) for v in probes], columns=["rid"])
+    assert sorted(several.rows.column("rid").to_pylist()) == sorted(
+        r["rid"] for r in oracle.rows.values() if r["k_long"] in probes)
+    assert reads == []
+
+
+def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
+        sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=71)
+    for _ in range(3):
+        oracle.append(60)
+    _covering_index(oracle)
+    reads = _no_data_file_reads(monkeypatch)
+    value = next(v for v in oracle.probes("k_long", 12) if oracle.expected("k_long", v))
+    result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "payload"])
+    assert result.mode == "index" and reads  # payload is not in the extract
+    assert multiset(result.rows.to_pylist(), ["rid", "payload"]) == multiset(
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "payload"])
+    reads.clear()
+    oracle.delete_positions(15)
+    result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "k_str"])
+    assert result.mode == "reconciled" and reads
+    assert multiset(result.rows.to_pylist(), ["rid", "k_str"]) == multiset(
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_str"])
+    reads.clear()
+    refresh_full(oracle.table, "ix")
+    with oracle.table.update_schema() as update:
+        update.update_column("k_int", LongType())  # the extract holds k_int as int: fetched as long
+    oracle.table = oracle.table.refresh()
+    reads.clear()
+    result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "k_int"])
+    assert result.mode == "index" and reads  # a schema change makes no snapshot
+    assert result.rows.schema.field("k_int").type == pa.int64()
+    assert multiset(result.rows.to_pylist(), ["rid", "k_int"]) == multiset(
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_int"])

@@ -206,8 +206,10 @@ def lookup(
         parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output,
                                     table_schema)
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
-    hits, regions_read = _index_hits(table.io, metadata, tracking, keys, unique)
-    parts = _fetch(table, plan, hits, output)
+    # At the extract's own snapshot its entries are the live rows: columns it stores need no fetch.
+    stored = _stored_ids(metadata, tracking, output) if plan.source is None else None
+    entries, regions_read = _index_entries(table.io, metadata, tracking, keys, unique, stored or [])
+    parts = [_entry_rows(entries, output)] if stored is not None else _fetch(table, plan, _hits(entries), output)
     scanned_parts, scanned = ([], 0) if not plan.rescan else scan_files(
         table, plan.target, plan.rescan, table_names, unique, output, table_schema)
     mode = "index" if plan.source is None else "reconciled"
@@ -354,9 +356,10 @@ def _key_variants(probe: Probe) -> list[Probe]:
     return variants
 
 
-def _index_hits(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: Sequence[NestedField],
-                probes: Sequence[Probe]) -> tuple[dict[str, set[int]], int]:
-    """Data file -> positions of the entries matching a probe; and the number of region files read."""
+def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: Sequence[NestedField],
+                   probes: Sequence[Probe], stored_ids: Sequence[int]) -> tuple[pa.Table, int]:
+    """The ``_file``, ``_pos`` and ``stored_ids`` columns of the entries matching a probe; and the
+    number of region files read."""
     regions: dict[str, list[Probe]] = defaultdict(list)
     for probe in probes:
         for variant in _key_variants(probe):
@@ -366,12 +369,48 @@ def _index_hits(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: 
                     regions[region.file_path].append(probe)
     file_id = next(f.field_id for f in metadata.identity_fields if f.source_id == FILE_COLUMN_ID)
     pos_id = next(f.field_id for f in metadata.identity_fields if f.source_id == POS_COLUMN_ID)
+    output_ids = [file_id, pos_id, *stored_ids]
+    names = [f"c{i}" for i in range(len(output_ids))]
+    parts = [read_region_matches(io, path, [k.field_id for k in keys], output_ids, region_probes).rename_columns(names)
+             for path, region_probes in regions.items()]
+    if not parts:
+        types = dict(zip([f.field_id for f in tracking.schema.fields],
+                         schema_to_pyarrow(tracking.schema, include_field_ids=False).types, strict=True))
+        return pa.schema([(n, types[i]) for n, i in zip(names, output_ids, strict=True)]).empty_table(), 0
+    return pa.concat_tables(parts), len(regions)
+
+
+def _hits(entries: pa.Table) -> dict[str, set[int]]:
+    """Data file -> positions of the entries."""
     hits: dict[str, set[int]] = defaultdict(set)
-    for path, region_probes in regions.items():
-        rows = read_region_matches(io, path, [k.field_id for k in keys], [file_id, pos_id], region_probes)
-        for data_file, pos in zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True):
-            hits[data_file].add(pos)
-    return hits, len(regions)
+    for data_file, pos in zip(entries.column(0).to_pylist(), entries.column(1).to_pylist(), strict=True):
+        hits[data_file].add(pos)
+    return hits
+
+
+#: Column types an index-only lookup returns from the extract's copies (cast to the output type).
+_STORABLE = (BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType, TimestampType,
+             TimestamptzType, StringType)
+
+
+def _stored_ids(metadata: IndexMetadata, tracking: _Tracking, output: Schema) -> list[int] | None:
+    """The extract fields holding each output column, when the extract stores every one of them
+    with the same type (an index-only lookup); None when the data files must be read."""
+    extract_fields = {f.field_id: f for f in tracking.schema.fields}
+    ids = []
+    for column in output.fields:
+        field_id = metadata.field_id_of_source(column.field_id)
+        stored = extract_fields.get(field_id) if field_id is not None else None
+        if stored is None or stored.field_type != column.field_type or not isinstance(column.field_type, _STORABLE):
+            return None
+        ids.append(stored.field_id)
+    return ids
+
+
+def _entry_rows(entries: pa.Table, output: Schema) -> pa.Table:
+    """The output rows of an index-only lookup, from the entries' stored columns."""
+    arrow = schema_to_pyarrow(output, include_field_ids=False)
+    return pa.Table.from_arrays([pc.cast(entries.column(i + 2), f.type) for i, f in enumerate(arrow)], schema=arrow)
 
 
 @dataclass(frozen=True)
