@@ -73,6 +73,8 @@ def _check_all(oracle: OracleTable, column: str, mode: str, snapshot_id: int | N
     for value in oracle.probes(column, 12):
         result = lookup(oracle.table, "ix", [(value,)], snapshot_id=snapshot_id)
         assert result.mode == mode, (value, result.mode)
+        if snapshot_id is None:  # whichever way rows were found: pyiceberg's Arrow types of the schema
+            assert result.rows.schema == schema_to_pyarrow(oracle.table.schema(), include_field_ids=False)
         expected = oracle.expected(column, value, snapshot_id)
         assert _rows(result) == expected, (column, value)
         matched += bool(expected)
@@ -508,14 +510,14 @@ def _covering_index(oracle: OracleTable) -> None:
     refresh_full(oracle.table, "ix")
 
 
-def _no_data_file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Data files a lookup reads rows from, recorded (and still read)."""
-    reads: list[str] = []
+def _data_file_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """The data files a lookup reads rows from, with the columns read, recorded (and still read)."""
+    reads: list[tuple[str, list[str]]] = []
     original = lookup_module.read_rows
 
-    def recording(table: Any, data_file: Any, *args: Any, **kwargs: Any) -> Any:
-        reads.append(data_file.file_path)
-        return original(table, data_file, *args, **kwargs)
+    def recording(table: Any, data_file: Any, schema: Schema, *args: Any, **kwargs: Any) -> Any:
+        reads.append((data_file.file_path, [f.name for f in schema.fields]))
+        return original(table, data_file, schema, *args, **kwargs)
 
     monkeypatch.setattr(lookup_module, "read_rows", recording)
     return reads
@@ -528,7 +530,7 @@ def test_index_only_lookup_answers_from_the_extract(sqlite_catalog: Catalog, mon
     oracle.delete_positions(20)
     oracle.delete_equality("k_str", ["abc"])
     _covering_index(oracle)
-    reads = _no_data_file_reads(monkeypatch)
+    reads = _data_file_reads(monkeypatch)
     columns = ["k_str", "rid", "k_long"]
     probes = oracle.probes("k_long", 12)
     for value in probes:
@@ -551,16 +553,17 @@ def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
     for _ in range(3):
         oracle.append(60)
     _covering_index(oracle)
-    reads = _no_data_file_reads(monkeypatch)
+    reads = _data_file_reads(monkeypatch)
     value = next(v for v in oracle.probes("k_long", 12) if oracle.expected("k_long", v))
     result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "payload"])
-    assert result.mode == "index" and reads  # payload is not in the extract
+    assert result.mode == "index" and reads
+    assert all(c == ["payload"] for _, c in reads)  # rid comes from the extract
     assert multiset(result.rows.to_pylist(), ["rid", "payload"]) == multiset(
         (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "payload"])
     reads.clear()
     oracle.delete_positions(15)
     result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "k_str"])
-    assert result.mode == "reconciled" and reads
+    assert result.mode == "reconciled" and all(c == ["rid", "k_str"] for _, c in reads) and reads
     assert multiset(result.rows.to_pylist(), ["rid", "k_str"]) == multiset(
         (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_str"])
     reads.clear()
@@ -570,7 +573,7 @@ def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
     oracle.table = oracle.table.refresh()
     reads.clear()
     result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "k_int"])
-    assert result.mode == "index" and reads  # a schema change makes no snapshot
+    assert result.mode == "index" and reads and all(c == ["k_int"] for _, c in reads)  # no snapshot: still exact
     assert result.rows.schema.field("k_int").type == pa.int64()
     assert multiset(result.rows.to_pylist(), ["rid", "k_int"]) == multiset(
         (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_int"])

@@ -207,9 +207,9 @@ def lookup(
                                     table_schema)
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
     # At the extract's own snapshot its entries are the live rows: columns it stores need no fetch.
-    stored = _stored_ids(metadata, tracking, output) if plan.source is None else None
-    entries, regions_read = _index_entries(table.io, metadata, tracking, keys, unique, stored or [])
-    parts = [_entry_rows(entries, output)] if stored is not None else _fetch(table, plan, _hits(entries), output)
+    stored = _stored_ids(metadata, tracking, output) if plan.source is None else {}
+    entries, regions_read = _index_entries(table.io, metadata, tracking, keys, unique, list(stored.values()))
+    parts = _fetch(table, plan, entries, output, list(stored))
     scanned_parts, scanned = ([], 0) if not plan.rescan else scan_files(
         table, plan.target, plan.rescan, table_names, unique, output, table_schema)
     mode = "index" if plan.source is None else "reconciled"
@@ -235,10 +235,13 @@ def _output_schema(schema: Schema, columns: Sequence[str] | None) -> Schema:
 
 
 def _concat(parts: list[pa.Table], schema: Schema) -> pa.Table:
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return schema_to_pyarrow(schema, include_field_ids=False).empty_table()
-    return pa.concat_tables(parts, promote_options="permissive")
+    """The parts (columns in ``schema`` order) as one table of pyiceberg's Arrow types for ``schema``,
+    whichever way each part was read."""
+    arrow = schema_to_pyarrow(schema, include_field_ids=False)
+    return pa.concat_tables([
+        pa.Table.from_arrays([p.column(i).cast(f.type) for i, f in enumerate(arrow)], schema=arrow)
+        for p in parts if p.num_rows
+    ] or [arrow.empty_table()])
 
 
 def _has_row_location(metadata: IndexMetadata) -> bool:
@@ -380,12 +383,14 @@ def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, key
     return pa.concat_tables(parts), len(regions)
 
 
-def _hits(entries: pa.Table) -> dict[str, set[int]]:
-    """Data file -> positions of the entries."""
-    hits: dict[str, set[int]] = defaultdict(set)
-    for data_file, pos in zip(entries.column(0).to_pylist(), entries.column(1).to_pylist(), strict=True):
-        hits[data_file].add(pos)
-    return hits
+def _by_data_file(entries: pa.Table) -> dict[str, pa.Table]:
+    """The entries of each data file, by position (positions are unique within a file)."""
+    files, positions = entries.column(0).to_pylist(), entries.column(1).to_pylist()
+    rows: dict[str, list[int]] = defaultdict(list)
+    for row in sorted(range(len(files)), key=lambda r: (files[r], positions[r])):
+        if not rows[files[row]] or positions[rows[files[row]][-1]] != positions[row]:
+            rows[files[row]].append(row)
+    return {path: entries.take(pa.array(at, type=pa.int64())) for path, at in rows.items()}
 
 
 #: Column types an index-only lookup returns from the extract's copies (cast to the output type).
@@ -393,24 +398,16 @@ _STORABLE = (BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalT
              TimestamptzType, StringType)
 
 
-def _stored_ids(metadata: IndexMetadata, tracking: _Tracking, output: Schema) -> list[int] | None:
-    """The extract fields holding each output column, when the extract stores every one of them
-    with the same type (an index-only lookup); None when the data files must be read."""
+def _stored_ids(metadata: IndexMetadata, tracking: _Tracking, output: Schema) -> dict[int, int]:
+    """Output column field ID -> the extract field holding a copy of it with the same type."""
     extract_fields = {f.field_id: f for f in tracking.schema.fields}
-    ids = []
+    stored = {}
     for column in output.fields:
         field_id = metadata.field_id_of_source(column.field_id)
-        stored = extract_fields.get(field_id) if field_id is not None else None
-        if stored is None or stored.field_type != column.field_type or not isinstance(column.field_type, _STORABLE):
-            return None
-        ids.append(stored.field_id)
-    return ids
-
-
-def _entry_rows(entries: pa.Table, output: Schema) -> pa.Table:
-    """The output rows of an index-only lookup, from the entries' stored columns."""
-    arrow = schema_to_pyarrow(output, include_field_ids=False)
-    return pa.Table.from_arrays([pc.cast(entries.column(i + 2), f.type) for i, f in enumerate(arrow)], schema=arrow)
+        copy = extract_fields.get(field_id) if field_id is not None else None
+        if copy is not None and copy.field_type == column.field_type and isinstance(column.field_type, _STORABLE):
+            stored[column.field_id] = copy.field_id
+    return stored
 
 
 @dataclass(frozen=True)
@@ -528,15 +525,29 @@ def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_id
 # Fetching table rows
 
 
-def _fetch(table: Table, plan: _Plan, hits: dict[str, set[int]], output: Schema) -> list[pa.Table]:
+def _fetch(table: Table, plan: _Plan, entries: pa.Table, output: Schema, stored: Sequence[int]) -> list[pa.Table]:
+    """Output rows for the matching entries, in ``output``'s column order.
+
+    ``stored`` are the output columns (field IDs) the entries hold, in the order of the entries'
+    columns after ``_file`` and ``_pos``; only at the extract's own snapshot may there be any.
+    The other columns are read from the data files by position. With no other column, no data
+    file is read at all (an index-only lookup).
+    """
+    assert plan.source is None or not stored
+    from_entries = {field_id: 2 + i for i, field_id in enumerate(stored)}
+    read_schema = Schema(*[f for f in output.fields if f.field_id not in from_entries], schema_id=output.schema_id)
     parts = []
-    for path, positions in sorted(hits.items()):
+    for path, mine in sorted(_by_data_file(entries).items()):
         if path not in plan.target.data_files or path in plan.rescan:
             continue  # removed since the extract, or scanned instead
-        rows = read_rows(table, plan.target.data_files[path].data_file, output, sorted(positions))
-        if plan.source is not None:
-            rows = _apply_new_deletes(table, plan, path, rows, output)
-        parts.append(rows.drop_columns([POS_COLUMN]))
+        if read_schema.fields:
+            rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, mine.column(1).to_pylist())
+            if plan.source is not None:
+                rows = _apply_new_deletes(table, plan, path, rows, read_schema)
+        parts.append(pa.table({
+            f.name: mine.column(from_entries[f.field_id]) if f.field_id in from_entries else rows.column(f.name)
+            for f in output.fields
+        }))
     return parts
 
 
