@@ -237,11 +237,18 @@ def _output_schema(schema: Schema, columns: Sequence[str] | None) -> Schema:
 def _concat(parts: list[pa.Table], schema: Schema) -> pa.Table:
     """The parts (columns in ``schema`` order) as one table of pyiceberg's Arrow types for ``schema``,
     whichever way each part was read."""
-    arrow = schema_to_pyarrow(schema, include_field_ids=False)
-    return pa.concat_tables([
-        pa.Table.from_arrays([p.column(i).cast(f.type) for i, f in enumerate(arrow)], schema=arrow)
-        for p in parts if p.num_rows
-    ] or [arrow.empty_table()])
+    arrow = _arrow_schema(tuple(schema.fields))
+    # from_arrays casts each column to the schema's type (string to large_string, ...).
+    conformed = [part if part.schema == arrow else pa.Table.from_arrays(part.columns, schema=arrow)
+                 for part in parts if part.num_rows]
+    if len(conformed) == 1:
+        return conformed[0]
+    return pa.concat_tables(conformed) if conformed else arrow.empty_table()
+
+
+@lru_cache(maxsize=64)
+def _arrow_schema(fields: tuple[NestedField, ...]) -> pa.Schema:
+    return schema_to_pyarrow(Schema(*fields), include_field_ids=False)
 
 
 def _has_row_location(metadata: IndexMetadata) -> bool:
@@ -383,14 +390,16 @@ def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, key
     return pa.concat_tables(parts), len(regions)
 
 
-def _by_data_file(entries: pa.Table) -> dict[str, pa.Table]:
-    """The entries of each data file, by position (positions are unique within a file)."""
+def _by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
+    """Data file -> its entries' positions in ascending order, and the entries' row numbers."""
     files, positions = entries.column(0).to_pylist(), entries.column(1).to_pylist()
-    rows: dict[str, list[int]] = defaultdict(list)
+    found: dict[str, tuple[list[int], list[int]]] = {}
     for row in sorted(range(len(files)), key=lambda r: (files[r], positions[r])):
-        if not rows[files[row]] or positions[rows[files[row]][-1]] != positions[row]:
-            rows[files[row]].append(row)
-    return {path: entries.take(pa.array(at, type=pa.int64())) for path, at in rows.items()}
+        at, rows = found.setdefault(files[row], ([], []))
+        if not at or at[-1] != positions[row]:  # positions are unique within a file; be sure
+            at.append(positions[row])
+            rows.append(row)
+    return found
 
 
 #: Column types an index-only lookup returns from the extract's copies (cast to the output type).
@@ -537,16 +546,16 @@ def _fetch(table: Table, plan: _Plan, entries: pa.Table, output: Schema, stored:
     from_entries = {field_id: 2 + i for i, field_id in enumerate(stored)}
     read_schema = Schema(*[f for f in output.fields if f.field_id not in from_entries], schema_id=output.schema_id)
     parts = []
-    for path, mine in sorted(_by_data_file(entries).items()):
+    for path, (positions, entry_rows) in sorted(_by_data_file(entries).items()):
         if path not in plan.target.data_files or path in plan.rescan:
             continue  # removed since the extract, or scanned instead
         if read_schema.fields:
-            rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, mine.column(1).to_pylist())
+            rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, positions)
             if plan.source is not None:
                 rows = _apply_new_deletes(table, plan, path, rows, read_schema)
         parts.append(pa.table({
-            f.name: mine.column(from_entries[f.field_id]) if f.field_id in from_entries else rows.column(f.name)
-            for f in output.fields
+            f.name: entries.column(from_entries[f.field_id]).take(entry_rows) if f.field_id in from_entries
+            else rows.column(f.name) for f in output.fields
         }))
     return parts
 
