@@ -15,6 +15,8 @@
   floor: pyarrow decoding the row from its row group of an already open data file, the part of
   a lookup no Parquet reader without page skipping avoids. Scans, lookups and floors are
   interleaved round by round, so a slow stretch of a noisy machine weighs on all of them;
+- index-only lookup: the same keys through a second index whose extract also stores
+  ``payload`` (``--identity payload``), answered from its region file alone;
 - region files read per lookup (target 1 for a non-spanning key).
 
     .venv/bin/python bench/index.py --refresh    # incremental refresh against a full rebuild
@@ -55,6 +57,8 @@ from airflow_iceberg_maint.index.refresh import RefreshResult, refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
+#: A second index on ``id`` whose extract also holds ``payload``: its lookups read no data file.
+COVERING = "by_id_with_payload"
 
 
 def _batch(rows: int, seed_offset: int, low: int = 0) -> pa.Table:
@@ -137,7 +141,7 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int)
     locations = _row_locations(table, values)
     lookup(table, "by_id", [(values[0],)])  # warm-up: plan, tracking file and OS caches
     _fetch_floor(locations[values[0]])
-    timings, regions, scans, floors = [], [], [], []
+    timings, regions, scans, floors, index_only = [], [], [], [], []
     per_round = -(-len(values) // rounds)
     for start in range(0, len(values), per_round):
         chunk = values[start:start + per_round]
@@ -153,7 +157,12 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int)
             regions.append(result.region_files_read)
             assert result.mode == "index" and result.rows.num_rows >= 1
         floors.extend(_fetch_floor(locations[value]) for value in chunk)
-    lookup_p50, scan_p50, floor_p50 = (_percentile(t, 0.5) for t in (timings, scans, floors))
+        for value in chunk:
+            started = time.perf_counter()
+            covered = lookup(table, COVERING, [(value,)])
+            index_only.append(time.perf_counter() - started)
+            assert covered.mode == "index" and covered.rows.num_rows >= 1
+    lookup_p50, scan_p50, floor_p50, only_p50 = (_percentile(t, 0.5) for t in (timings, scans, floors, index_only))
     return {
         "lookup_probes": len(values),
         "lookup_warm_p50_ms": round(lookup_p50 * 1000, 2),
@@ -164,6 +173,8 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int)
         "lookup_speedup_p50": round(scan_p50 / lookup_p50, 1),
         "fetch_floor_p50_ms": round(floor_p50 * 1000, 2),
         "lookup_vs_fetch_floor_p50": round(lookup_p50 / floor_p50, 2),
+        "index_only_lookup_p50_ms": round(only_p50 * 1000, 2),
+        "index_only_speedup_p50": round(scan_p50 / only_p50, 1),
         "region_files_read_per_lookup_mean": round(statistics.fmean(regions), 3),
         "region_files_read_per_lookup_max": max(regions),
     }
@@ -249,10 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     IndexStore(table).create(metadata, "by_id")
     build = bench_build(table)
     keys = build.pop("keys")
+    IndexStore(table).create(new_index_metadata(table, COVERING, ["id"], ["payload"], True, {}), COVERING)
+    started = time.perf_counter()
+    refresh_full(table, COVERING)
+    covering_seconds = time.perf_counter() - started
     table = table.refresh()
     lookups = bench_lookups(table, keys, args.probes, args.rounds)
     _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": args.row_group_rows,
-             "setup_seconds": round(setup_seconds, 1), **build, **lookups})
+             "setup_seconds": round(setup_seconds, 1), **build,
+             "index_only_build_seconds": round(covering_seconds, 3), **lookups})
     shutil.rmtree(args.root, ignore_errors=True)
     return 0
 
