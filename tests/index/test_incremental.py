@@ -1,6 +1,7 @@
 """Incremental refresh: after random histories, every extract equals a full build of its snapshot.
 
-Each history runs on a real SQLite catalog. A twin index with the same definition is always
+Each history runs on a real SQLite catalog, two of them with the table and the index on the
+local S3-protocol server. A twin index with the same definition is always
 built fully, so the incremental extract of index ``ix`` is compared entry for entry (as a
 multiset) with a full build of the same snapshot, its layout is checked against the spec
 (sorted regions, disjoint key ranges, exact ``group_max_value`` and bounds), and lookups through
@@ -14,7 +15,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import In
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
@@ -126,9 +126,10 @@ def overwrite(oracle: OracleTable, count: int) -> None:
 ORDERINGS = ["k_long", "bucket(4, k_long), k_long", "k_str", "truncate(1, k_str), k_str", "day(k_ts)"]
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_random_histories_equal_full_builds(sqlite_catalog: Catalog, seed: int) -> None:
-    oracle = OracleTable.create(sqlite_catalog, f"t{seed}", seed=500 + seed)
+@pytest.mark.parametrize(("kind", "seed"), [*(("sqlite", seed) for seed in range(10)),
+                                            *(pytest.param("s3", seed, marks=pytest.mark.s3) for seed in (1, 3))])
+def test_random_histories_equal_full_builds(request: pytest.FixtureRequest, kind: str, seed: int) -> None:
+    oracle = OracleTable.create(request.getfixturevalue(f"{kind}_catalog"), f"t{seed}", seed=500 + seed)
     ordering = ORDERINGS[seed % len(ORDERINGS)]
     spanning = {"write.region.allow-key-spanning": "true"} if seed % 3 == 0 else {}
     create_index(oracle, "ix", ordering, spanning)
