@@ -1,8 +1,10 @@
-"""Parquet readers kept open per process: reused, bounded, closed on eviction, dropped in a fork."""
+"""Parquet readers kept open per process: reused, bounded, closed on eviction, per IO settings, not
+inherited by a forked child."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +18,7 @@ from airflow_iceberg_maint.index.parquet_files import OPEN_FILES, opened_parquet
 
 @pytest.fixture(autouse=True)
 def _empty_cache() -> None:
-    parquet_files._drop_all()
+    parquet_files._handles.clear()
 
 
 def _write(path: Path, groups: list[int]) -> str:
@@ -56,18 +58,44 @@ def test_readers_beyond_the_limit_are_evicted_and_their_files_closed(tmp_path: P
 
 
 def test_a_forked_child_starts_without_the_parents_readers(tmp_path: Path) -> None:
-    with opened_parquet(PyArrowFileIO(), _write(tmp_path / "a.parquet", [1])):
+    uri = _write(tmp_path / "a.parquet", [1])
+    with opened_parquet(PyArrowFileIO(), uri) as parents:
         pass
     pid = os.fork()
     if pid == 0:
-        os._exit(len(parquet_files._handles))
+        code = 99
+        try:  # the child must never return into the test session
+            with opened_parquet(PyArrowFileIO(), uri) as childs:
+                code = len(parquet_files._handles) * 10 + (childs is parents)
+        finally:
+            os._exit(code)
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.waitstatus_to_exitcode(status) == 10  # one reader, opened anew in the child
     assert len(parquet_files._handles) == 1
 
 
 def test_a_reader_can_be_reentered_by_its_thread(tmp_path: Path) -> None:
     uri = _write(tmp_path / "a.parquet", [2])
     io = PyArrowFileIO()
-    with opened_parquet(io, uri) as outer, opened_parquet(io, uri) as inner:
-        assert inner is outer
+    same: list[bool] = []
+
+    def nested() -> None:
+        with opened_parquet(io, uri) as outer, opened_parquet(io, uri) as inner:
+            same.append(inner is outer)
+
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "a nested use of the same reader deadlocked"
+    assert same == [True]
+
+
+def test_other_io_settings_open_the_file_anew(tmp_path: Path) -> None:
+    # New credentials (a catalog vending short-lived ones) must not reuse a reader opened with old ones.
+    uri = _write(tmp_path / "a.parquet", [2])
+    with opened_parquet(PyArrowFileIO({"s3.session-token": "old"}), uri) as old:
+        pass
+    with opened_parquet(PyArrowFileIO({"s3.session-token": "new"}), uri) as new:
+        assert new is not old
+    with opened_parquet(PyArrowFileIO({"s3.session-token": "new"}), uri) as again:
+        assert again is new

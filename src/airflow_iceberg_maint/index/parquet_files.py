@@ -4,9 +4,11 @@ Data files, region files and tracking files are never changed once written, so a
 once (footer parsed, remote object looked up) stays valid. A point lookup reads two files; opening
 them cost about a fifth of its time on a local disk, and a metadata request each on S3.
 
-A reader is used by one thread at a time (re-entrantly within it). A file deleted while open stays
-readable through a local handle (its disk space is freed on eviction); the cache is small and is
-dropped in a forked child, whose remote clients must not be shared with the parent.
+A reader is used by one thread at a time (re-entrantly within it), and only with the file IO
+properties it was opened with (a new set of credentials opens the file anew). A file deleted
+while open stays readable through a local handle (its disk space is freed on eviction); the
+cache is small. A forked child starts with an empty cache and a fresh lock: the parent's readers
+are left alone there (their remote clients must not be used, nor closed, in the child).
 """
 
 from __future__ import annotations
@@ -36,15 +38,18 @@ class ParquetHandle:
     lock: Any = field(default_factory=RLock)  # threading.RLock is a factory, not a type
 
 
-_handles: LRUCache[str, ParquetHandle] = LRUCache(maxsize=OPEN_FILES)
+_handles: LRUCache[tuple[str, frozenset[tuple[str, str]]], ParquetHandle] = LRUCache(maxsize=OPEN_FILES)
 _handles_lock = Lock()
+_inherited: list[Any] = []  # the parent's readers, kept referenced so that the child never closes them
 
 
-def _drop_all() -> None:
-    _handles.clear()
+def _start_empty_after_fork() -> None:
+    global _handles, _handles_lock
+    _inherited.append(_handles)
+    _handles, _handles_lock = LRUCache(maxsize=OPEN_FILES), Lock()
 
 
-os.register_at_fork(after_in_child=_drop_all)
+os.register_at_fork(after_in_child=_start_empty_after_fork)
 
 
 def _open(io: FileIO, path: str) -> ParquetHandle:
@@ -58,11 +63,12 @@ def _open(io: FileIO, path: str) -> ParquetHandle:
 @contextmanager
 def opened_parquet(io: FileIO, path: str) -> Iterator[ParquetHandle]:
     """The file's reader, held for the caller's exclusive use until the block ends."""
+    key = (path, frozenset((k, str(v)) for k, v in io.properties.items()))
     with _handles_lock:
-        handle = _handles.get(path)
+        handle = _handles.get(key)
     if handle is None:
         handle = _open(io, path)
         with _handles_lock:
-            handle = _handles.setdefault(path, handle)  # another thread may have opened it meanwhile
+            handle = _handles.setdefault(key, handle)  # another thread may have opened it meanwhile
     with handle.lock:
         yield handle
