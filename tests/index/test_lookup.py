@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
+from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata import EncryptionKey, IndexMetadata, new_index_metadata
@@ -333,7 +335,14 @@ def test_composite_key_lookups(sqlite_catalog: Catalog) -> None:
         assert (result.mode, _rows(result)) == ("index", expected), probe
 
 
-def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog) -> None:
+@pytest.mark.parametrize("region_row_group_rows", [4096, 2])
+def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch,
+                                      region_row_group_rows: int) -> None:
+    # With 2-entry region row groups the row groups are found by binary search over
+    # timezone-aware datetimes and Decimals.
+    monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", region_row_group_rows)
+    searches: list[Any] = []
+    monkeypatch.setattr(lookup_module, "bisect_right", lambda *a: searches.append(a[1]) or bisect_right(*a))
     schema = pa.schema([("rid", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("amount", pa.decimal128(9, 2))])
     table = sqlite_catalog.create_table("db.z", schema=schema)
     moments = [datetime(2024, 3, 1, 12, tzinfo=UTC), datetime(2024, 3, 1, 13, tzinfo=UTC), None]
@@ -357,6 +366,8 @@ def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog) -> None:
             found.append((text, len(expected)))
     assert found == [("2024-03-01T13:00:00+00:00", 20), ("2024-03-01T14:00:00+01:00", 20), ("1.50", 21),
                      ("-2.00", 21), ("3.00", 0)]
+    if region_row_group_rows == 2:
+        assert {type(v) for v in searches} == {datetime, Decimal}
 
 
 def test_time_travel_uses_the_extract_of_that_snapshot(sqlite_catalog: Catalog) -> None:
@@ -453,12 +464,13 @@ def test_encrypted_extract_means_a_scan(sqlite_catalog: Catalog) -> None:
 def test_repeated_lookups_keep_column_order_renames_and_promotions(sqlite_catalog: Catalog) -> None:
     # A data file's projection is reused once seen to only rename in place; other projections
     # (columns swapped, a type widened) must come out right on every call, not only the first.
+    # Keyed on k_str, so rid and k_long (both int64) are read from the data files, not the extract.
     oracle = OracleTable.create(sqlite_catalog, "t", seed=59)
     oracle.append(60)
-    _index(oracle, "k_long")
+    _index(oracle, "k_str")
     refresh_full(oracle.table, "ix")
-    value = next(v for v in oracle.probes("k_long", 12) if oracle.expected("k_long", v))
-    rows = [r for r in oracle.rows.values() if r["k_long"] == value]
+    value = next(v for v in oracle.probes("k_str", 12) if oracle.expected("k_str", v))
+    rows = [r for r in oracle.rows.values() if r["k_str"] == value]
     for columns in (["rid", "k_long"], ["k_long", "rid"], ["rid", "k_long"], ["k_long", "rid"]):
         result = lookup(oracle.table, "ix", [(value,)], columns=columns)
         assert result.rows.column_names == columns
@@ -577,3 +589,55 @@ def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
     assert result.rows.schema.field("k_int").type == pa.int64()
     assert multiset(result.rows.to_pylist(), ["rid", "k_int"]) == multiset(
         (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_int"])
+
+
+def test_lookups_over_regions_written_before_and_after_a_promotion(sqlite_catalog: Catalog) -> None:
+    # An incremental refresh reuses region files that hold k_int as int beside new ones holding
+    # long: a lookup reading both (several probes) combines them.
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=73)
+    for _ in range(3):
+        oracle.append(60)
+    IndexStore(oracle.table).create(
+        new_index_metadata(oracle.table, "ix", ["k_long"], ["rid", "k_int"], True, SMALL_REGIONS), "ix")
+    refresh_full(oracle.table, "ix")
+    with oracle.table.update_schema() as update:
+        update.update_column("k_int", LongType())
+    oracle.table = oracle.table.refresh()
+    oracle.append(5)
+    result = refresh_index(oracle.table, "ix")
+    assert result.mode == "incremental" and result.region_files_reused and result.region_files_written
+    regions = read_tracking_file(oracle.table.io, result.extract.tracking_file)
+    kinds = set()
+    for region in regions:
+        with oracle.table.io.new_input(region.file_path).open() as stream:
+            kinds.add(pq.read_schema(stream).field("k_int").type)
+    assert kinds == {pa.int32(), pa.int64()}
+    values = sorted({r["k_long"] for r in oracle.rows.values()}, key=lambda v: (v is None, v))
+    found = lookup(oracle.table, "ix", [(v,) for v in values], columns=["rid", "k_int"])
+    assert (found.mode, found.region_files_read) == ("index", len(regions))
+    assert found.rows.schema.field("k_int").type == pa.int64()
+    assert multiset(found.rows.to_pylist(), ["rid", "k_int"]) == multiset(oracle.rows.values(), ["rid", "k_int"])
+
+
+def test_lookups_return_list_map_and_struct_columns_like_a_scan(sqlite_catalog: Catalog) -> None:
+    schema = pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string())),
+                        ("attrs", pa.map_(pa.string(), pa.int64())), ("pos", pa.struct([("x", pa.int32())]))])
+    table = sqlite_catalog.create_table("db.nested", schema=schema)
+    rows = [{"id": i % 4, "tags": [f"t{i}", None][: 1 + i % 2], "attrs": [("a", i)] if i % 3 else [],
+             "pos": {"x": i} if i % 5 else None} for i in range(2000)]
+    table.append(pa.Table.from_pylist(rows, schema=schema))
+    IndexStore(table).create(new_index_metadata(table, "ix", ["id"], [], True, {}), "ix")
+    refresh_full(table, "ix")
+
+    def same_as_scan(mode: str) -> None:
+        for value in (1, 3, 7):
+            found = lookup(table, "ix", [(value,)])
+            scanned = table.scan(row_filter=EqualTo("id", value)).to_arrow()
+            assert found.mode == mode
+            assert sorted(map(str, found.rows.to_pylist())) == sorted(map(str, scanned.to_pylist())), value
+
+    same_as_scan("index")
+    table.append(pa.Table.from_pylist(rows[:4], schema=schema))
+    same_as_scan("reconciled")
+    with pytest.raises(InvalidInputError, match="'id' given more than once"):
+        lookup(table, "ix", [(1,)], columns=["id", "tags", "id"])

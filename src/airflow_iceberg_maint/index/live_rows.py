@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from threading import Lock
 from typing import Any
 
@@ -28,6 +29,7 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema, prune_columns
 from pyiceberg.table import Table
+from pyiceberg.types import ListType, MapType, NestedField
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.parquet_files import ParquetHandle, opened_parquet
@@ -60,9 +62,16 @@ def _read_positions(handle: ParquetHandle, positions: Sequence[int], columns: li
         wanted.setdefault(group, []).append(position - handle.starts[group])
     pieces: list[pa.RecordBatch] = []
     for group, local in sorted(wanted.items()):
-        batch = next(handle.file.iter_batches(batch_size=local[-1] + 1, row_groups=[group], columns=columns,
-                                              use_threads=True))
-        pieces.append(batch.slice(local[0], 1) if len(local) == 1 else batch.take(pa.array(local, type=pa.int64())))
+        offset = 0  # Arrow may still cut the batch short (a chunk of over 2 GB of strings)
+        for batch in handle.file.iter_batches(batch_size=local[-1] + 1, row_groups=[group], columns=columns,
+                                              use_threads=True):
+            end = offset + batch.num_rows
+            at = [i - offset for i in local if offset <= i < end]
+            if at:
+                pieces.append(batch.slice(at[0], 1) if len(at) == 1 else batch.take(pa.array(at, type=pa.int64())))
+            offset = end
+            if offset > local[-1]:
+                break
     if not pieces:
         return handle.file.schema_arrow.empty_table().select(columns)
     return pa.Table.from_batches(pieces)
@@ -82,6 +91,14 @@ def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids
     return prune_columns(file_schema, set(field_ids), select_full_types=False)
 
 
+@lru_cache(maxsize=256)
+def _projected_ids(fields: tuple[NestedField, ...]) -> frozenset[int]:
+    """The field IDs to project for these columns: lists and maps are projected through their
+    element, key and value IDs (pyiceberg refuses them explicitly, as its scans do)."""
+    schema = Schema(*fields)
+    return frozenset(i for i in schema.field_ids if not isinstance(schema.find_type(i), ListType | MapType))
+
+
 def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequence[int] | None = None) -> pa.Table:
     """Rows of one data file projected on ``schema``, with a ``_pos`` column.
 
@@ -96,12 +113,12 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     if positions is None:
         with table.io.new_input(path).open() as stream:
             parquet = pq.ParquetFile(stream)
-            file_project_schema = _file_projection(table, path, parquet, frozenset(schema.field_ids))
+            file_project_schema = _file_projection(table, path, parquet, _projected_ids(tuple(schema.fields)))
             raw = parquet.read(columns=[c.name for c in file_project_schema.columns], use_threads=False)
         row_positions = arange(0, raw.num_rows)
     else:
         with opened_parquet(table.io, path) as handle:
-            file_project_schema = _file_projection(table, path, handle.file, frozenset(schema.field_ids))
+            file_project_schema = _file_projection(table, path, handle.file, _projected_ids(tuple(schema.fields)))
             raw = _read_positions(handle, positions, [c.name for c in file_project_schema.columns])
         row_positions = pa.array(positions, type=pa.int64())
     missing = _get_column_projection_values(

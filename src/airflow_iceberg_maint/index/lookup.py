@@ -231,6 +231,9 @@ def _output_schema(schema: Schema, columns: Sequence[str] | None) -> Schema:
     unknown = [c for c in columns if c not in by_name]
     if unknown:
         raise InvalidInputError(f"--columns: the table has no column(s) {', '.join(map(repr, unknown))}")
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        raise InvalidInputError(f"--columns: column(s) {', '.join(map(repr, repeated))} given more than once")
     return Schema(*[by_name[c] for c in columns], schema_id=schema.schema_id)
 
 
@@ -387,7 +390,8 @@ def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, key
         types = dict(zip([f.field_id for f in tracking.schema.fields],
                          schema_to_pyarrow(tracking.schema, include_field_ids=False).types, strict=True))
         return pa.schema([(n, types[i]) for n, i in zip(names, output_ids, strict=True)]).empty_table(), 0
-    return pa.concat_tables(parts), len(regions)
+    # Reused region files keep the types they were written with (int beside long after a promotion).
+    return pa.concat_tables(parts, promote_options="permissive"), len(regions)
 
 
 def _by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
