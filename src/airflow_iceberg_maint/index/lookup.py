@@ -548,7 +548,7 @@ def _fetch(table: Table, plan: _Plan, entries: pa.Table, output: Schema, stored:
     """
     assert plan.source is None or not stored
     from_entries = {field_id: 2 + i for i, field_id in enumerate(stored)}
-    read_schema = Schema(*[f for f in output.fields if f.field_id not in from_entries], schema_id=output.schema_id)
+    read_schema = _other_columns(output, frozenset(from_entries))
     parts = []
     for path, (positions, entry_rows) in sorted(_by_data_file(entries).items()):
         if path not in plan.target.data_files or path in plan.rescan:
@@ -557,11 +557,21 @@ def _fetch(table: Table, plan: _Plan, entries: pa.Table, output: Schema, stored:
             rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, positions)
             if plan.source is not None:
                 rows = _apply_new_deletes(table, plan, path, rows, read_schema)
-        parts.append(pa.table({
-            f.name: entries.column(from_entries[f.field_id]).take(entry_rows) if f.field_id in from_entries
+        parts.append(pa.Table.from_arrays([
+            entries.column(from_entries[f.field_id]).take(entry_rows) if f.field_id in from_entries
             else rows.column(f.name) for f in output.fields
-        }))
+        ], names=[f.name for f in output.fields]))
     return parts
+
+
+def _other_columns(schema: Schema, excluded: frozenset[int]) -> Schema:
+    """``schema`` without the ``excluded`` columns (built once per schema: pyiceberg schemas are slow to make)."""
+    return _schema_without(tuple(schema.fields), schema.schema_id, excluded)
+
+
+@lru_cache(maxsize=64)
+def _schema_without(fields: tuple[NestedField, ...], schema_id: int, excluded: frozenset[int]) -> Schema:
+    return Schema(*[f for f in fields if f.field_id not in excluded], schema_id=schema_id)
 
 
 def _apply_new_deletes(table: Table, plan: _Plan, path: str, rows: pa.Table, output: Schema) -> pa.Table:
