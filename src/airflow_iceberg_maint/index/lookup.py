@@ -406,7 +406,7 @@ def _by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
     return found
 
 
-#: Column types an index-only lookup returns from the extract's copies (cast to the output type).
+#: Column types a lookup may take from the extract's copies instead of the data files.
 _STORABLE = (BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType, TimestampType,
              TimestamptzType, StringType)
 
