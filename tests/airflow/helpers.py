@@ -1,13 +1,19 @@
-"""Helpers for the Airflow tests: planting orphan files and reading what a DAG run left behind."""
+"""Helpers for the Airflow tests: planting orphan files, reading what a DAG run left behind, and
+taking a trigger's first event."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importing Airflow here would read its configuration before conftest sets it
+    from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 DAY = 86_400
 
@@ -69,3 +75,15 @@ def stored_state(table_uuid: str) -> dict | None:
     with create_session() as session:
         row = session.query(Variable).filter_by(key=variable_key(table_uuid)).one_or_none()
         return None if row is None else json.loads(row.val)
+
+
+async def next_event(trigger: BaseTrigger, timeout: float) -> TriggerEvent | None:
+    """The trigger's first event, or None if it fires none within ``timeout`` seconds."""
+    events = trigger.run()
+    try:
+        return await asyncio.wait_for(anext(events), timeout)
+    except TimeoutError:
+        return None
+    finally:
+        with contextlib.suppress(RuntimeError):
+            await events.aclose()

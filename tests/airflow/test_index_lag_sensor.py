@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
-from airflow.triggers.base import TriggerEvent
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index import (
@@ -17,6 +15,7 @@ from airflow_iceberg_maint.airflow.operators.index import (
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from tests.airflow.conftest import DAGS
+from tests.airflow.helpers import next_event
 from tests.airflow.index_helpers import TABLE, append, events_table
 
 
@@ -33,17 +32,6 @@ def indexed(catalog: SqlCatalog, context: dict) -> SqlCatalog:
 
 def sensor(**kwargs: object) -> IcebergIndexLagSensor:
     return IcebergIndexLagSensor(task_id="lag", table=TABLE, index="events_by_kind", poke_interval=0.05, **kwargs)
-
-
-async def next_event(trigger: IcebergIndexLagTrigger, timeout: float) -> TriggerEvent | None:
-    events = trigger.run()
-    try:
-        return await asyncio.wait_for(anext(events), timeout)
-    except TimeoutError:
-        return None
-    finally:
-        with contextlib.suppress(RuntimeError):
-            await events.aclose()
 
 
 def test_poke_reports_the_lag_against_each_bound(indexed: SqlCatalog, context: dict) -> None:

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
-from airflow.triggers.base import TriggerEvent
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS
+from tests.airflow.helpers import next_event
 
 POLICY_FILE = str(DAGS / "iceberg_maint_policies.yaml")
 
@@ -60,17 +59,6 @@ def test_unattached_table_and_missing_table_fail_at_once(demo_tables: dict, stat
 
 def test_deferrable_returns_at_once_when_due(demo_tables: dict, state_url: str, context: dict) -> None:
     assert sensor(state_url, deferrable=True).execute(context)["due"] is True
-
-
-async def next_event(trigger: IcebergTableDueTrigger, timeout: float) -> TriggerEvent | None:
-    events = trigger.run()
-    try:
-        return await asyncio.wait_for(anext(events), timeout)
-    except TimeoutError:
-        return None
-    finally:
-        with contextlib.suppress(RuntimeError):
-            await events.aclose()
 
 
 def test_deferrable_waits_in_the_trigger_until_due(
