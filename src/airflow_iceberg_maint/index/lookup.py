@@ -49,7 +49,6 @@ from pyiceberg.types import (
     IntegerType,
     LongType,
     NestedField,
-    PrimitiveType,
     StringType,
     TimestampType,
     TimestamptzType,
@@ -289,13 +288,9 @@ def _deletes_only_grew(source: SnapshotFiles, target: SnapshotFiles, path: str) 
 
 def _key_tuple(tracking: _Tracking, keys: Sequence[NestedField], probe: Probe) -> tuple[Any, ...]:
     """The ordering key of one probe, evaluated with the index's own expressions."""
-    row = pa.table({k.name: pa.array([v], type=_arrow_type(k.field_type)) for k, v in zip(keys, probe, strict=True)})
+    arrow = _arrow_schema(tuple(keys))
+    row = pa.table([pa.array([v], type=t) for v, t in zip(probe, arrow.types, strict=True)], schema=arrow)
     return tuple(o.expression.evaluate(row, tracking.schema)[0].as_py() for o in tracking.ordering)
-
-
-@lru_cache(maxsize=256)
-def _arrow_type(iceberg_type: PrimitiveType) -> pa.DataType:
-    return schema_to_pyarrow(iceberg_type, include_field_ids=False)
 
 
 def _admits(stats: FieldStats | None, value: Any, arrow_type: pa.DataType) -> bool:
@@ -388,7 +383,7 @@ def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, key
              for path, region_probes in regions.items()]
     if not parts:
         types = dict(zip([f.field_id for f in tracking.schema.fields],
-                         schema_to_pyarrow(tracking.schema, include_field_ids=False).types, strict=True))
+                         _arrow_schema(tuple(tracking.schema.fields)).types, strict=True))
         return pa.schema([(n, types[i]) for n, i in zip(names, output_ids, strict=True)]).empty_table(), 0
     # Reused region files keep the types they were written with (int beside long after a promotion).
     return pa.concat_tables(parts, promote_options="permissive"), len(regions)
