@@ -2,75 +2,166 @@
 # Start the real services the tests use (PostgreSQL from Debian's packages, moto's
 # standalone S3-protocol server, both on 127.0.0.1), run a command, stop them.
 #   scripts/services.sh run -- CMD ...
+# TEST_PG_PORT / TEST_S3_PORT choose the ports; the command sees TEST_PG_URL and TEST_S3_ENDPOINT.
+# Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
+# PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
+# server runs as the postgres user, which cannot enter a checkout below a 0700 folder such as /root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PG_PORT=${TEST_PG_PORT:-55432}
 S3_PORT=${TEST_S3_PORT:-55000}
-DIR="$ROOT/.services/$PG_PORT-$S3_PORT"  # one folder per port pair: runs side by side never collide
 VENV=${VENV:-$ROOT/.venv}
+DIR=""      # log folder, set once the ports are known to be valid
+PG_BIN=""
+PG_TMP=""   # the temporary folder holding PostgreSQL's data, socket and server log
+MOTO_PID=""
 
-as_pg() {  # initdb and postgres refuse to run as root
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+say() { echo "services: $*" >&2; }
+
+# fail STEP HINT LOG...: say which step failed, show the end of each log, stop (the EXIT trap cleans up).
+fail() {
+  local step=$1 hint=$2 log; shift 2
+  say "$step failed"
+  for log in "$@"; do
+    if [ -s "$log" ]; then
+      say "last lines of $log:"
+      tail -n 20 "$log" | sed 's/^/    /' >&2
+    fi
+  done
+  if [ -n "$hint" ]; then say "$hint"; fi
+  exit 1
 }
 
-pg_bin() {
-  local d
-  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-  if [ -z "$d" ]; then
-    echo "services: installing PostgreSQL from Debian's packages" >&2
-    if [ "$(id -u)" = 0 ]; then
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-    else
-      sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-    fi
-    d=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+check_port() {  # check_port VARIABLE VALUE: a one-line message for anything but a TCP port number
+  if ! [[ $2 =~ ^[0-9]{1,5}$ ]] || [ "$2" -lt 1 ] || [ "$2" -gt 65535 ]; then
+    say "$1 must be a TCP port number (1-65535), got '$2'"; exit 2
   fi
-  echo "$d"
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }  # something accepts connections there
+
+as_pg() {  # initdb and postgres refuse to run as root; start from / since the postgres user may not enter the checkout
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
+
+find_pg_bin() {
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$PG_BIN" ] && return 0
+  say "installing PostgreSQL from Debian's packages (log: $DIR/apt.log)"
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+    >"$DIR/apt.log" 2>&1 || fail "installing PostgreSQL (apt-get install postgresql)" "" "$DIR/apt.log"
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$PG_BIN" ] || fail "installing PostgreSQL" "no /usr/lib/postgresql/*/bin after the install" "$DIR/apt.log"
+}
+
+make_pg_tmp() {
+  local base=${TMPDIR:-/tmp}
+  # As root the folder must sit where the postgres user can reach it; a private TMPDIR (0700) cannot.
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$base" 2>/dev/null; then base=/tmp; fi
+  PG_TMP=$(mktemp -d "$base/iceberg-maint-pg-$PG_PORT.XXXXXX") || fail "creating PostgreSQL's temporary folder in $base" ""
+  if [ "$(id -u)" = 0 ]; then chown postgres: "$PG_TMP"; fi
+  chmod 700 "$PG_TMP"
+  echo "$PG_TMP" >"$DIR/pg-tmpdir"  # lets a later run point at a server left behind by a killed run
 }
 
 start_pg() {
-  local bin; bin=$(pg_bin)
-  rm -rf "$DIR/pg"; mkdir -p "$DIR/pg"
-  [ "$(id -u)" = 0 ] && chown -R postgres "$DIR/pg"
-  as_pg "$bin/initdb" -D "$DIR/pg/data" -U postgres -A trust >"$DIR/pg-initdb.log" 2>&1
-  as_pg "$bin/pg_ctl" -D "$DIR/pg/data" -l "$DIR/pg/server.log" -w \
-    -o "-p $PG_PORT -h 127.0.0.1 -k $DIR/pg -F" start >/dev/null
-  as_pg "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres iceberg_test
+  find_pg_bin
+  make_pg_tmp
+  as_pg "$PG_BIN/initdb" -D "$PG_TMP/data" -U postgres -A trust >"$DIR/pg-initdb.log" 2>&1 \
+    || fail "initdb (PostgreSQL data folder $PG_TMP/data)" "" "$DIR/pg-initdb.log"
+  if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/server.log" -w -t 120 \
+      -o "-p $PG_PORT -h 127.0.0.1 -k $PG_TMP -F" start >"$DIR/pg-ctl.log" 2>&1; then
+    local hint=""
+    if port_in_use "$PG_PORT"; then
+      hint="port $PG_PORT on 127.0.0.1 is already in use: set TEST_PG_PORT to a free port"
+    fi
+    keep_pg_log
+    fail "starting PostgreSQL (pg_ctl start on 127.0.0.1:$PG_PORT)" "$hint" "$DIR/pg-ctl.log" "$DIR/pg-server.log"
+  fi
+  as_pg "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres iceberg_test >"$DIR/pg-createdb.log" 2>&1 \
+    || { keep_pg_log; fail "createdb iceberg_test" "" "$DIR/pg-createdb.log" "$DIR/pg-server.log"; }
   export TEST_PG_URL="postgresql+psycopg2://postgres@127.0.0.1:$PG_PORT/iceberg_test"
 }
 
+keep_pg_log() {  # the server log lives in the temporary folder; keep a copy next to the other logs
+  if [ -n "$PG_TMP" ] && [ -f "$PG_TMP/server.log" ]; then cp "$PG_TMP/server.log" "$DIR/pg-server.log"; fi
+}
+
 stop_pg() {
-  local bin; bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-  [ -n "$bin" ] && [ -d "$DIR/pg/data" ] && as_pg "$bin/pg_ctl" -D "$DIR/pg/data" -m fast stop >/dev/null 2>&1 || true
+  [ -n "$PG_TMP" ] || return 0
+  if [ -f "$PG_TMP/data/postmaster.pid" ]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -m fast -w stop >/dev/null 2>&1 \
+      || as_pg "$PG_BIN/pg_ctl" -D "$PG_TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  keep_pg_log
+  rm -rf "$PG_TMP"
+  rm -f "$DIR/pg-tmpdir"
+  PG_TMP=""
 }
 
 start_s3() {
-  "$VENV/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >"$DIR/moto.log" 2>&1 &
-  echo $! >"$DIR/moto.pid"
-  for _ in $(seq 1 100); do
-    if "$VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$S3_PORT/moto-api/')" 2>/dev/null; then
+  local moto="$VENV/bin/moto_server"
+  [ -x "$moto" ] || fail "starting the S3 server" "$moto not found: run 'make install' or point VENV at the virtualenv"
+  "$moto" -H 127.0.0.1 -p "$S3_PORT" >"$DIR/moto.log" 2>&1 &
+  MOTO_PID=$!
+  local deadline=$((SECONDS + 120))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if ! kill -0 "$MOTO_PID" 2>/dev/null; then
+      wait "$MOTO_PID" 2>/dev/null || true; MOTO_PID=""
+      fail "starting the S3 server (moto_server on 127.0.0.1:$S3_PORT)" "moto_server exited" "$DIR/moto.log"
+    fi
+    if "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$S3_PORT/moto-api/')" \
+        2>/dev/null; then
       export TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"; return 0
     fi
     sleep 0.2
   done
-  echo "services: moto server did not start, see $DIR/moto.log" >&2; return 1
+  fail "starting the S3 server (moto_server on 127.0.0.1:$S3_PORT)" "no answer within 120 s" "$DIR/moto.log"
 }
 
 stop_s3() {
-  [ -f "$DIR/moto.pid" ] && kill "$(cat "$DIR/moto.pid")" 2>/dev/null || true
-  rm -f "$DIR/moto.pid"
+  [ -n "$MOTO_PID" ] || return 0
+  kill "$MOTO_PID" 2>/dev/null || true
+  wait "$MOTO_PID" 2>/dev/null || true  # the port is free once the process is gone
+  MOTO_PID=""
+}
+
+cleanup() {
+  local rc=$?
+  trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
+  stop_s3
+  stop_pg
+  exit "$rc"
 }
 
 case "${1:-}" in
   run)
     shift; [ "${1:-}" = "--" ] && shift
+    if [ "$#" = 0 ]; then say "usage: scripts/services.sh run -- CMD ..."; exit 2; fi
+    check_port TEST_PG_PORT "$PG_PORT"
+    check_port TEST_S3_PORT "$S3_PORT"
+    if [ "$PG_PORT" = "$S3_PORT" ]; then say "TEST_PG_PORT and TEST_S3_PORT must differ, both are $PG_PORT"; exit 2; fi
+    DIR="$ROOT/.services/$PG_PORT-$S3_PORT"
     mkdir -p "$DIR"
-    trap 'stop_s3; stop_pg' EXIT
+    rm -f "$DIR/pg-server.log"  # never show a previous run's server log as this run's
+    # Checked before starting anything: a server already answering there would be taken for ours.
+    if port_in_use "$S3_PORT"; then
+      say "S3 server port $S3_PORT on 127.0.0.1 is already in use: set TEST_S3_PORT to a free port"; exit 1
+    fi
+    if port_in_use "$PG_PORT" && [ -s "$DIR/pg-tmpdir" ] && [ -d "$(cat "$DIR/pg-tmpdir")/data" ]; then
+      say "a killed run left PostgreSQL running on port $PG_PORT; stop it as the user running it" \
+        "(postgres when root) with: pg_ctl -D $(cat "$DIR/pg-tmpdir")/data stop"
+    fi
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
     start_pg
     start_s3
-    echo "services: PostgreSQL on 127.0.0.1:$PG_PORT, S3 server on 127.0.0.1:$S3_PORT" >&2
+    say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT"
     "$@"
     ;;
-  *) echo "usage: scripts/services.sh run -- CMD ..." >&2; exit 2 ;;
+  *) say "usage: scripts/services.sh run -- CMD ..."; exit 2 ;;
 esac
