@@ -35,3 +35,20 @@ class PrefixMismatchError(MaintenanceError):
 
 class TableNotFoundError(InvalidInputError):
     """The catalog has no such table."""
+
+
+class CommitOutcomeUnknownError(MaintenanceError):
+    """A metadata commit was sent but whether it landed could not be established.
+
+    The files the commit would reference are kept (they may be live); a retry re-reads the
+    metadata and finds out, and files of a commit that in fact lost are removed later as
+    unreferenced files.
+    """
+
+
+class StorageError(MaintenanceError):
+    """Object storage could not be reached or refused a request after the client's retries."""
+
+
+class CatalogListingError(MaintenanceError):
+    """The catalog's tables could not be listed, so tables nested under a scan location are unknown."""

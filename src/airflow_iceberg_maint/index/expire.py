@@ -5,6 +5,8 @@ created before it; with both, those created before it beyond the N newest. The n
 (latest ``timestamp-ms``) is never expired. The metadata change is committed first (S6); only
 then are the expired extracts' tracking and region files deleted, minus every file a remaining
 extract still lists (read from the committed metadata, so a concurrent commit is accounted for).
+When the commit's outcome is unknown (a create with no clear answer, a timeout or SIGTERM during
+it), nothing is deleted: the expired extracts may still be live.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
 from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.store import IndexStore
@@ -75,7 +77,10 @@ def expire_extracts(
         expired[:] = extracts_to_expire(base, retain_last, older_than_ms)
         return base.without_extracts(e.extract_id for e in expired)
 
-    committed, _ = store.commit(name, update)
+    try:
+        committed, _ = store.commit(name, update)
+    except CommitOutcomeUnknownError as exc:
+        raise CommitOutcomeUnknownError(f"expire: no file was deleted: {exc}") from exc
     result["expired_extract_ids"] = [e.extract_id for e in expired]
     log.info("index %s: expired extracts %s", name, result["expired_extract_ids"])
 

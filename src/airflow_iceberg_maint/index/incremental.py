@@ -37,8 +37,8 @@ from airflow_iceberg_maint.index.live_rows import plan_schema
 from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, is_valid_promotion
 from airflow_iceberg_maint.index.refresh import (
     RefreshResult,
-    _delete_quietly,
     commit_extract,
+    discard_unless_committed,
     refresh_full,
     refresh_target,
     tracking_file_location,
@@ -52,6 +52,7 @@ from airflow_iceberg_maint.index.region_rewrite import (
     rewrite_regions,
 )
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
+from airflow_iceberg_maint.index.store import CommitProgress
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +105,17 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
 
     rewrite = RegionRewrite()
     tracking = tracking_file_location(working)
+    progress = CommitProgress()
     try:
         rewrite_regions(table.io, layout, regions, bounds, change, rewrite)
         size = write_tracking_file(table.io, tracking, layout.stats_columns, rewrite.entries)
         reused = {r.file_path for r in rewrite.reused}
         committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size,
-                                   check=lambda current: _check_reused_live(table, current, base, reused))
+                                   check=lambda current: _check_reused_live(table, current, base, reused),
+                                   progress=progress)
     except BaseException:
-        _delete_quietly(table, [tracking, *(r.file_path for r in rewrite.written)])
+        # Only the files this refresh wrote; reused region files belong to the base extract.
+        discard_unless_committed(table, name, [tracking, *(r.file_path for r in rewrite.written)], progress)
         raise
     return RefreshResult(name, committed, "incremental", len(rewrite.written), len(rewrite.reused),
                          sum(r.record_count for r in rewrite.entries))

@@ -1,7 +1,10 @@
 """Refreshing an index: build a full extract of a snapshot and commit it by atomic swap (S6).
 
 Region and tracking files get fresh unique names before the commit; the commit only adds the
-extract to the metadata. When the commit fails, the files written for it are deleted again.
+extract to the metadata. When the refresh fails, the files written for it are deleted again, but
+only if the commit is known not to have landed: after a create with no clear answer, a timeout or
+SIGTERM mid-commit, the files are kept (the metadata may name them), and a later orphan or index
+clean-up removes them if they turn out unreferenced.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from airflow_iceberg_maint.index.build import EntryLayout, build_regions, entry_
 from airflow_iceberg_maint.index.extract_files import write_tracking_file
 from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, new_extract
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot, resolve_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.store import CommitProgress, IndexStore
 
 log = logging.getLogger(__name__)
 
@@ -79,18 +82,19 @@ def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> Ref
     store, snapshot, layout = target.store, target.snapshot, target.layout
     regions, entries = build_regions(table, plan_snapshot(table, snapshot), layout)
     tracking = tracking_file_location(target.metadata)
+    progress = CommitProgress()
     try:
         size = write_tracking_file(table.io, tracking, layout.stats_columns, regions)
-        committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size)
+        committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size, progress=progress)
     except BaseException:
-        _delete_quietly(table, [tracking, *(r.file_path for r in regions)])
+        discard_unless_committed(table, name, [tracking, *(r.file_path for r in regions)], progress)
         raise
     return RefreshResult(name, committed, "full", len(regions), 0, entries)
 
 
 def commit_extract(
     store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int,
-    check: Callable[[IndexMetadata], None] | None = None,
+    check: Callable[[IndexMetadata], None] | None = None, progress: CommitProgress | None = None,
 ) -> Extract:
     """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry.
 
@@ -107,15 +111,24 @@ def commit_extract(
         added[:] = [extract]
         return updated.with_extract(extract)
 
-    store.commit(name, update)
+    store.commit(name, update, progress=progress)
     return added[0]
+
+
+def discard_unless_committed(table: Table, name: str, paths: list[str], progress: CommitProgress) -> None:
+    """After a failed refresh, delete the files written for it, unless the commit may have landed."""
+    if progress.may_have_committed:
+        log.warning("index %s: kept the %d files of the new extract (%s): its commit may have landed", name,
+                    len(paths), paths[0] if paths else "")
+        return
+    _delete_quietly(table, paths)
 
 
 def _delete_quietly(table: Table, paths: list[str]) -> None:
     for path in paths:
         try:
             table.io.delete(path)
-        except OSError as exc:
+        except Exception as exc:
             # Left behind, the file is unreferenced and removed by the index file clean-up.
             log.warning("could not delete %s after a failed refresh: %s", path, exc)
 

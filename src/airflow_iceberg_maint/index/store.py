@@ -6,6 +6,12 @@ metadata. A commit writes version N+1 only if no file of that name exists (exclu
 local disks, ``PutObject`` with ``If-None-Match: *`` on S3), so of two writers that started from
 version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
 up to a limit, then gives up (S6). Nothing is ever overwritten.
+
+A create whose reply is lost (a dropped connection, or a client retry answered 412 because the
+first attempt had already landed) is settled by reading back the version file: our exact bytes
+mean we won, another writer's bytes mean we lost, and anything else leaves the outcome unknown
+(``CommitOutcomeUnknownError``). Callers delete the files a commit would reference only once the
+commit is known to have lost (``CommitProgress``).
 """
 
 from __future__ import annotations
@@ -21,10 +27,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.errors import (
+    CommitOutcomeUnknownError,
+    InvalidInputError,
+    MaintenanceError,
+    MetadataReadError,
+)
 from airflow_iceberg_maint.index.metadata import (
     IndexMetadata,
     MetadataLogEntry,
@@ -43,6 +54,10 @@ _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict",
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_MAX_SECONDS = 2.0
 RELOAD_ATTEMPTS = 3  # a listed version can vanish when a concurrent commit deletes old metadata
+SETTLE_ATTEMPTS = 3  # read-backs of a version file whose create got no clear answer
+#: What storage calls raise when the store is unreachable or answers with an error: botocore's
+#: connection errors (EndpointConnectionError, ConnectionClosedError, ...) are neither OSError nor ClientError.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (OSError, ClientError, BotoCoreError)
 
 
 class IndexNotFoundError(InvalidInputError):
@@ -57,12 +72,34 @@ class IndexCommitConflictError(MaintenanceError):
     """Every commit attempt lost to a concurrent writer; nothing was committed."""
 
 
+class CommitProgress:
+    """How far ``IndexStore.commit`` got, for a caller deciding what to clean up after it raised.
+
+    ``in_doubt`` is set just before each exclusive create and cleared only once that create is
+    known to have lost; ``committed`` is the location of the version that won. Whatever ends a
+    commit (an error, a timeout, SIGTERM), files it would reference may be deleted only when
+    ``may_have_committed`` is false.
+    """
+
+    def __init__(self) -> None:
+        self.in_doubt = False
+        self.committed: str | None = None
+
+    @property
+    def may_have_committed(self) -> bool:
+        return self.in_doubt or self.committed is not None
+
+
 def version_file_name(version: int) -> str:
     return f"{version:05d}.metadata.json"
 
 
 class MetadataFiles(Protocol):
     """The few storage operations the commit protocol needs."""
+
+    #: True when a create that returned False may have been created by this writer itself (a
+    #: client that retries a request whose first reply was lost); False when False is final.
+    create_may_retry: bool
 
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
@@ -80,6 +117,8 @@ class MetadataFiles(Protocol):
 
 
 class LocalMetadataFiles:
+    create_may_retry = False  # link() either makes the name or finds it taken: one answer, no retry
+
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         try:
             with os.scandir(local_path(directory)) as entries:
@@ -116,6 +155,8 @@ class LocalMetadataFiles:
 
 
 class S3MetadataFiles:
+    create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
+
     def __init__(self, client: Any) -> None:
         self.client = client
 
@@ -213,7 +254,7 @@ class IndexStore:
         directory = self.metadata_dir(name)
         try:
             names, _ = self.files.list_names(directory)
-        except (OSError, ClientError) as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index directory {directory!r}: cannot be listed ({exc})") from exc
         found = ((_VERSION_RE.match(n), n) for n in names)
         return {int(m.group(1)): f"{directory}/{n}" for m, n in found if m}
@@ -222,7 +263,7 @@ class IndexStore:
         """Names of the table's indexes: directories under ``index/`` holding at least one metadata file."""
         try:
             _, dirs = self.files.list_names(self.root)
-        except (OSError, ClientError) as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index root {self.root!r}: cannot be listed ({exc})") from exc
         valid = []
         for name in sorted(dirs):
@@ -241,7 +282,7 @@ class IndexStore:
             data = self.files.read(location)
         except FileNotFoundError:
             raise
-        except (OSError, ClientError) as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index metadata {location!r}: cannot be read ({exc})") from exc
         metadata = IndexMetadata.from_bytes(data, location)
         try:
@@ -276,7 +317,7 @@ class IndexStore:
         if self.versions(name):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         location = self.version_location(name, 1)
-        if not self.files.create_exclusive(location, metadata.to_bytes()):
+        if not self._create_version(name, location, 1, metadata.to_bytes()):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         return location
 
@@ -285,6 +326,7 @@ class IndexStore:
         name: str,
         update: Callable[[IndexMetadata], IndexMetadata],
         max_attempts: int | None = None,
+        progress: CommitProgress | None = None,
     ) -> tuple[IndexMetadata, str]:
         """Apply ``update`` to the current metadata and commit the result as the next version.
 
@@ -292,18 +334,26 @@ class IndexStore:
         (so ``update`` must be a pure function of its argument), up to ``max_attempts`` in all
         (default: the ``commit.retry.num-retries`` property + 1); then raise
         ``IndexCommitConflictError``. Exceptions from ``update`` abort without writing anything.
+        When a create got no clear answer and reading back cannot settle it, raise
+        ``CommitOutcomeUnknownError``. ``progress`` tells the caller, whatever was raised, whether
+        the commit may have landed. A failed clean-up of old metadata after the commit is only logged.
         """
         if max_attempts is not None and max_attempts < 1:
             raise InvalidInputError(f"max_attempts: must be at least 1, got {max_attempts}")
+        progress = progress if progress is not None else CommitProgress()
         attempt = 0
         while True:
             base, base_location, version = self.load(name)
             limit = max_attempts if max_attempts is not None else base.commit_num_retries() + 1
             new = self._next_metadata(name, base, base_location, update(base))
             location = self.version_location(name, version + 1)
-            if self.files.create_exclusive(location, new.to_bytes()):
+            progress.in_doubt = True  # from here until the create is known to have lost
+            if self._create_version(name, location, version + 1, new.to_bytes()):
+                progress.committed = location
+                progress.in_doubt = False
                 self._delete_dropped_metadata(base, base_location, new)
                 return new, location
+            progress.in_doubt = False
             attempt += 1
             log.info("index %s: version %d was committed concurrently (attempt %d)", name, version + 1, attempt)
             if attempt >= limit:
@@ -311,6 +361,55 @@ class IndexStore:
                     f"index {name!r}: commit lost to concurrent writers {attempt} time(s); nothing was committed"
                 )
             time.sleep(random.uniform(0, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))))
+
+    def _create_version(self, name: str, location: str, version: int, data: bytes) -> bool:
+        """Exclusive create of one version file: True when ours landed, False when another writer's did."""
+        try:
+            if self.files.create_exclusive(location, data):
+                return True
+        except STORAGE_ERRORS as exc:
+            log.warning("index %s: no reply to the create of %s (%s); reading it back", name, location, exc)
+            return self._settle(name, location, version, data, exc)
+        if not self.files.create_may_retry:
+            return False
+        # Taken: by another writer, or by our own first attempt when the client retried after losing its reply.
+        return self._settle(name, location, version, data, None)
+
+    def _settle(self, name: str, location: str, version: int, data: bytes, error: Exception | None) -> bool:
+        """Decide a create with no clear answer by reading the version file back; raise when it cannot be told."""
+        last: Exception | None = error
+        for attempt in range(SETTLE_ATTEMPTS):
+            if attempt:
+                time.sleep(min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 4**attempt))
+            try:
+                found: bytes | None = self.files.read(location)
+            except FileNotFoundError:
+                found = None
+            except STORAGE_ERRORS as exc:
+                last = exc
+                continue
+            if found is not None:
+                return found == data  # our exact bytes, or the winner's
+            # Nothing there: our create did not land (yet). Sending it again is safe only while no
+            # version at or after this one exists; otherwise this one was written and already
+            # deleted by later commits, and by whom can no longer be told.
+            try:
+                taken = [v for v in self.versions(name) if v >= version]
+            except MetadataReadError as exc:
+                last = exc
+                continue
+            if taken:
+                last = MetadataReadError(f"{location} is gone and version(s) {sorted(taken)} exist")
+                break
+            try:
+                if self.files.create_exclusive(location, data):
+                    return True
+            except STORAGE_ERRORS as exc:
+                last = exc
+        raise CommitOutcomeUnknownError(
+            f"index {name!r}: the commit of {location} may or may not have landed ({last}); the files it "
+            "references are kept. Retry: the next run reads the index and sees which"
+        )
 
     def _next_metadata(
         self, name: str, base: IndexMetadata, base_location: str, updated: IndexMetadata
@@ -341,7 +440,7 @@ class IndexStore:
         for location in dropped:
             try:
                 self.files.delete(location)
-            except (OSError, ClientError) as exc:
-                # The commit stands; a file left behind is removed later as an unreferenced index file.
+            except Exception as exc:
+                # Any failure: the commit stands; a file left behind is removed later as an unreferenced index file.
                 log.warning("index metadata %s: not deleted after commit (%s)", location, exc)
 

@@ -2,6 +2,11 @@
 
 Each is a thin shell over ``airflow_iceberg_maint.index``: arguments are templated and coerced,
 XCom gets a small summary, and a retry is safe (creation and commits check what already exists).
+
+Timeouts and SIGTERM (``AirflowTaskTimeout``, ``AirflowTaskTerminated``) are raised inside the
+core wherever it is; the core deletes the files of a commit only once that commit is known to
+have lost, so a killed task never removes files a landed (or possibly landed) commit names. A
+commit whose outcome is unknown fails the try with a retry, which re-reads the index.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ from airflow_iceberg_maint.airflow.index_definitions import (
 )
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError, TableNotFoundError
+from airflow_iceberg_maint.errors import (
+    CommitOutcomeUnknownError,
+    InvalidInputError,
+    MaintenanceError,
+    MetadataReadError,
+    StorageError,
+    TableNotFoundError,
+)
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.metadata import new_index_metadata
@@ -37,8 +49,11 @@ LAGS_KEY = "lags"
 
 
 def _fail_or_retry(what: str, exc: MaintenanceError) -> AirflowException:
-    """Unreadable metadata and lost commit races may pass: retry. Bad input cannot: fail without retries."""
-    if isinstance(exc, MetadataReadError | IndexCommitConflictError):
+    """Unreadable metadata, storage faults, lost races and commits of unknown outcome may pass: retry.
+
+    Bad input cannot: fail without retries.
+    """
+    if isinstance(exc, MetadataReadError | IndexCommitConflictError | CommitOutcomeUnknownError | StorageError):
         return AirflowException(f"{what}: {exc}")
     return AirflowFailException(f"{what}: {exc}")
 
@@ -252,6 +267,11 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
                                                    "region_files_written", "region_files_reused")},
                 "committed": True, "seconds": seconds}
 
+    def on_kill(self) -> None:
+        # Nothing to undo here: the core keeps the files of a commit that may have landed.
+        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+                         self.table, self.index)
+
 
 class IcebergExpireIndexExtractsOperator(BaseOperator):
     """Expire old extracts of an index and delete the files no remaining extract references.
@@ -309,3 +329,8 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
                              table_name, index, len(failed), failed[0]["path"], failed[0]["error"])
         return {"table": table_name, "index": index, "expired_extract_ids": result["expired_extract_ids"],
                 "deleted_files": result["deleted_files"], "failed_count": len(failed)}
+
+    def on_kill(self) -> None:
+        # Nothing to undo here: the core keeps the files of a commit that may have landed.
+        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+                         self.table, self.index)
