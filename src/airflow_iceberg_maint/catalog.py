@@ -1,12 +1,33 @@
-"""Loading catalogs and tables the pyiceberg way (``.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__*``)."""
+"""Loading catalogs and tables the pyiceberg way (``.pyiceberg.yaml`` or ``PYICEBERG_CATALOG__*``).
+
+pyiceberg turns every ``_`` of a ``PYICEBERG_CATALOG__<NAME>__<KEY>`` variable into ``-``, so
+``PYICEBERG_CATALOG__ICEBERG_DEFAULT__URI`` configures a catalog ``iceberg-default``, never
+``iceberg_default`` (the name ``IcebergHook`` gives the catalog of the connection
+``iceberg_default``). ``open_catalog`` reads the variables of a name itself: for catalog ``NAME``
+the variables ``PYICEBERG_CATALOG__<NAME upper, - as _>__<KEY>`` apply whether ``NAME`` is
+spelled with ``_`` or ``-``, over the ``.pyiceberg.yaml`` entry of exactly ``NAME`` (environment
+over file, as in pyiceberg). The catalog keeps the name asked for: a SQL catalog sees only the
+tables registered under its own name.
+"""
 
 from __future__ import annotations
+
+import os
+import re
+from typing import Any
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
+from pyiceberg.utils.config import Config, merge_config
 
-from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, TableNotFoundError
+
+_ENV_PREFIX = "pyiceberg_catalog__"
+# Names a PYICEBERG_CATALOG__<NAME>__<KEY> variable can spell: letters and digits, single - or _ between.
+_ENV_SPELLABLE = re.compile(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
+# pyiceberg's wording when a catalog has no URI; its advice names a --uri flag of its own CLI.
+_PYICEBERG_URI_MISSING = "URI missing"
 
 
 def parse_identifier(identifier: str) -> tuple[str, ...]:
@@ -17,9 +38,90 @@ def parse_identifier(identifier: str) -> tuple[str, ...]:
     return parts
 
 
+def catalog_env_name(name: str) -> str | None:
+    """The ``<NAME>`` of the ``PYICEBERG_CATALOG__<NAME>__<KEY>`` variables of catalog ``name``, or None."""
+    if not _ENV_SPELLABLE.fullmatch(name):
+        return None
+    return name.upper().replace("-", "_")
+
+
+def _env_catalog_properties(name: str) -> dict[str, str]:
+    """The catalog properties set by ``PYICEBERG_CATALOG__<NAME>__<KEY>`` variables, keys spelled as pyiceberg does."""
+    env_name = catalog_env_name(name)
+    if env_name is None:
+        return {}
+    prefix = f"{_ENV_PREFIX}{env_name.lower()}__"
+    properties: dict[str, str] = {}
+    for variable, value in os.environ.items():
+        lowered = variable.lower()
+        if lowered.startswith(prefix) and len(lowered) > len(prefix):
+            # The key part follows pyiceberg's rule: "__" is ".", "_" is "-" (S3__ACCESS_KEY_ID: s3.access-key-id).
+            key = lowered[len(prefix):].replace("__", ".").replace("_", "-")
+            properties[key] = value
+    return properties
+
+
+def catalog_properties(name: str) -> dict[str, Any] | None:
+    """The configuration of catalog ``name``: its ``.pyiceberg.yaml`` entry with its variables over it.
+
+    None when neither configures it.
+    """
+    from_file = Config().get_catalog_config(name)
+    from_env = _env_catalog_properties(name)
+    if from_file is None and not from_env:
+        return None
+    return dict(merge_config(dict(from_file or {}), dict(from_env)))
+
+
+def not_configured_message(name: str) -> str:
+    """What to set for catalog ``name``, in the forms that work."""
+    env_name = catalog_env_name(name)
+    env = (
+        f"set PYICEBERG_CATALOG__{env_name}__TYPE, PYICEBERG_CATALOG__{env_name}__URI and "
+        f"PYICEBERG_CATALOG__{env_name}__WAREHOUSE (e.g. sql, sqlite:////path/catalog.db, file:///path/warehouse), "
+        if env_name
+        else ""
+    )
+    return (
+        f"catalog {name!r} is not configured: {env}"
+        f"add {name!r} under 'catalog:' in .pyiceberg.yaml (in $PYICEBERG_HOME, ~ or the current directory), "
+        "or use --conn-id with an Airflow connection instead of --catalog"
+    )
+
+
+def load_error_message(subject: str, exc: Exception, uri_hint: str) -> str:
+    """One line on why pyiceberg could not build a catalog; ``uri_hint`` says where a URI goes.
+
+    pyiceberg's missing-URI message advises a ``--uri`` flag this command does not have, so it is replaced.
+    """
+    text = " ".join(str(exc).split())
+    if _PYICEBERG_URI_MISSING in text:
+        return f"{subject}: no catalog URI: {uri_hint}"
+    return f"{subject}: cannot be loaded: {text or type(exc).__name__}"
+
+
 def open_catalog(name: str = "default", **properties: str) -> Catalog:
-    """Load a pyiceberg catalog by name, with optional property overrides."""
-    return load_catalog(name, **properties)
+    """Load pyiceberg catalog ``name`` (see the module docstring for ``_`` in names), with optional overrides.
+
+    A catalog nothing configures, or one pyiceberg refuses, is an ``InvalidInputError`` naming the
+    settings to make; a catalog that fails to connect is a ``MaintenanceError``.
+    """
+    configured = catalog_properties(name)
+    if configured is None and not properties:
+        raise InvalidInputError(not_configured_message(name))
+    env_name = catalog_env_name(name)
+    uri_hint = (f"set PYICEBERG_CATALOG__{env_name}__URI or " if env_name else "set ") + (
+        f"'uri' under catalog {name!r} in .pyiceberg.yaml"
+    )
+    subject = f"catalog {name!r}"
+    try:
+        return load_catalog(name, **{**(configured or {}), **properties})
+    except ValueError as exc:
+        raise InvalidInputError(load_error_message(subject, exc, uri_hint)) from exc
+    except Exception as exc:
+        # A driver or network error (a SQLite path in a missing directory, a REST endpoint down):
+        # one line naming the catalog, not a traceback.
+        raise MaintenanceError(load_error_message(subject, exc, uri_hint)) from exc
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:

@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module with ``register(subparsers)``; the module sets
 ``func`` on its parser to a callable ``(args) -> dict``. With ``--json`` that dict is
-printed as one JSON object on stdout; otherwise its ``text`` rendering is.
+printed as one JSON object on stdout; otherwise its ``text`` rendering is. Subcommands get their
+catalog from ``cli_catalog(args)``: ``--catalog`` (pyiceberg's configuration) or ``--conn-id`` (an
+Airflow connection, built as the operators build it).
 """
 
 from __future__ import annotations
@@ -13,16 +15,32 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.catalog import open_catalog
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 COMMAND_MODULES = ("orphans", "due", "policy", "index")
+DEFAULT_CATALOG = "default"
+_SECRETS_MASKER_LOGGER = "airflow.sdk._shared.secrets_masker"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iceberg-maint", description="Keep Apache Iceberg tables healthy.")
-    parser.add_argument("--catalog", default="default", help="pyiceberg catalog name (default: default)")
+    parser.add_argument(
+        "--catalog",
+        help="pyiceberg catalog name, configured in .pyiceberg.yaml or PYICEBERG_CATALOG__<NAME>__<KEY> "
+        f"variables (default: {DEFAULT_CATALOG})",
+    )
+    parser.add_argument(
+        "--conn-id",
+        metavar="NAME",
+        help="use the Airflow 'iceberg' connection NAME (AIRFLOW_CONN_<NAME> or a secrets backend), "
+        "as the DAGs do, instead of --catalog",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
@@ -32,6 +50,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def cli_catalog(args: argparse.Namespace) -> Catalog:
+    """The catalog the global options name: ``--conn-id`` (an Airflow connection) or ``--catalog``."""
+    if args.conn_id is not None:
+        return _connection_catalog(args.conn_id, verbose=args.verbose)
+    return open_catalog(args.catalog or DEFAULT_CATALOG)
+
+
+def _connection_catalog(conn_id: str, verbose: bool) -> Catalog:
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    # Airflow is imported only here, so every other use of the command stays free of it.
+    try:
+        from airflow_iceberg_maint.airflow.catalog import catalog_for
+    except ImportError as exc:
+        raise InvalidInputError(f"--conn-id {conn_id}: needs Apache Airflow, which cannot be imported: {exc}") from exc
+    finally:
+        # Importing Airflow points the root logger at stdout, which belongs to the --json object.
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    if not verbose:
+        # Airflow masks every value of the connection extra and warns about the short ones ("sql"):
+        # nothing for a command-line user to act on.
+        logging.getLogger(_SECRETS_MASKER_LOGGER).setLevel(logging.ERROR)
+    return catalog_for(conn_id)
 
 
 def _render_text(result: dict[str, Any]) -> str:
@@ -44,6 +88,13 @@ def _render_text(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.catalog is not None and args.conn_id is not None:
+        print(
+            f"iceberg-maint {args.command}: --catalog {args.catalog} and --conn-id {args.conn_id}: give one of them "
+            "(--catalog: a pyiceberg catalog; --conn-id: an Airflow connection)",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,

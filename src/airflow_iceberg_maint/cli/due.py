@@ -6,8 +6,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_iceberg_maint.catalog import load_table, open_catalog
-from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
 from airflow_iceberg_maint.evaluation import evaluate_table
 from airflow_iceberg_maint.policies import load_policies
 from airflow_iceberg_maint.state import SqlStateStore
@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     # Validate the policy file before touching the catalog: a bad file is the likelier mistake.
     policies = load_policies(args.policy) if args.policy else None
-    table = load_table(open_catalog(args.catalog), args.table)
+    table = load_table(cli_catalog(args), args.table)
     table_uuid = str(table.metadata.table_uuid)
     result = evaluate_table(args.table, table_uuid, policies, SqlStateStore(), datetime.now(UTC), args.policy)
     verdict = "due" if result.due else "not due"

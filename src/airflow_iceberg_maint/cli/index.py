@@ -9,8 +9,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from airflow_iceberg_maint.catalog import load_table, open_catalog
-from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
@@ -104,7 +104,7 @@ def _table_and_index(parser: argparse.ArgumentParser) -> None:
 
 
 def _table(args: argparse.Namespace) -> Any:
-    return load_table(open_catalog(args.catalog), args.table)
+    return load_table(cli_catalog(args), args.table)
 
 
 def ordering_texts(metadata: IndexMetadata) -> list[str]:

@@ -8,8 +8,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_iceberg_maint.catalog import load_table, open_catalog
-from airflow_iceberg_maint.cli import add_json_flag
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.orphans import PREFIX_MISMATCH_MODES, OrphanOptions, OrphanReport, remove_orphan_files
 from airflow_iceberg_maint.state import SqlStateStore, record_orphan_run
@@ -74,7 +74,7 @@ def _text(report: OrphanReport) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.older_than_days is not None and args.older_than_days < 0:
         raise InvalidInputError(f"--older-than-days {args.older_than_days}: expected a number of days >= 0")
-    table = load_table(open_catalog(args.catalog), args.table)
+    table = load_table(cli_catalog(args), args.table)
     options = OrphanOptions(
         older_than=args.older_than,
         older_than_days=args.older_than_days,
