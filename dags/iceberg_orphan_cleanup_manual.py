@@ -2,7 +2,10 @@
 
 Trigger it with the form: choose the table, the age cutoff in days, an optional location
 (the table location or a path under it) and whether to only preview. ``dry_run`` is on by
-default: read the report first, then trigger again with it off. This DAG does not consult
+default: read the report first, then trigger again with it off. The cutoff must be at least
+1 day: files younger than that may belong to writes in progress. A smaller value (or a
+negative one) fails the run and deletes nothing, unless ``allow_recent_files`` is ticked;
+then the run goes down to 0 (now) and logs a warning. This DAG does not consult
 the policies' minimum interval: a manual run always runs. Its outcome is recorded in the
 cleanup state like a scheduled run's (dry runs do not count as a cleanup).
 """
@@ -31,13 +34,21 @@ with DAG(
             title="Table",
             description="namespace.table, as the catalog names it",
         ),
+        # No `minimum`: the trigger form clamps a number to it (-1 became 0), so the operator
+        # checks the value as typed and refuses it with a message instead.
         "older_than_days": Param(
             3,
             type="number",
-            minimum=0,
             title="Older than (days)",
-            description="Only files older than this are removed. 0 means every unreferenced file, "
-            "which is unsafe while anything writes to the table.",
+            description="Only files older than this are removed. At least 1, or at least 0 with "
+            "'Allow recent files'; any other value fails the run, it is never changed.",
+        ),
+        "allow_recent_files": Param(
+            False,
+            type="boolean",
+            title="Allow recent files",
+            description="Allow a cutoff under 1 day (0 means every unreferenced file). Unsafe while "
+            "anything writes to the table: files of a write in progress may be deleted.",
         ),
         "location": Param(
             None,
@@ -52,6 +63,7 @@ with DAG(
         task_id="remove_orphan_files",
         table="{{ params.table }}",
         older_than_days="{{ params.older_than_days }}",
+        allow_recent_files="{{ params.allow_recent_files }}",
         location="{{ params.location }}",
         dry_run="{{ params.dry_run }}",
     )

@@ -6,6 +6,11 @@ job per due table; ``remove_orphan_files`` runs once per job (dynamic task mappi
 than ``minIntervalDays`` ago is not due, so on most days nothing is mapped and the removal
 task is skipped. Each run records its outcome in the cleanup state.
 
+A policy's ``olderThanDays`` must be at least 1 (files younger may belong to writes in
+progress) unless its content sets ``allowRecentFiles: true``; otherwise ``plan_due_tables``
+fails without retries and nothing is deleted. The opt-in travels with each job as the
+removal task's ``allow_recent_files``, and such a run logs a warning.
+
 Set up once: an ``iceberg`` connection ``iceberg_default`` and
 ``airflow pools set iceberg_maint 4 "Iceberg maintenance"``.
 """

@@ -44,12 +44,26 @@ def test_content_defaults_when_content_is_empty() -> None:
     assert policy.content == OrphanRemovalContent(3.0, None, False)
 
 
-def test_zero_is_allowed_for_days() -> None:
-    policy = parse_policy(
-        {"name": "p", "type": ORPHAN_FILE_REMOVAL, "minIntervalDays": 0, "content": {"olderThanDays": 0}}
-    )
+def test_zero_interval_is_allowed_and_zero_days_needs_allow_recent_files() -> None:
+    policy = parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "minIntervalDays": 0,
+                           "content": {"olderThanDays": 0, "allowRecentFiles": True}})
     assert policy.min_interval_days == 0.0
-    assert policy.content.older_than_days == 0.0
+    assert policy.content == OrphanRemovalContent(0.0, None, False, allow_recent_files=True)
+    assert policy.content.to_json() == {"olderThanDays": 0.0, "location": None, "dryRun": False,
+                                        "allowRecentFiles": True}
+    assert parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": {"olderThanDays": 1}}).content.to_json() \
+        == {"olderThanDays": 1.0, "location": None, "dryRun": False}
+
+
+@pytest.mark.parametrize(("days", "shown"), [(0, "0"), (0.5, "0.5"), (0.999, "0.999")])
+def test_days_under_one_are_refused_without_allow_recent_files(days: float, shown: str) -> None:
+    for content in ({"olderThanDays": days}, {"olderThanDays": days, "allowRecentFiles": False}):
+        with pytest.raises(InvalidInputError) as caught:
+            parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": content}, "f.yaml")
+        assert str(caught.value) == (
+            f"f.yaml: policy 'p' content.olderThanDays: expected a number of days >= 1, got {shown} (files younger "
+            "than 1 day may belong to writes in progress; set content.allowRecentFiles: true to allow down to 0)"
+        )
 
 
 @pytest.mark.parametrize(
@@ -62,6 +76,10 @@ def test_zero_is_allowed_for_days() -> None:
         ({**SPEC_EXAMPLE, "content": {"olderThanDays": "3"}}, "content.olderThanDays: expected a number, got '3'"),
         ({**SPEC_EXAMPLE, "content": {"olderThanDays": True}}, "content.olderThanDays: expected a number"),
         ({**SPEC_EXAMPLE, "content": {"dryRun": "yes"}}, "content.dryRun: expected true or false"),
+        ({**SPEC_EXAMPLE, "content": {"olderThanDays": 2, "allowRecentFiles": "yes"}},
+         "content.allowRecentFiles: expected true or false, got 'yes'"),
+        ({**SPEC_EXAMPLE, "content": {"olderThanDays": -1, "allowRecentFiles": True}},
+         "content.olderThanDays: must be a finite number >= 0"),
         ({**SPEC_EXAMPLE, "content": {"location": 7}}, "content.location: expected a string"),
         ({**SPEC_EXAMPLE, "content": {"location": " "}}, "content.location: must not be empty"),
         ({**SPEC_EXAMPLE, "minIntervalDays": -0.5}, "minIntervalDays: must be a finite number >= 0"),

@@ -5,6 +5,11 @@ top-level fields shared by every policy type: ``minIntervalDays`` (the minimum i
 between runs) and ``tables`` (exact names or globs the policy attaches to). Policies load
 from JSON or YAML; every unknown field, wrong type or negative number is refused with an
 error naming it (S7).
+
+Policies drive unattended runs, so their ``olderThanDays`` has the floor of Iceberg's Spark
+procedure, 1 day: files younger than that may belong to a write still in progress. A smaller
+value is refused when the policy is validated, unless the content opts in with
+``allowRecentFiles: true``. The command line's own ``--older-than-days`` has no such floor.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
 DEFAULT_OLDER_THAN_DAYS = 3.0
+#: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
+RECENT_FILES_FLOOR_DAYS = 1.0
 
 _POLICY_FIELDS = frozenset({"name", "type", "comment", "enabled", "minIntervalDays", "tables", "content"})
 _GLOB_CHARS = frozenset("*?[")
@@ -39,9 +46,16 @@ class OrphanRemovalContent:
     older_than_days: float = DEFAULT_OLDER_THAN_DAYS
     location: str | None = None
     dry_run: bool = False
+    allow_recent_files: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"olderThanDays": self.older_than_days, "location": self.location, "dryRun": self.dry_run}
+        body: dict[str, Any] = {
+            "olderThanDays": self.older_than_days, "location": self.location, "dryRun": self.dry_run
+        }
+        # Shown only when set, so the output for every policy that does not opt in stays as it was.
+        if self.allow_recent_files:
+            body["allowRecentFiles"] = True
+        return body
 
 
 @dataclass(frozen=True)
@@ -119,14 +133,22 @@ def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
         body = {}
     if not isinstance(body, Mapping):
         raise InvalidInputError(f"{what}: content must be an object, got {body!r}")
-    _unknown_fields(body, frozenset({"olderThanDays", "location", "dryRun"}), f"{what} content")
+    _unknown_fields(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles"}), f"{what} content")
     location = _optional_string(body.get("location"), f"{what} content.location")
     if location is not None and not location.strip():
         raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
+    days = _number(body.get("olderThanDays", DEFAULT_OLDER_THAN_DAYS), f"{what} content.olderThanDays")
+    allow_recent_files = _boolean(body.get("allowRecentFiles", False), f"{what} content.allowRecentFiles")
+    if days < RECENT_FILES_FLOOR_DAYS and not allow_recent_files:
+        raise InvalidInputError(
+            f"{what} content.olderThanDays: expected a number of days >= 1, got {days:g} (files younger than "
+            "1 day may belong to writes in progress; set content.allowRecentFiles: true to allow down to 0)"
+        )
     return OrphanRemovalContent(
-        older_than_days=_number(body.get("olderThanDays", DEFAULT_OLDER_THAN_DAYS), f"{what} content.olderThanDays"),
+        older_than_days=days,
         location=location,
         dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
+        allow_recent_files=allow_recent_files,
     )
 
 

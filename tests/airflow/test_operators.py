@@ -97,7 +97,7 @@ def test_older_than_and_location_arguments(demo_tables: dict, state_url: str, tm
     [
         ({"table": "demo.missing"}, "table 'demo.missing': not found"),
         ({"table": "demo.orders", "location": "file:///etc"}, "location 'file:///etc'"),
-        ({"table": "demo.orders", "older_than_days": "-1"}, "olderThanDays: must be a finite number >= 0"),
+        ({"table": "demo.orders", "older_than_days": "-1"}, "argument older_than_days: expected a number of days >= 1"),
         ({"table": "demo.orders", "dry_run": "maybe"}, "argument dry_run: expected true or false"),
         ({"table": "demo.orders", "older_than": "2026-01-01T00:00:00"}, "needs a time zone"),
     ],

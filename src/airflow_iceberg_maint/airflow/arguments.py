@@ -2,16 +2,29 @@
 
 ``"{{ params.dry_run }}"`` renders to ``"True"`` unless the DAG renders native objects, so
 each argument is coerced here, and a value that cannot be coerced is an error naming it.
+
+The cutoff of an orphan run started from Airflow has a floor of 1 day (as Iceberg's Spark
+procedure): younger files may belong to a write still in progress. Going under it takes
+``allow_recent_files``. The floor lives here, in the Airflow layer, because Airflow runs are
+unattended and a form can be mistyped; the engine and the command line keep 0 meaning now.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.policies import RECENT_FILES_FLOOR_DAYS
+
+RECENT_FILES_FLOOR = timedelta(days=RECENT_FILES_FLOOR_DAYS)
+# An absolute cutoff planned on one worker (policy olderThanDays: 1) is checked on another
+# worker's clock; this much skew between them must not fail the run.
+CLOCK_SKEW = timedelta(seconds=60)
+_RECENT_RISK = "files younger than 1 day may belong to writes in progress"
 
 _NONE = ("", "none", "null")
 _TRUE = ("true", "1", "yes", "on")
@@ -90,3 +103,41 @@ def mapping(value: Any, name: str) -> dict[str, str]:
             raise InvalidInputError(f"argument {name}: expected key=value pairs separated by commas, got {text!r}")
         result[key.strip()] = val.strip()
     return result
+
+
+def older_than_days(value: Any, allow_recent_files: bool, now: datetime) -> float | None:
+    """The ``older_than_days`` argument: at least 1, or at least 0 with ``allow_recent_files``.
+
+    A smaller value is refused as typed, never raised to the floor: -1 is an error, not 0.
+    """
+    days = optional_number(value, "older_than_days")
+    if days is None:
+        return None
+    if not math.isfinite(days):
+        raise InvalidInputError(f"argument older_than_days: expected a finite number of days, got {value!r}")
+    if allow_recent_files and days < 0:
+        raise InvalidInputError(
+            f"argument older_than_days: expected a number of days >= 0, got {days:g} "
+            "(a negative age is a future cutoff)"
+        )
+    if not allow_recent_files and days < RECENT_FILES_FLOOR_DAYS:
+        raise InvalidInputError(
+            f"argument older_than_days: expected a number of days >= 1, got {days:g} "
+            f"({_RECENT_RISK}; set allow_recent_files to allow down to 0)"
+        )
+    try:
+        now - timedelta(days=days)
+    except OverflowError:
+        raise InvalidInputError(f"argument older_than_days: {days:g} days before now is out of range") from None
+    return days
+
+
+def older_than(value: Any, allow_recent_files: bool, now: datetime) -> datetime | None:
+    """The ``older_than`` argument: at least 1 day before ``now`` unless ``allow_recent_files``."""
+    moment = optional_datetime(value, "older_than")
+    if moment is not None and not allow_recent_files and moment > now - RECENT_FILES_FLOOR + CLOCK_SKEW:
+        raise InvalidInputError(
+            f"argument older_than: {moment.isoformat()} is less than 1 day before now "
+            f"({now.isoformat(timespec='seconds')}; {_RECENT_RISK}; set allow_recent_files to allow it)"
+        )
+    return moment

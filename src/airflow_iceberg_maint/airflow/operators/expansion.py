@@ -23,8 +23,10 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
 
     The return value feeds ``IcebergRemoveOrphanFilesOperator.partial(...).expand_kwargs(...)``:
     each item holds ``table``, ``older_than`` (absolute UTC), ``location`` (validated),
-    ``dry_run`` and ``policy``. Every evaluation, due or not, with its reason, is pushed to
-    XCom under the key ``evaluations``. A bad policy file, an attached table that does not
+    ``dry_run``, ``policy`` and ``allow_recent_files`` (the policy's ``allowRecentFiles``, which
+    lets the removal task accept a cutoff under 1 day). Every evaluation, due or not, with its
+    reason, is pushed to XCom under the key ``evaluations``. A bad policy file (including an
+    ``olderThanDays`` under 1 without ``allowRecentFiles``), an attached table that does not
     exist or a refused location fails the task without retries.
 
     :param policy_file: JSON or YAML policy file, read when the task runs.
@@ -64,4 +66,7 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in plan.evaluations])
-        return [{**job.to_json(), "policy": policy} for job, policy in plan.jobs]
+        allow_recent = {p.name: p.content.allow_recent_files for p in policies}
+        return [
+            {**job.to_json(), "policy": policy, "allow_recent_files": allow_recent[policy]} for job, policy in plan.jobs
+        ]

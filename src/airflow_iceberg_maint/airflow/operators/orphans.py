@@ -64,8 +64,12 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
 
     :param table: ``namespace.table``.
     :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
-    :param older_than_days: only files older than this many days (default 3; 0 means now).
-    :param older_than: absolute ISO 8601 cutoff with a time zone; wins over ``older_than_days``.
+    :param older_than_days: only files older than this many days (default 3); at least 1 unless
+        ``allow_recent_files``, never negative. A value under the floor fails the task, as typed.
+    :param older_than: absolute ISO 8601 cutoff with a time zone; wins over ``older_than_days``. It must
+        be at least 1 day before now unless ``allow_recent_files``.
+    :param allow_recent_files: allow a cutoff less than 1 day before now (down to now). Files that
+        young may belong to writes in progress; the run logs a warning.
     :param location: scan this location, which must be the table location or under it.
     :param dry_run: report only, delete nothing.
     :param prefix_mismatch_mode: ``error`` | ``ignore`` | ``delete`` for paths that differ only by
@@ -82,6 +86,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         "table",
         "older_than_days",
         "older_than",
+        "allow_recent_files",
         "location",
         "dry_run",
         "prefix_mismatch_mode",
@@ -101,6 +106,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         older_than_days: float | str | None = None,
         older_than: datetime | str | None = None,
+        allow_recent_files: bool | str = False,
         location: str | None = None,
         dry_run: bool | str = False,
         prefix_mismatch_mode: str = "error",
@@ -117,6 +123,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
         self.older_than_days = older_than_days
         self.older_than = older_than
+        self.allow_recent_files = allow_recent_files
         self.location = location
         self.dry_run = dry_run
         self.prefix_mismatch_mode = prefix_mismatch_mode
@@ -138,23 +145,35 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
 
     def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
+        allow_recent_files = arguments.boolean(self.allow_recent_files, "allow_recent_files")
         body: dict[str, Any] = {
             "location": arguments.optional_str(self.location, "location"),
             "dryRun": arguments.boolean(self.dry_run, "dry_run"),
+            "allowRecentFiles": allow_recent_files,
         }
-        days = arguments.optional_number(self.older_than_days, "older_than_days")
+        # Both cutoffs are checked against the floor here, with errors naming this operator's arguments.
+        days = arguments.older_than_days(self.older_than_days, allow_recent_files, now)
         if days is not None:
             body["olderThanDays"] = days
         content = parse_orphan_removal_content(body, f"task {self.task_id}")
-        return build_orphan_job(
+        job = build_orphan_job(
             table_name,
             table.metadata.location,
             content,
             now,
-            older_than=arguments.optional_datetime(self.older_than, "older_than"),
+            older_than=arguments.older_than(self.older_than, allow_recent_files, now),
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
         )
+        if now - job.older_than < arguments.RECENT_FILES_FLOOR:
+            self.log.warning(
+                "table %s: cutoff %s is %s before now, under the 1-day floor; allow_recent_files is set, "
+                "so files of writes still in progress may be deleted",
+                table_name,
+                job.older_than.isoformat(),
+                now - job.older_than,
+            )
+        return job
 
     def _run(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""

@@ -27,7 +27,8 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
     event named) instead of every table the policies attach: the return value feeds
     ``IcebergRemoveOrphanFilesOperator.partial(...).expand_kwargs(...)``, and every evaluation
     is pushed under ``evaluations``. A table no policy attaches is never due; a table that
-    does not exist is skipped with a warning.
+    does not exist is skipped with a warning. Each job carries ``allow_recent_files`` from its
+    policy's ``allowRecentFiles``.
 
     :param tables: tables to evaluate (list or comma-separated).
     :param policy_file: JSON or YAML policy file, read when the task runs.
@@ -74,7 +75,10 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
                 policy = policy_for_table(policies, name)
                 if evaluation.due and policy is not None:
                     job = build_orphan_job(name, table.metadata.location, policy.content, now)
-                    jobs.append(({**job.to_json(), "policy": policy.name}, evaluation.score))
+                    # The removal task refuses a cutoff under 1 day unless the policy opted in.
+                    item = {**job.to_json(), "policy": policy.name,
+                            "allow_recent_files": policy.content.allow_recent_files}
+                    jobs.append((item, evaluation.score))
         except MaintenanceError as exc:
             raise AirflowFailException(str(exc)) from exc
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
