@@ -5,7 +5,8 @@ Two rules keep deletes safe:
   (scheme aliases, authority aliases, collapsed ``//``) are used only to *protect* a file or
   to report a conflict, never to make a file deletable (S4);
 - a scan location must be the table location or a path under it, checked on the raw and
-  on the percent-decoded form, before anything is listed (S3).
+  on the percent-decoded form, before anything is listed (S3); on local disks an absolute
+  table location, and a scan location that reaches no symlink below the table location.
 """
 
 from __future__ import annotations
@@ -142,6 +143,11 @@ def validate_location(
     if equivalence.authority(want.authority) != equivalence.authority(root.authority):
         raise _refuse(requested, table_location, f"authority {want.authority!r} differs")
 
+    if root.is_local and (root.authority or not root.path.startswith("/")):
+        raise LocationRefusedError(
+            f"table location {table_location!r}: is not an absolute local path, so the files it names depend on the "
+            "working directory of each reader; register the table with an absolute location"
+        )
     root_segments = _segments(root.path, "table", table_location)
     relative: list[str] | None = None
     # Check the literal form and the percent-decoded form: both must stay inside (%2E%2E, %2F).
@@ -172,7 +178,14 @@ def local_path(uri: str) -> str:
 
 
 def _check_symlinks(scan: str, table_location: str, requested: str) -> None:
+    """Below the table location, the scan location must be spelled as it lies on disk.
+
+    Listing through a symlink would spell live files in a way no referenced path does.
+    """
     real_root = os.path.realpath(local_path(table_location))
     real_scan = os.path.realpath(local_path(scan))
-    if real_scan != real_root and not real_scan.startswith(real_root.rstrip("/") + "/"):
-        raise _refuse(requested, table_location, f"resolves through a symlink to {real_scan!r}")
+    relative = os.path.relpath(os.path.normpath(local_path(scan)), os.path.normpath(local_path(table_location)))
+    expected = real_root if relative == "." else os.path.join(real_root, relative)
+    if real_scan != expected:
+        why = f"resolves through a symlink to {real_scan!r}; give the path as it lies on disk"
+        raise _refuse(requested, table_location, why)

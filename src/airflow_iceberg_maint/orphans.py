@@ -1,9 +1,12 @@
 """Orphan-file removal: list the table location, subtract every referenced file, delete the rest.
 
 Pipeline (the dry run runs all of it but the last step):
-1. refuse ``gc.enabled=false``, resolve the cutoff, validate the location (S3);
+1. refuse ``gc.enabled=false``, resolve the cutoff, validate the location (S3), and find the
+   other tables of the catalog that write under it;
 2. list storage and collect the referenced set concurrently (S1, S2);
-3. match: an exact path match is referenced; a normalised match is kept or is a conflict (S4);
+3. match: an exact path match is referenced; a normalised match, or on local storage the same
+   file under any spelling, is kept or is a conflict (S4); a name that is not UTF-8 is kept;
+   other tables' locations found by the catalog or by their metadata in the listing are kept whole;
 4. reload the table and keep anything a snapshot committed during the scan references;
 5. delete, collecting per-file failures.
 """
@@ -11,8 +14,9 @@ Pipeline (the dry run runs all of it but the last step):
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,8 +25,17 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import GcDisabledError, InvalidInputError, PrefixMismatchError
+from airflow_iceberg_maint.errors import CatalogListingError, GcDisabledError, InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.other_tables import (
+    ProtectedLocation,
+    TablePaths,
+    catalog_protections,
+    catalog_table_paths,
+    is_listed_metadata_file,
+    listed_table_protections,
+    outermost,
+)
 from airflow_iceberg_maint.referenced import (
     ReferencedSet,
     ReferenceSource,
@@ -39,6 +52,7 @@ DEFAULT_OLDER_THAN_DAYS = 3.0
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,12 @@ class OrphanOptions:
     equal_authorities: Mapping[str, str] | None = None
     max_concurrent_deletes: int = 8
     reader_processes: int | None = None  # manifest-decoding workers; None: one a core for large local tables
+    # Other tables of the catalog (one catalog pass, shared by the tables cleaned in one run);
+    # None: this run lists the table's catalog itself.
+    other_tables: Sequence[TablePaths] | None = None
+    # The user's word that the location holds this table only: no catalog pass (the metadata
+    # folders of other tables found in the listing are still kept whole).
+    only_this_table: bool = False
 
 
 @dataclass
@@ -77,6 +97,9 @@ class OrphanReport:
     manifests_read: int = 0
     kept_equivalent: int = 0
     kept_by_recheck: int = 0
+    kept_undecodable: list[str] = field(default_factory=list)
+    protected_locations: list[dict[str, str]] = field(default_factory=list)
+    kept_protected: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -105,12 +128,28 @@ class OrphanReport:
             "manifests_read": self.manifests_read,
             "kept_equivalent": self.kept_equivalent,
             "kept_by_recheck": self.kept_by_recheck,
+            "kept_undecodable": self.kept_undecodable,
+            "protected_locations": self.protected_locations,
+            "kept_protected": self.kept_protected,
             "phase_seconds": self.phase_seconds,
         }
 
     def to_json(self) -> dict[str, Any]:
         """The ``orphans --json`` object of CLI.md."""
         return {**self.summary(), "orphan_files": self.orphan_files}
+
+
+def cutoff_for_days(days: float, now: datetime, what: str = "older_than_days") -> datetime:
+    """``now`` minus ``days``; refuses what is not a finite number of days >= 0 reaching back to 1970 at most."""
+    if not math.isfinite(days) or days < 0:
+        raise InvalidInputError(f"{what} {days}: expected a finite number of days >= 0")
+    try:
+        cutoff = now - timedelta(days=days)
+    except OverflowError:
+        cutoff = datetime.min.replace(tzinfo=UTC)  # out of range either way: refused just below
+    if cutoff < EPOCH:
+        raise InvalidInputError(f"{what} {days:g}: expected at most {(now - EPOCH).days} days (back to 1970-01-01)")
+    return cutoff
 
 
 def resolve_cutoff(older_than_days: float | None, older_than: datetime | None, now: datetime) -> datetime:
@@ -121,11 +160,10 @@ def resolve_cutoff(older_than_days: float | None, older_than: datetime | None, n
             raise InvalidInputError(f"older_than {cutoff.isoformat()}: is in the future (now is {now.isoformat()})")
         return cutoff.astimezone(UTC)
     days = DEFAULT_OLDER_THAN_DAYS if older_than_days is None else older_than_days
-    if days < 0:
-        raise InvalidInputError(f"older_than_days {days}: expected a number of days >= 0")
+    cutoff = cutoff_for_days(days, now)
     if days == 0:
         log.warning("older_than_days is 0: every unreferenced file is eligible, including files of in-flight writes")
-    return now - timedelta(days=days)
+    return cutoff
 
 
 def file_kind(path: str) -> str:
@@ -193,17 +231,76 @@ class _Phases:
         self.started = now
 
 
-def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> tuple[list[FileInfo], int]:
-    """Listed files strictly older than the cutoff; a file with no modification time never is."""
-    candidates: list[FileInfo] = []
-    listed = 0
+@dataclass
+class _Listing:
+    candidates: list[FileInfo]  # strictly older than the cutoff; a file with no modification time never is
+    listed: int
+    metadata_files: list[str]  # table metadata files in any ``metadata`` folder, whatever their age
+
+
+def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
+    result = _Listing([], 0, [])
     for info in storage.list_files(root, keep):
-        listed += 1
+        result.listed += 1
         if info.mtime is not None and info.mtime < cutoff:
-            candidates.append(info)
-        if listed % 100_000 == 0:
-            log.info("listed %d files under %s", listed, root)
-    return candidates, listed
+            result.candidates.append(info)
+        if is_listed_metadata_file(info.path):
+            result.metadata_files.append(info.path)
+        if result.listed % 100_000 == 0:
+            log.info("listed %d files under %s", result.listed, root)
+    return result
+
+
+def _comparable(path: str) -> bool:
+    """Whether a listed name can be compared exactly with metadata, which holds UTF-8 only."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate-escaped byte of a local name that is not UTF-8
+        return False
+    return True
+
+
+def printable(path: str) -> str:
+    """A listed path for reports and logs; bytes that are not UTF-8 appear as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _other_tables(table: Table, options: OrphanOptions) -> Sequence[TablePaths]:
+    if options.only_this_table:
+        return ()
+    if options.other_tables is not None:
+        return options.other_tables
+    try:
+        return catalog_table_paths(table.catalog)
+    except CatalogListingError as exc:
+        raise CatalogListingError(
+            f"table {_name(table)}: {exc}; nothing was deleted. If the location holds this table only, "
+            "say so with only_this_table (--only-this-table)"
+        ) from exc
+
+
+def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
+    """Whether each path is referenced exactly or is the same file under another spelling."""
+    exact = refs.contains_exact(paths)
+    others = refs.classify_unmatched([p for p, hit in zip(paths, exact, strict=True) if not hit])
+    return [hit or others.get(p) == "equivalent" for p, hit in zip(paths, exact, strict=True)]
+
+
+def _protections(
+    table: Table, root: str, listing: _Listing, refs: ReferencedSet, others: Sequence[TablePaths],
+    equivalence: PathEquivalence,
+) -> list[ProtectedLocation]:
+    uuid, location = str(table.metadata.table_uuid), table.metadata.location
+    found = catalog_protections(others, uuid, _name(table), root, equivalence)
+    metadata_files = [p for p in listing.metadata_files if _comparable(p)]
+    found += listed_table_protections(metadata_files, _referenced(metadata_files, refs), table.io, uuid, location)
+    return outermost(found)
+
+
+def _outside(files: list[FileInfo], protected: list[ProtectedLocation]) -> list[FileInfo]:
+    prefixes = tuple(p.location.rstrip("/") + "/" for p in protected)
+    exact = {p.location.rstrip("/") for p in protected}
+    return [f for f in files if not (f.path.startswith(prefixes) or f.path in exact)]
 
 
 def _collect(
@@ -218,11 +315,17 @@ def _collect(
         refs.add(paths)
 
 
-def _match(candidates: list[FileInfo], refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int]:
-    """Split candidates into orphans and conflicts; count files kept as equivalent spellings."""
+def _match(
+    candidates: list[FileInfo], refs: ReferencedSet
+) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
+    """Split candidates into orphans, conflicts, a count of equivalent spellings, and names kept as not UTF-8."""
     orphans: list[FileInfo] = []
     conflicts: list[FileInfo] = []
     equivalent = 0
+    undecodable = [c for c in candidates if not c.path.isascii() and not _comparable(c.path)]
+    if undecodable:
+        kept = {id(c) for c in undecodable}
+        candidates = [c for c in candidates if id(c) not in kept]
     for start in range(0, len(candidates), MATCH_CHUNK):
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_exact([c.path for c in chunk])
@@ -236,7 +339,7 @@ def _match(candidates: list[FileInfo], refs: ReferencedSet) -> tuple[list[FileIn
                 conflicts.append(info)
             else:
                 equivalent += 1
-    return orphans, conflicts, equivalent
+    return orphans, conflicts, equivalent, undecodable
 
 
 def _conflict_pairs(
@@ -296,6 +399,7 @@ def remove_orphan_files(
     _refuse_gc_disabled(table)
     equivalence = PathEquivalence(options.equal_schemes or {}, options.equal_authorities or {})
     root = validate_location(options.location, table.metadata.location, equivalence)
+    others = _other_tables(table, options)
     report = OrphanReport(_name(table), str(table.metadata.table_uuid), root, cutoff, options.dry_run)
     phases = _Phases(report)
     storage = storage_for(root, table.io.properties)
@@ -313,7 +417,8 @@ def remove_orphan_files(
         with ThreadPoolExecutor(max_workers=1) as lister:
             listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
             _collect(refs, walk, sources)
-            candidates, report.files_listed = listing.result()
+            listed = listing.result()
+        candidates, report.files_listed = listed.candidates, listed.listed
         report.list_calls = storage.list_calls
         report.referenced_files = len(refs)
         log.info("listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
@@ -321,7 +426,19 @@ def remove_orphan_files(
                  report.referenced_files, walk.snapshots, walk.manifests_read)
         phases.done("list_and_reference")
 
-        orphans, conflicts, report.kept_equivalent = _match(candidates, refs)
+        orphans, conflicts, report.kept_equivalent, undecodable = _match(candidates, refs)
+        report.kept_undecodable = [printable(u.path) for u in undecodable]
+        if undecodable:
+            log.warning("%d listed files are kept: their names are not UTF-8, so no metadata path can name them "
+                        "exactly (first: %s)", len(undecodable), report.kept_undecodable[0])
+        protected = _protections(table, root, listed, refs, others, equivalence)
+        if protected:
+            report.protected_locations = [p.to_json() for p in protected]
+            before = len(orphans) + len(conflicts)
+            orphans, conflicts = _outside(orphans, protected), _outside(conflicts, protected)
+            report.kept_protected = before - len(orphans) - len(conflicts)
+            log.warning("kept whole, as other tables' locations: %s",
+                        "; ".join(f"{p.location} ({p.reason})" for p in protected))
         del candidates, refs
         if conflicts:
             report.conflicts = _conflict_pairs(conflicts, walk, sources)

@@ -1,8 +1,8 @@
 """The set of files a table references, held compactly, and the parallel walk that fills it.
 
-Every referenced path is kept as 64-bit hashes in Arrow arrays (32 bytes a path), not as
-Python strings. A hash collision can only make a listed file look referenced (kept) or look
-like a conflict (kept or reported): it never makes a file deletable.
+Every referenced path is kept as 64-bit hashes in Arrow arrays (32 bytes a path, 40 on local
+storage), not as Python strings. A hash collision can only make a listed file look referenced
+(kept) or look like a conflict (kept or reported): it never makes a file deletable.
 
 """
 
@@ -22,10 +22,17 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.locations import PathEquivalence, Uri, local_path
 from airflow_iceberg_maint.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.manifests import live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.path_hashes import EMPTY, HASH_SCHEMA, PathHasher, component_hash, path_hash
+from airflow_iceberg_maint.path_hashes import (
+    EMPTY,
+    HASH_SCHEMA,
+    PathHasher,
+    component_hash,
+    listed_identity,
+    path_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +46,12 @@ T = TypeVar("T")
 
 
 class ReferencedSet:
-    """Hashes of referenced paths: exact strings, and path keys with their scheme and authority."""
+    """Hashes of referenced paths: exact strings, path keys with their scheme and authority, file identities."""
 
     def __init__(self, equivalence: PathEquivalence) -> None:
         self.hasher = PathHasher(equivalence)
         self._batches: list[pa.RecordBatch] = []
-        self._frozen: tuple[pa.Array, pa.Table] | None = None
-        self.added = 0
+        self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
 
     def add(self, paths: Sequence[str]) -> None:
         if paths:
@@ -54,22 +60,25 @@ class ReferencedSet:
     def add_hashes(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
             self._batches.append(batch)
-            self.added += batch.num_rows
             self._frozen = None
 
-    def _freeze(self) -> tuple[pa.Array, pa.Table]:
+    def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
         if self._frozen is None or self._batches:
             added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
             exact_parts = [added["exact"]]
             key_parts = [added.select(["key", "scheme", "authority"])]
+            identity_parts = [added["identity"]]
             if self._frozen is not None:
                 exact_parts.insert(0, pa.chunked_array([self._frozen[0]]))
                 key_parts.insert(0, self._frozen[1])
+                identity_parts.insert(0, pa.chunked_array([self._frozen[2]]))
             exact = pc.unique(pa.chunked_array([c for p in exact_parts for c in p.chunks], pa.int64()))
             keys = pa.concat_tables(key_parts).group_by(["key", "scheme", "authority"]).aggregate([])
+            identities = pc.unique(pa.chunked_array([c for p in identity_parts for c in p.chunks], pa.int64()))
+            identities = identities.filter(pc.not_equal(identities, EMPTY))
             self._batches = []
-            self._frozen = (exact, keys.combine_chunks())
+            self._frozen = (exact, keys.combine_chunks(), identities)
         return self._frozen
 
     def __len__(self) -> int:
@@ -77,21 +86,23 @@ class ReferencedSet:
 
     @property
     def nbytes(self) -> int:
-        exact, keys = self._freeze()
-        return exact.nbytes + keys.nbytes
+        exact, keys, identities = self._freeze()
+        return exact.nbytes + keys.nbytes + identities.nbytes
 
     def contains_exact(self, paths: Sequence[str]) -> list[bool]:
-        exact, _ = self._freeze()
+        exact = self._freeze()[0]
         return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
 
     def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
         """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
 
-        Paths absent from the result share no path key with any referenced path.
+        A local path whose file is one a referenced path names (same device and inode) is
+        ``equivalent`` too. Paths absent from the result share no path key and no file with any
+        referenced path.
         """
         if not paths:
             return {}
-        _, keys = self._freeze()
+        _, keys, identities = self._freeze()
         eq = self.hasher.equivalence
         path_keys = [self.hasher.key(p) for p in paths]
         hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
@@ -99,13 +110,21 @@ class ReferencedSet:
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
             scopes.setdefault(key, []).append((scheme, authority))
         result: dict[str, str] = {}
+        local: list[str] = []
         for path, key in zip(paths, path_keys, strict=True):
-            if key not in scopes:
-                continue
             uri = Uri.parse(path)
+            if key not in scopes:
+                if uri.is_local and len(identities):
+                    local.append(path)
+                continue
             mine = (component_hash(eq.scheme(uri.scheme)), component_hash(eq.authority(uri.authority)))
             same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
+        if local:
+            listed = pa.array([listed_identity(local_path(p)) for p in local], pa.int64())
+            for path, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
+                if hit:
+                    result[path] = "equivalent"
         return result
 
 

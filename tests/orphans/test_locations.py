@@ -75,8 +75,10 @@ def test_local_symlink_out_of_the_table_is_refused(tmp_path):
     os.symlink(table / "data", table / "inner-link")
     with pytest.raises(LocationRefusedError, match="resolves through a symlink"):
         validate_location(f"file://{table}/data/link", f"file://{table}")
-    # a symlink that stays inside the table is fine
-    assert validate_location(f"{table}/inner-link", str(table)) == f"{table}/inner-link"
+    # A symlink that stays inside the table is refused too: listed through it, live files would
+    # be spelled as no referenced path spells them (issue 9, item 1).
+    with pytest.raises(LocationRefusedError, match=r"inner-link': resolves through a symlink to '.*/t/data'"):
+        validate_location(f"{table}/inner-link", str(table))
     assert validate_location(f"file://{table}/data", f"file://{table}") == f"file://{table}/data"
 
 

@@ -229,9 +229,9 @@ class _ListingWithoutTimes:
 
 
 def test_a_file_without_a_modification_time_is_never_a_candidate():
-    candidates, listed = _list_candidates(_ListingWithoutTimes(), "s3://b/t", lambda name: True, datetime.now(UTC))
-    assert listed == 2
-    assert [c.path for c in candidates] == ["s3://b/t/data/old.parquet"]
+    listing = _list_candidates(_ListingWithoutTimes(), "s3://b/t", lambda name: True, datetime.now(UTC))
+    assert listing.listed == 2
+    assert [c.path for c in listing.candidates] == ["s3://b/t/data/old.parquet"]
 
 
 def test_files_of_a_staged_snapshot_no_ref_points_at_are_kept(sqlite_catalog):

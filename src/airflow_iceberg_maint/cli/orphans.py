@@ -10,8 +10,14 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
-from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
-from airflow_iceberg_maint.orphans import PREFIX_MISMATCH_MODES, OrphanOptions, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.errors import PrefixMismatchError
+from airflow_iceberg_maint.orphans import (
+    PREFIX_MISMATCH_MODES,
+    OrphanOptions,
+    OrphanReport,
+    cutoff_for_days,
+    remove_orphan_files,
+)
 from airflow_iceberg_maint.state import SqlStateStore, record_orphan_run
 
 
@@ -72,8 +78,8 @@ def _text(report: OrphanReport) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.older_than_days is not None and args.older_than_days < 0:
-        raise InvalidInputError(f"--older-than-days {args.older_than_days}: expected a number of days >= 0")
+    if args.older_than_days is not None:
+        cutoff_for_days(args.older_than_days, datetime.now(UTC), "--older-than-days")  # refused before any catalog call
     table = load_table(cli_catalog(args), args.table)
     options = OrphanOptions(
         older_than=args.older_than,
