@@ -240,6 +240,22 @@ def test_catalog_without_uri_does_not_advise_a_uri_flag(tmp_path: Path) -> None:
     )
 
 
+def test_catalog_pyiceberg_cannot_load_is_one_line(tmp_path: Path) -> None:
+    bad_type = cli(clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__TYPE="bogus"), tmp_path,
+                   "--catalog", "broken", "index", "list", "db.t", "--json")
+    assert one_line_error(bad_type) == (
+        "iceberg-maint index: catalog 'broken': cannot be loaded: 'bogus' is not a valid CatalogType"
+    )
+
+    missing_dir = f"sqlite:///{tmp_path}/no-such-dir/catalog.db"
+    unreachable = cli(clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__URI=missing_dir), tmp_path,
+                      "--catalog", "broken", "index", "list", "db.t", "--json")
+    assert one_line_error(unreachable).startswith(
+        "iceberg-maint index: catalog 'broken': cannot be loaded: "
+        "(sqlite3.OperationalError) unable to open database file"
+    )
+
+
 def test_catalog_and_conn_id_together_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--catalog", "prod", "--conn-id", "iceberg_default", "index", "list", "db.t", "--json"]) == 2
 
