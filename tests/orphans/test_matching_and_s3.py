@@ -117,10 +117,12 @@ class _ThrottlingClient:
 
 
 def test_s3_deletes_retry_throttling_and_collect_per_key_errors():
-    client = _ThrottlingClient(slow_downs=2)
+    # A whole request throttled is botocore's to retry (tests/reliability/test_s3_faults.py, through a real
+    # proxy); only keys throttled inside a successful reply are retried here.
+    client = _ThrottlingClient(slow_downs=1)
     storage = S3Storage(client, backoff_seconds=0)
     outcome = storage.delete_files(["s3://b/k1", "s3://b/k2", "s3://b/denied"], max_concurrency=2)
     assert sorted(outcome.deleted) == ["s3://b/k1", "s3://b/k2"]
     assert outcome.failed == [("s3://b/denied", "AccessDenied: no")]
-    assert outcome.requests == 3
-    assert client.calls == [["k1", "k2", "denied"], ["k1", "k2", "denied"], ["k1"]]
+    assert outcome.requests == 2
+    assert client.calls == [["k1", "k2", "denied"], ["k1"]]

@@ -1,7 +1,15 @@
-"""S3 listing (paginated, spread over prefixes) and bulk deletion (``DeleteObjects``)."""
+"""S3 listing (paginated, spread over prefixes) and bulk deletion (``DeleteObjects``).
+
+One retry policy per kind of failure: botocore retries whole requests (connection errors,
+500/503, SlowDown) with its adaptive mode; this module only retries the keys a successful
+``DeleteObjects`` reply lists as throttled, which botocore cannot see. A request that still
+fails surfaces as ``StorageError`` (listing) or as per-file failures (deletion), never as a raw
+botocore exception.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -10,13 +18,18 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from airflow_iceberg_maint.errors import StorageError
 from airflow_iceberg_maint.locations import Uri
 from airflow_iceberg_maint.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
-THROTTLING_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"})
+#: Per-key error codes in a DeleteObjects reply that are worth sending again.
+RETRY_KEY_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503",
+                             "InternalError", "ServiceUnavailable"})
+NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+REQUEST_ERRORS = (ClientError, BotoCoreError)
 SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
 
 
@@ -46,7 +59,7 @@ class S3Storage:
             aws_secret_access_key=_property(props, "s3.secret-access-key", "client.secret-access-key"),
             aws_session_token=_property(props, "s3.session-token", "client.session-token"),
             region_name=_property(props, "s3.region", "client.region"),
-            config=Config(retries={"mode": "adaptive", "max_attempts": 8}, max_pool_connections=32),
+            config=Config(retries=_retries(), max_pool_connections=32),
         )
         return cls(client)
 
@@ -65,9 +78,13 @@ class S3Storage:
         """Objects directly found, and sub-prefixes left to list (when ``depth`` > 0)."""
         objects: list[dict[str, Any]] = []
         prefixes: list[str] = []
-        for page in self._list_page_set(bucket, prefix, "/" if depth > 0 else None):
-            objects.extend(page.get("Contents", []))
-            prefixes.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+        try:
+            for page in self._list_page_set(bucket, prefix, "/" if depth > 0 else None):
+                objects.extend(page.get("Contents", []))
+                prefixes.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+        except REQUEST_ERRORS as exc:
+            # An incomplete listing is never used: the run stops before matching or deleting anything.
+            raise StorageError(f"s3://{bucket}/{prefix}: cannot be listed ({_error_text(exc)})") from exc
         return objects, prefixes
 
     def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
@@ -104,33 +121,56 @@ class S3Storage:
         requests = 0
         todo = keys
         for attempt in range(self.max_attempts):
+            if attempt:
+                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
             retry: list[str] = []
             try:
                 requests += 1
                 response = self.client.delete_objects(
                     Bucket=bucket, Delete={"Objects": [{"Key": k} for k in todo], "Quiet": True}
                 )
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-                if (code in THROTTLING_CODES or status == "503") and attempt + 1 < self.max_attempts:
-                    time.sleep(self.backoff_seconds * 2**attempt)
-                    continue
-                return deleted, failed + [(k, f"{code}: {exc}") for k in todo], requests
+            except REQUEST_ERRORS as exc:
+                # botocore has already retried. The request may still have taken effect (its reply lost):
+                # ask which keys are gone rather than report them all as failed.
+                gone, kept = self._settle_deletes(bucket, todo, _error_text(exc))
+                return deleted + gone, failed + kept, requests
             errors = {e["Key"]: e for e in response.get("Errors", [])}
             for key in todo:
                 error = errors.get(key)
-                if error is None or error.get("Code") == "NoSuchKey":
+                if error is None or error.get("Code") in NOT_FOUND_CODES:
                     deleted.append(key)
-                elif error.get("Code") in THROTTLING_CODES:
+                elif error.get("Code") in RETRY_KEY_CODES:
                     retry.append(key)
                 else:
                     failed.append((key, f"{error.get('Code')}: {error.get('Message', '')}"))
             if not retry:
                 return deleted, failed, requests
             todo = retry
-            time.sleep(self.backoff_seconds * 2**attempt)
         return deleted, failed + [(k, "SlowDown: still throttled after retries") for k in todo], requests
+
+    def _settle_deletes(self, bucket: str, keys: list[str], reason: str) -> tuple[list[str], list[tuple[str, str]]]:
+        """After a DeleteObjects with no reply: keys now absent are deleted, the others failed.
+
+        Stops asking at the first key that cannot be checked (the store is unreachable); that key
+        and the rest are reported failed with the outcome unknown.
+        """
+        deleted: list[str] = []
+        failed: list[tuple[str, str]] = []
+        for i, key in enumerate(keys):
+            try:
+                self.client.head_object(Bucket=bucket, Key=key)
+            except ClientError as exc:
+                if _status(exc) == "404" or _code(exc) in NOT_FOUND_CODES:
+                    deleted.append(key)
+                    continue
+                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
+                break
+            except BotoCoreError:
+                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
+                break
+            else:
+                failed.append((key, f"{reason}; not deleted"))
+        return deleted, failed
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
         outcome = DeleteOutcome()
@@ -150,3 +190,29 @@ class S3Storage:
                 outcome.failed.extend((head + k, err) for k, err in failed)
                 outcome.requests += requests
         return outcome
+
+
+def _retries() -> dict[str, Any]:
+    """botocore's adaptive mode with 8 retries, unless the standard AWS_RETRY_MODE / AWS_MAX_ATTEMPTS say otherwise."""
+    retries: dict[str, Any] = {}
+    # botocore reads those variables only for what this leaves unset.
+    if not os.environ.get("AWS_RETRY_MODE"):
+        retries["mode"] = "adaptive"
+    if not os.environ.get("AWS_MAX_ATTEMPTS"):
+        retries["max_attempts"] = 8
+    return retries
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> str:
+    return str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+def _error_text(exc: Exception) -> str:
+    """One line: the S3 error code and message, or botocore's connection error."""
+    if isinstance(exc, ClientError):
+        return f"{_code(exc) or _status(exc)}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
