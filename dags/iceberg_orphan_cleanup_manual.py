@@ -56,6 +56,13 @@ with DAG(
             title="Location",
             description="Scan only this location: the table location or a path under it. Empty: the table location.",
         ),
+        "only_this_table": Param(
+            False,
+            type="boolean",
+            title="Location holds this table only",
+            description="Skip the catalog pass that finds other tables nested under the location. Tick it only "
+            "when the catalog cannot be listed and no other table writes under this one.",
+        ),
         "dry_run": Param(True, type="boolean", title="Dry run", description="List the orphan files, delete nothing."),
     },
 ):
@@ -65,5 +72,6 @@ with DAG(
         older_than_days="{{ params.older_than_days }}",
         allow_recent_files="{{ params.allow_recent_files }}",
         location="{{ params.location }}",
+        only_this_table="{{ params.only_this_table }}",
         dry_run="{{ params.dry_run }}",
     )

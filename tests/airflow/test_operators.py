@@ -24,6 +24,7 @@ from tests.airflow.conftest import DAGS
 SUMMARY_KEYS = {
     "table", "table_uuid", "policy", "location", "older_than", "dry_run", "orphan_file_count", "orphan_bytes",
     "deleted_file_count", "failed_count", "conflict_count", "files_listed", "list_calls", "phase_seconds", "report",
+    "protected_location_count", "kept_undecodable_count",
 }
 
 

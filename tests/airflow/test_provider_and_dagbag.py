@@ -44,8 +44,11 @@ def test_manual_dag_form() -> None:
     dag = DagBag(dag_folder=str(DAGS)).get_dag("iceberg_orphan_cleanup_manual")
     assert dag.schedule is None
     params = dag.params
-    assert set(params.keys()) == {"table", "older_than_days", "allow_recent_files", "location", "dry_run"}
+    assert set(params.keys()) == {
+        "table", "older_than_days", "allow_recent_files", "location", "only_this_table", "dry_run"
+    }
     assert params["dry_run"] is True
+    assert params["only_this_table"] is False
     assert params["allow_recent_files"] is False
     assert params["older_than_days"] == 3
     assert params["location"] is None

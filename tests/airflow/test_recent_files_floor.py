@@ -92,7 +92,9 @@ def test_form_has_no_bound_to_clamp_to_and_keeps_what_was_typed() -> None:
     from airflow.serialization.serialized_objects import DagSerialization
 
     dag = DagBag(dag_folder=str(DAGS)).get_dag(MANUAL)
-    assert set(dag.params.keys()) == {"table", "older_than_days", "allow_recent_files", "location", "dry_run"}
+    assert set(dag.params.keys()) == {
+        "table", "older_than_days", "allow_recent_files", "location", "only_this_table", "dry_run"
+    }
     days = dag.params.get_param("older_than_days")
     # The trigger form clamps a number to its schema's minimum/maximum: there must be none.
     assert days.schema == {"type": "number", "title": "Older than (days)"}

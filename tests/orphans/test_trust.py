@@ -353,3 +353,20 @@ def test_a_cutoff_out_of_range_is_a_one_line_error(tmp_path, value, message):
     assert result.stderr.startswith(f"iceberg-maint orphans: {message}")
     assert result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr
+
+
+def test_the_command_line_makes_a_catalog_pass_unless_told_the_location_holds_this_table_only(tmp_path):
+    catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    catalog.create_namespace("db")
+    outer = _table(catalog, "db.outer")
+    writer = catalog.create_table("db.writer", schema=SCHEMA,
+                                  properties={"write.data.path": f"{outer.location()}/data/foreign"})
+    writer.append(rows(0, 3))
+    _age(local_path(outer.location()))
+    foreign = sorted(f"file://{p}" for p in _files(local_path(f"{outer.location()}/data/foreign")))
+    kept = json.loads(_cli(tmp_path, "orphans", "db.outer", "--dry-run", "--json").stdout)
+    assert kept["orphan_files"] == []
+    assert [p["location"] for p in kept["protected_locations"]] == [f"{outer.location()}/data/foreign"]
+    # Only this table: the user's word is taken, and the other table's data files look like orphans.
+    told = json.loads(_cli(tmp_path, "orphans", "db.outer", "--dry-run", "--json", "--only-this-table").stdout)
+    assert sorted(told["orphan_files"]) == foreign

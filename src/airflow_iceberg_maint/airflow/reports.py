@@ -10,13 +10,16 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from logging import Logger
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.io import load_file_io
 
-from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
+from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError, MaintenanceError
 from airflow_iceberg_maint.locations import validate_location
+from airflow_iceberg_maint.other_tables import catalog_table_paths, save_table_paths
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
@@ -48,4 +51,21 @@ def write_report(uri: str, body: Mapping[str, Any], io_properties: Mapping[str, 
         Path(uri.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
     with load_file_io(dict(io_properties), uri).new_output(uri).create(overwrite=True) as out:
         out.write(data)
+    return uri
+
+
+def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | None, log: Logger) -> str | None:
+    """Save one catalog pass for every removal task of this run; None when it cannot be made or saved.
+
+    Each removal task then loads only the tables created since, instead of the whole catalog.
+    Without it, each task makes its own pass (and refuses when the catalog cannot be listed).
+    """
+    uri = report_uri(base or default_report_base(), dag_id, run_id, "catalog-tables", None)
+    try:
+        paths = catalog_table_paths(catalog)
+        save_table_paths(uri, paths, dict(catalog.properties))
+    except (MaintenanceError, OSError) as exc:
+        log.warning("catalog pass not shared (%s): each removal task lists the catalog itself", exc)
+        return None
+    log.info("catalog pass of %d tables shared with the removal tasks: %s", len(paths), uri)
     return uri

@@ -58,6 +58,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--equal-schemes", type=_mapping, default={}, help="e.g. s3a=s3,s3n=s3")
     parser.add_argument("--equal-authorities", type=_mapping, default={}, help="e.g. nn1=nn2")
     parser.add_argument("--max-concurrent-deletes", type=_positive, default=8)
+    parser.add_argument(
+        "--only-this-table", action="store_true",
+        help="the location holds this table only: skip the catalog pass that finds other tables nested under it",
+    )
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -74,6 +78,8 @@ def _text(report: OrphanReport) -> str:
     lines += [f"  {kind}: {t['count']} files, {t['bytes']} bytes" for kind, t in report.by_kind.items() if t["count"]]
     lines += [f"  failed: {f['path']}: {f['error']}" for f in report.failed]
     lines += [f"  conflict: {c['listed']} vs {c['referenced']}" for c in report.conflicts]
+    lines += [f"  kept whole: {p['location']}: {p['reason']}" for p in report.protected_locations]
+    lines += [f"  kept, name not UTF-8: {path}" for path in report.kept_undecodable]
     return "\n".join(lines)
 
 
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         equal_schemes=args.equal_schemes,
         equal_authorities=args.equal_authorities,
         max_concurrent_deletes=args.max_concurrent_deletes,
+        only_this_table=args.only_this_table,
     )
     try:
         report = remove_orphan_files(table, options)

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.job_config import plan_orphan_jobs
@@ -32,9 +33,11 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
     :param policy_file: JSON or YAML policy file, read when the task runs.
     :param iceberg_conn_id: an ``iceberg`` connection.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    :param report_location: where the run's catalog pass is saved for the removal tasks (give them
+        the same base; default ``$AIRFLOW_HOME/iceberg_maint/reports``).
     """
 
-    template_fields: Sequence[str] = ("policy_file",)
+    template_fields: Sequence[str] = ("policy_file", "report_location")
     ui_color = "#e8f0d4"
 
     def __init__(
@@ -43,18 +46,21 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
         policy_file: str,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         state_url: str | None = None,
+        report_location: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.policy_file = policy_file
         self.iceberg_conn_id = iceberg_conn_id
         self.state_url = state_url
+        self.report_location = report_location
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
             policies = load_policies(self.policy_file)
+            catalog = catalog_for(self.iceberg_conn_id)
             plan = plan_orphan_jobs(
-                catalog_for(self.iceberg_conn_id),
+                catalog,
                 policies,
                 state_store_for(self.state_url),
                 datetime.now(UTC),
@@ -67,6 +73,12 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in plan.evaluations])
         allow_recent = {p.name: p.content.allow_recent_files for p in policies}
+        shared = {}
+        if plan.jobs:
+            ti = context["ti"]
+            shared = {"other_tables_uri": share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location,
+                                                             self.log)}
         return [
-            {**job.to_json(), "policy": policy, "allow_recent_files": allow_recent[policy]} for job, policy in plan.jobs
+            {**job.to_json(), "policy": policy, "allow_recent_files": allow_recent[policy], **shared}
+            for job, policy in plan.jobs
         ]

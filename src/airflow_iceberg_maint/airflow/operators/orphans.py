@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
@@ -15,9 +16,10 @@ from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_table, report_uri, write_report
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import MaintenanceError, MetadataReadError, PrefixMismatchError
+from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError, PrefixMismatchError
 from airflow_iceberg_maint.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.orphans import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.other_tables import TablePaths, catalog_table_paths, load_table_paths
 from airflow_iceberg_maint.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.state import StateStore, record_attempt, record_orphan_run
 
@@ -36,6 +38,8 @@ def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | N
         "deleted_file_count": summary["deleted_file_count"],
         "failed_count": len(summary["failed"]),
         "conflict_count": len(summary["conflicts"]),
+        "protected_location_count": len(summary["protected_locations"]),
+        "kept_undecodable_count": len(summary["kept_undecodable"]),
         "files_listed": summary["files_listed"],
         "list_calls": summary["list_calls"],
         "phase_seconds": summary["phase_seconds"],
@@ -80,6 +84,10 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
     :param report_location: base URI of report files (default ``$AIRFLOW_HOME/iceberg_maint/reports``).
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
     :param policy: name of the policy this run applies, for the summary and logs.
+    :param only_this_table: the location holds this table only: no catalog pass to find other
+        tables nested under it (folders holding another table's metadata are still kept whole).
+    :param other_tables_uri: a catalog pass saved by the planning task of the same run; only the
+        tables created since are loaded. Unreadable: this task makes a whole pass of its own.
     """
 
     template_fields: Sequence[str] = (
@@ -95,6 +103,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         "max_concurrent_deletes",
         "report_location",
         "policy",
+        "only_this_table",
+        "other_tables_uri",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"equal_schemes": "json", "equal_authorities": "json"}
     ui_color = "#d4e8f7"
@@ -116,6 +126,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         report_location: str | None = None,
         state_url: str | None = None,
         policy: str | None = None,
+        only_this_table: bool | str = False,
+        other_tables_uri: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -133,12 +145,14 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.report_location = report_location
         self.state_url = state_url
         self.policy = policy
+        self.only_this_table = only_this_table
+        self.other_tables_uri = other_tables_uri
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
         except MaintenanceError as exc:
-            if isinstance(exc, MetadataReadError):
+            if isinstance(exc, MetadataReadError | CatalogListingError):
                 raise AirflowException(f"table {self.table}: {exc}") from exc  # may be transient: retry
             # Misconfiguration (bad argument, missing table, refused location, gc.enabled=false):
             # retrying cannot help.
@@ -190,6 +204,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+            only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
+            other_tables=self._other_tables(catalog),
         )
         store = state_store_for(self.state_url)
         ti = context["ti"]
@@ -213,6 +229,17 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
                 f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {uri}"
             )
         return xcom_summary(summary, uri, policy)
+
+    def _other_tables(self, catalog: Catalog) -> list[TablePaths] | None:
+        """The planning task's catalog pass topped up with tables created since; None: the engine makes one."""
+        uri = arguments.optional_str(self.other_tables_uri, "other_tables_uri")
+        if uri is None or arguments.boolean(self.only_this_table, "only_this_table"):
+            return None
+        try:
+            return catalog_table_paths(catalog, load_table_paths(uri, dict(catalog.properties)))
+        except CatalogListingError as exc:
+            self.log.warning("%s; the run lists the whole catalog itself", exc)
+            return None
 
     def _record_failure(
         self, store: StateStore, table: Table, table_name: str, job: OrphanJobConfig, exc: Exception

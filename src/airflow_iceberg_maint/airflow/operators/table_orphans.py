@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.index_definitions import table_names
 from airflow_iceberg_maint.airflow.operators.expansion import EVALUATIONS_KEY
+from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
@@ -34,9 +35,10 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
     :param policy_file: JSON or YAML policy file, read when the task runs.
     :param iceberg_conn_id: an ``iceberg`` connection.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    :param report_location: where the run's catalog pass is saved for the removal tasks.
     """
 
-    template_fields: Sequence[str] = ("tables", "policy_file")
+    template_fields: Sequence[str] = ("tables", "policy_file", "report_location")
     ui_color = "#e8f0d4"
 
     def __init__(
@@ -46,6 +48,7 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
         policy_file: str,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         state_url: str | None = None,
+        report_location: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -53,6 +56,7 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
         self.policy_file = policy_file
         self.iceberg_conn_id = iceberg_conn_id
         self.state_url = state_url
+        self.report_location = report_location
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
@@ -83,4 +87,8 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
         self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))
+        if jobs:
+            ti = context["ti"]
+            uri = share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location, self.log)
+            jobs = [({**job, "other_tables_uri": uri}, score) for job, score in jobs]
         return [job for job, _ in sorted(jobs, key=lambda j: j[1], reverse=True)]
