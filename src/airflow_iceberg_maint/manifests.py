@@ -9,9 +9,10 @@ spec and ``bytes`` in plain Avro; a uuid is ``fixed`` or ``string``), and one wr
 every later field. pyiceberg's ``DecimalReader.skip`` reads a ``fixed`` decimal as length-prefixed
 bytes, which is why decimal partitions could not be scanned (issue 9, item 5).
 
-Any damaged file is a ``MetadataReadError``, never a crash or a short read (S2). pyiceberg's
-Cython decoder checks only that a varint starts inside its buffer, so the plans here keep every
-access inside it themselves:
+A damaged file is a ``MetadataReadError``, never a crash (S2); only a file cut exactly at a block
+boundary cannot be told from a whole one (an Avro container has no footer). pyiceberg's Cython
+decoder checks only that a varint starts inside its buffer, so the plans here keep every access
+inside it themselves:
 
 - every length or count taken from the data is checked against the bytes left in the block
   before it is used, the position is checked after every record, and each block must be used
