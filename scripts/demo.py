@@ -106,7 +106,7 @@ class Shell:
         self.root = root
         self.log = root / "demo.log"
         catalog = {"type": "sql", "uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
-        # A .pyiceberg.yaml, not PYICEBERG_CATALOG__* variables: those turn '_' in a name into '-'.
+        # The command line reads this .pyiceberg.yaml; the DAGs the same settings as a connection.
         (root / ".pyiceberg.yaml").write_text(yaml.safe_dump({"catalog": {CATALOG: catalog}}, default_flow_style=False))
         self.env = {
             **os.environ,

@@ -1,12 +1,14 @@
 """Orphan-file removal: list the table location, subtract every referenced file, delete the rest.
 
+The rules S1 to S12 cited here are those of ``docs/safety.md``.
+
 Pipeline (the dry run runs all of it but the last step):
-1. refuse ``gc.enabled=false``, resolve the cutoff, validate the location (S3), and find the
-   other tables of the catalog that write under it;
+1. refuse ``gc.enabled=false`` (S12), resolve the cutoff (S7), validate the location (S3), and
+   find the other tables of the catalog that write under it (S8);
 2. list storage and collect the referenced set concurrently (S1, S2);
 3. match: an exact path match is referenced; a normalised match, or on local storage the same
    file under any spelling, is kept or is a conflict (S4); a name that is not UTF-8 is kept;
-   other tables' locations found by the catalog or by their metadata in the listing are kept whole;
+   other tables' locations found by the catalog or by their metadata in the listing are kept whole (S8);
 4. reload the table and keep anything a snapshot committed during the scan references;
 5. delete, collecting per-file failures.
 """

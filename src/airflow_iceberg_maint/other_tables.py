@@ -1,4 +1,4 @@
-"""Other tables whose files lie under a scan location: found, and kept whole.
+"""Other tables whose files lie under a scan location: found, and kept whole (S8 in docs/safety.md).
 
 Iceberg Java deletes them: a table nested in another's location (``<outer>/data/inner``), or
 one whose ``write.data.path`` points under it, looks like a heap of orphans to the outer
@@ -76,12 +76,16 @@ class TablePaths:
 
 
 def _identifiers(catalog: Catalog) -> list[tuple[str, ...]]:
+    """Every table identifier, through nested namespaces (each namespace listed once)."""
     found: list[tuple[str, ...]] = []
+    seen: set[tuple[str, ...]] = {()}
     pending: list[tuple[str, ...]] = [()]
     while pending:
         namespace = pending.pop()
-        children = catalog.list_namespaces(namespace)
-        pending.extend(tuple(child) for child in children if tuple(child) != namespace)
+        for child in map(tuple, catalog.list_namespaces(namespace)):
+            if child not in seen:
+                seen.add(child)
+                pending.append(child)
         if namespace:
             found.extend(tuple(t) for t in catalog.list_tables(namespace))
     return found

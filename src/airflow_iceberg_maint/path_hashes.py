@@ -1,4 +1,4 @@
-"""Compact identities of paths: 64-bit hashes of the exact bytes and of the normalised parts.
+"""Compact identities of paths: 64-bit hashes of the exact bytes and of the normalised parts (S4).
 
 A listed file matches a referenced one exactly when the exact hashes match; the path key and
 the mapped scheme and authority find other spellings of the same file (to protect it) and

@@ -11,7 +11,7 @@ A create whose reply is lost (a dropped connection, or a client retry answered 4
 first attempt had already landed) is settled by reading back the version file: our exact bytes
 mean we won, another writer's bytes mean we lost, and anything else leaves the outcome unknown
 (``CommitOutcomeUnknownError``). Callers delete the files a commit would reference only once the
-commit is known to have lost (``CommitProgress``).
+commit is known to have lost (``CommitProgress``; S9).
 """
 
 from __future__ import annotations
