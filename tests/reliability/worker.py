@@ -1,0 +1,56 @@
+"""Operations the kill -9 tests run in a child process, and the forked-child launcher.
+
+Children are forked from a ``forkserver`` that has already imported pyiceberg, pyarrow and the
+engine, so one costs milliseconds instead of the 1-2 s start-up of a fresh interpreter, and
+the test can afford many seeds. Each child runs the real library call (the same one the CLI
+makes) and writes its JSON result to ``result_path`` when, and only when, it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.catalog.sql import SqlCatalog
+
+from airflow_iceberg_maint.index.expire import expire_extracts
+from airflow_iceberg_maint.index.incremental import refresh_index
+from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+
+PRELOAD = [__name__, "airflow_iceberg_maint.manifest_pool", "pyiceberg.io.pyarrow"]
+
+
+def _table(catalog_uri: str, warehouse: str, name: str) -> Any:
+    return SqlCatalog("default", uri=catalog_uri, warehouse=warehouse).load_table(name)
+
+
+def _finish(result_path: str, result: dict[str, Any]) -> None:
+    temporary = f"{result_path}.tmp"
+    with open(temporary, "w") as fh:
+        json.dump(result, fh, default=str)
+    os.replace(temporary, result_path)
+
+
+def orphan_run(catalog_uri: str, warehouse: str, name: str, older_than_iso: str, result_path: str) -> None:
+    table = _table(catalog_uri, warehouse, name)
+    options = OrphanOptions(older_than=datetime.fromisoformat(older_than_iso).astimezone(UTC))
+    _finish(result_path, remove_orphan_files(table, options).to_json())
+
+
+def index_refresh(catalog_uri: str, warehouse: str, name: str, index: str, result_path: str) -> None:
+    _finish(result_path, refresh_index(_table(catalog_uri, warehouse, name), index).to_json())
+
+
+def index_expire(catalog_uri: str, warehouse: str, name: str, index: str, retain_last: int, result_path: str) -> None:
+    table = _table(catalog_uri, warehouse, name)
+    _finish(result_path, expire_extracts(table, index, retain_last=retain_last, older_than=None))
+
+
+def context() -> Any:
+    """The forkserver context, its server preloaded with the engine (set before it first starts)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
