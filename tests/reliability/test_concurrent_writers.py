@@ -1,0 +1,169 @@
+"""Orphan runs with cutoff 0 loop while a writer commits appends, overwrites, row deletes and expiry.
+
+The writer (``writer.py``, its own process) logs every commit with the files it added to and
+dropped from the committed metadata, read with the oracle. Each deleted file is then judged by
+when it was live: a file that committed metadata referenced before the run's re-check reloaded
+the table, and still referenced when the run ended, is a LIVE FILE LOST (required: 0). A file
+first referenced by a commit that finished after the re-check was an in-flight file: cutoff 0
+makes every unreferenced file eligible, so deleting it is allowed; the writer then undoes that
+commit as a failed one (counted). At the end the final metadata references no deleted file and
+every retained snapshot reads exactly the rows the writer's model says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.transforms import IdentityTransform
+
+from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from tests.orphans.scenario import SCHEMA, rows
+from tests.reliability import oracle, worker, writer
+from tests.reliability.figures import report, scale
+
+pytestmark = pytest.mark.reliability
+
+SECONDS = scale(25, 150)  # per backend
+
+
+@dataclass
+class Run:
+    start: float
+    recheck: float  # no later than the moment the run's re-check reloaded the table
+    end: float
+    deleted: list[str]
+
+
+@dataclass
+class Interval:
+    """A file referenced by committed metadata from ``since`` (commit finished) until ``until`` (dropped)."""
+
+    since: float
+    until: float | None = None
+
+
+def _intervals(log: list[dict[str, Any]]) -> dict[str, list[Interval]]:
+    live: dict[str, list[Interval]] = {}
+    for entry in log:
+        for path in entry["added"]:
+            live.setdefault(path, []).append(Interval(entry["done"]))
+        for path in entry["dropped"]:
+            open_ = [i for i in live.get(path, []) if i.until is None]
+            assert open_, f"{path} dropped by commit {entry['seq']} but never added"
+            open_[-1].until = entry["start"]  # conservative: dropped no earlier than the commit began
+    return live
+
+
+def _verdict(path: str, run: Run, live: dict[str, list[Interval]]) -> str:
+    """Why a run deleted ``path``, from when committed metadata referenced it.
+
+    ``lost``: committed before the run's re-check reloaded the table, and not dropped before the
+    run ended: a live file (required: never). ``race``: first committed after the re-check but
+    before the run ended (listed while in flight, committed, then deleted: the window only a cutoff
+    longer than a write closes). ``in_flight``: committed only after the run ended (deleted before
+    its commit). ``orphan``: no committed metadata referenced it during the run.
+    """
+    intervals = live.get(path, [])
+    if any(i.since < run.recheck and (i.until is None or i.until > run.end) for i in intervals):
+        return "lost"
+    if any(run.recheck <= i.since < run.end for i in intervals):
+        return "race"
+    if any(i.since >= run.end for i in intervals):
+        return "in_flight"
+    return "orphan"
+
+
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
+def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.FixtureRequest, backend: str,
+                                                              tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    catalog: SqlCatalog = request.getfixturevalue(backend)
+    caplog.set_level(logging.ERROR)  # one cutoff-0 warning a run is expected; keep the log small
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
+    table = catalog.create_table("db.busy", schema=SCHEMA, partition_spec=spec,
+                                 properties={"write.metadata.previous-versions-max": "5"})
+    table.append(rows(0, 30))
+    log_path, stop_path, result_path = (str(tmp_path / n) for n in ("writer.jsonl", "stop", "writer.json"))
+    props = catalog.properties
+    child = worker.context().Process(target=writer.run, args=(
+        catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 7, result_path))
+    child.start()
+    runs: list[Run] = []
+    failed_closed: list[str] = []
+    try:
+        while not os.path.exists(log_path):
+            time.sleep(0.05)
+        deadline = time.monotonic() + SECONDS
+        while time.monotonic() < deadline and child.is_alive():
+            start = time.monotonic()
+            try:
+                done = remove_orphan_files(catalog.load_table("db.busy"), OrphanOptions(older_than_days=0))
+            except MaintenanceError as exc:  # must be a fail-closed refusal: judged below
+                failed_closed.append(f"{type(exc).__name__}: {exc}")
+                continue
+            assert done.failed == []
+            recheck = start + done.phase_seconds["list_and_reference"] + done.phase_seconds["match"]
+            runs.append(Run(start, recheck, time.monotonic(), done.orphan_files))
+    finally:
+        Path(stop_path).touch()
+        child.join(timeout=120)
+    with open(result_path) as fh:
+        result = json.load(fh)
+    assert result["ok"], result.get("error")
+    with open(log_path) as fh:
+        log = [json.loads(line) for line in fh]
+
+    live = _intervals(log)
+    verdicts: dict[str, list[str]] = {"lost": [], "race": [], "in_flight": [], "orphan": []}
+    for run in runs:
+        for path in run.deleted:
+            verdicts[_verdict(path, run, live)].append(path)
+    deleted = {p for run in runs for p in run.deleted}
+    undone = [e for e in log if e["rolled_back"]]
+    failed_writes = [e for e in log if e["op"].startswith("failed_")]
+    log_lost = {p for e in log if e["op"] == "metadata_log_lost" for p in e["lost"]}
+    assert verdicts["lost"] == [], f"live files deleted: {verdicts['lost'][:5]}"
+    # Every file deleted around its commit was found missing by the writer, which undid that commit.
+    assert set(verdicts["race"] + verdicts["in_flight"]) <= {p for e in log for p in e.get("lost", [])}
+    # A run fails closed (reading metadata, or loading the catalog's tables to find nested ones) only
+    # while a commit names an in-flight file that was deleted, before the writer's undo.
+    closed_kinds = (MetadataReadError.__name__, CatalogListingError.__name__)
+    assert all(f.startswith(closed_kinds) for f in failed_closed), failed_closed[:3]
+    assert not failed_closed or undone or log_lost, failed_closed[:3]
+
+    final = catalog.load_table("db.busy")
+    assert not (oracle.live_files(final) & deleted - log_lost)
+    assert set(oracle.missing(oracle.live_files(final))) <= log_lost
+    expected = {int(k): v for e in log if not e["rolled_back"] for k, v in e["rows"].items()}
+    retained = oracle.snapshot_rows(final)
+    assert set(retained) <= set(expected)
+    assert retained == {k: expected[k] for k in retained}
+    # A last run with the writer stopped removes exactly the oracle's orphans.
+    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)))
+    expected_orphans = oracle.listing(final.location()) - oracle.live_files(final)
+    assert set(last.orphan_files) <= expected_orphans, sorted(set(last.orphan_files) - expected_orphans)
+    assert sorted(last.orphan_files) == sorted(expected_orphans)
+    assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained
+
+    # A write that failed on a deleted in-flight file committed nothing; so did every other run of the loop.
+    ops: dict[str, int] = {}
+    for e in log[1:]:
+        ops[e["op"]] = ops.get(e["op"], 0) + 1
+    report(f"concurrent_writers[{backend}]", seconds=SECONDS, commits=len(log) - 1,
+           **{f"commits_{k}": v for k, v in sorted(ops.items())}, orphan_runs=len(runs),
+           runs_failed_closed=len(failed_closed), files_deleted=len(deleted),
+           orphans_deleted=len(verdicts["orphan"]), in_flight_files_deleted=len(verdicts["in_flight"]),
+           race_files_deleted=len(verdicts["race"]), writes_failed_in_flight=len(failed_writes),
+           undos=len(undone), metadata_log_files_lost=len(log_lost),
+           retained_snapshots_read=len(retained), live_files_lost=0)
+

@@ -1,0 +1,228 @@
+"""The concurrent writer: appends, overwrites, row deletes and snapshot expiry, committed in a loop.
+
+It runs in its own process and logs, after every commit, one JSON line: when the commit started
+and finished (``time.monotonic``, one clock for all processes on Linux), the files the committed
+metadata now references that it did not before (``added``) and those it no longer references
+(``dropped``), read with the oracle (pyiceberg's inspect tables and metadata log), and the row
+count each new snapshot must read (from the writer's own model of live ids).
+
+A cutoff-0 orphan run may delete a file this writer has written but not yet committed: the
+commit then names a missing file. The writer checks every file its commit added; if one is gone
+it counts an in-flight loss and undoes that commit as a failed commit would (roll back, expire
+the new snapshots; a lost metadata file is first written again from memory), so that every
+retained snapshot stays readable and the test can hold it to that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import traceback
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import In
+from pyiceberg.serializers import ToOutputFile
+from pyiceberg.table import Table
+
+from tests.index.row_deletes import commit_position_deletes
+from tests.orphans.scenario import rows
+from tests.reliability import oracle
+
+OPS = ("append", "append", "append", "overwrite", "delete_cow", "delete_positions", "expire")
+KEEP_SNAPSHOTS = 6
+
+
+class Writer:
+    def __init__(self, table: Table, catalog: SqlCatalog, log_path: str, seed: int) -> None:
+        self.catalog = catalog
+        self.name = ".".join(table.name())
+        self.table = table
+        self.rng = random.Random(seed)
+        self.log = open(log_path, "a")  # noqa: SIM115 - kept open for the writer's life
+        self.ids = set(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
+        self.next_id = max(self.ids, default=0) + 1
+        self.refs = oracle.live_files(table)
+        self.history: list[tuple[int | None, list[int], set[str], set[int]]] = []  # parent, new, added, ids before
+        self.seq = 0
+        current = table.current_snapshot()
+        self._write({"op": "initial", "start": time.monotonic(), "done": time.monotonic(), "added": sorted(self.refs),
+                     "dropped": [], "rows": {str(current.snapshot_id): len(self.ids)} if current else {},
+                     "rolled_back": False})
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        entry["seq"] = self.seq
+        self.seq += 1
+        self.log.write(json.dumps(entry) + "\n")
+        self.log.flush()
+
+    def _new_rows(self, count: int) -> Any:
+        batch = rows(self.next_id, count)
+        self.next_id += count
+        return batch
+
+    def step(self) -> None:
+        self.repair()
+        op = self.rng.choice(OPS)
+        snapshots_before = {s.snapshot_id for s in self.table.metadata.snapshots}
+        current_before = self.table.current_snapshot()
+        start = time.monotonic()
+        try:
+            ids_after = self._apply(op)
+        except FileNotFoundError as exc:
+            self._failed(op, start, exc)
+            return
+        if ids_after is None:
+            return
+        done = time.monotonic()
+        self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
+        new = sorted((s for s in self.table.metadata.snapshots if s.snapshot_id not in snapshots_before),
+                     key=lambda s: s.sequence_number)
+        refs, lost = self._refs_and_lost(new)
+        added, dropped = refs - self.refs, self.refs - refs
+        counts: dict[int, int] = {}
+        if new:
+            counts[new[-1].snapshot_id] = len(ids_after)
+            for s in new[:-1]:  # the delete half of an overwrite: the rows it kept, before the append
+                counts[s.snapshot_id] = len(ids_after & self.ids)
+        self._write({"op": op, "start": start, "done": done, "added": sorted(added), "dropped": sorted(dropped),
+                     "rows": {str(k): v for k, v in counts.items()}, "rolled_back": False, "lost": lost})
+        self.refs = refs
+        if new:
+            parent = current_before.snapshot_id if current_before else None
+            self.history.append((parent, [x.snapshot_id for x in new], added, self.ids))
+        self.ids = ids_after
+        if lost:
+            self.repair()
+
+    def repair(self) -> None:
+        """Undo, as failed commits, every commit from the first one whose added files are now missing.
+
+        A file goes missing when a cutoff-0 run deleted it before the commit (in flight), or listed it
+        before the commit and deleted it after (the race only a cutoff longer than a write closes).
+        A missing metadata file of the log only (no snapshot's file) cannot break a read: it is logged."""
+        gone = set(oracle.missing(self.refs))
+        if not gone:
+            return
+        broken = next((i for i, (_, _, added, _) in enumerate(self.history) if added & gone), None)
+        start = time.monotonic()
+        if broken is None:
+            self._write({"op": "metadata_log_lost", "start": start, "done": start, "added": [],
+                         "dropped": sorted(gone), "rows": {}, "rolled_back": False, "lost": sorted(gone)})
+            self.refs -= gone
+            return
+        parent, _, _, ids_before = self.history[broken]
+        doomed = [sid for _, new, _, _ in self.history[broken:] for sid in new]
+        if parent is None or self.table.metadata.snapshot_by_id(parent) is None:
+            raise RuntimeError(f"cannot undo: the parent {parent} of a commit with missing files is gone")
+        self.table.manage_snapshots().rollback_to_snapshot(parent).commit()
+        present = {x.snapshot_id for x in self.table.metadata.snapshots}
+        self.table.maintenance.expire_snapshots().by_ids([x for x in doomed if x in present]).commit()
+        del self.history[broken:]
+        self.ids = ids_before
+        self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
+        refs = oracle.live_files(self.table)
+        self._write({"op": "undo", "start": start, "done": time.monotonic(), "added": sorted(refs - self.refs),
+                     "dropped": sorted(self.refs - refs), "rows": {}, "rolled_back": True, "lost": sorted(gone),
+                     "undone_snapshots": doomed})
+        self.refs = refs
+
+    def _refs_and_lost(self, new: list[Any]) -> tuple[set[str], list[str]]:
+        """What the committed metadata references, and which of the files this commit added are missing.
+
+        When an orphan run deleted a new snapshot's manifest list or manifest before the commit, the
+        oracle cannot read that snapshot: the commit's known files are then its metadata file and the
+        new snapshots' manifest lists and manifests that can still be read."""
+        try:
+            refs = oracle.live_files(self.table)
+        except FileNotFoundError:
+            known = [self.table.metadata_location, *(s.manifest_list for s in new)]
+            for snapshot in new:
+                if not oracle.missing([snapshot.manifest_list]):
+                    known += [m.manifest_path for m in snapshot.manifests(self.table.io)]
+            lost = oracle.missing(known)
+            if not lost:
+                raise
+            return self.refs | set(known), lost
+        return refs, oracle.missing(refs - self.refs)
+
+    def _failed(self, op: str, start: float, exc: FileNotFoundError) -> None:
+        """A cutoff-0 run deleted a file this write had not committed yet (an overwrite's staged manifest
+        list, say) and the write failed before its commit: allowed, if every committed file is still there."""
+        self.table = self.catalog.load_table(self.name)
+        if oracle.live_files(self.table) != self.refs or oracle.missing(self.refs):
+            raise RuntimeError(f"{op} failed on a missing file and the committed state is not intact") from exc
+        self._write({"op": f"failed_{op}", "start": start, "done": time.monotonic(), "added": [], "dropped": [],
+                     "rows": {}, "rolled_back": False, "lost": [], "error": str(exc).splitlines()[0][:300]})
+
+    def _metadata_exists(self) -> bool:
+        return bool(self.table.metadata_location) and not oracle.missing([self.table.metadata_location])
+
+    def _restore_metadata(self) -> Table:
+        """The catalog names a metadata file an orphan run deleted before the catalog commit: write it again."""
+        ToOutputFile.table_metadata(self.table.metadata, self.table.io.new_output(self.table.metadata_location))
+        return self.catalog.load_table(self.name)
+
+    def _apply(self, op: str) -> set[int] | None:
+        """Commit one change; the live ids after it, or None when there was nothing to do."""
+        table, ids = self.table, self.ids
+        if op == "append":
+            batch = self._new_rows(self.rng.randint(5, 40))
+            table.append(batch)
+            return ids | set(batch.column("id").to_pylist())
+        if op == "overwrite" and ids:
+            below = self.rng.choice(sorted(ids))
+            batch = self._new_rows(self.rng.randint(3, 15))
+            table.overwrite(batch, overwrite_filter=f"id < {below}")
+            return {i for i in ids if i >= below} | set(batch.column("id").to_pylist())
+        if op == "delete_cow" and ids:
+            victims = set(self.rng.sample(sorted(ids), min(len(ids), self.rng.randint(1, 8))))
+            table.delete(In("id", victims))
+            return ids - victims
+        if op == "delete_positions" and ids:
+            return self._delete_positions()
+        if op == "expire" and len(table.metadata.snapshots) > KEEP_SNAPSHOTS:
+            ordered = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+            current = table.current_snapshot()
+            old = [s.snapshot_id for s in ordered[:-KEEP_SNAPSHOTS] if current is None or s.snapshot_id !=
+                   current.snapshot_id]
+            if old:
+                table.maintenance.expire_snapshots().by_ids(old).commit()
+                return set(ids)
+        return None
+
+    def _delete_positions(self) -> set[int] | None:
+        """Merge-on-read position deletes of live rows of one current data file."""
+        snapshot = self.table.current_snapshot()
+        if snapshot is None:
+            return None
+        data = [e.data_file.file_path for m in snapshot.manifests(self.table.io)
+                for e in m.fetch_manifest_entry(self.table.io) if e.data_file.content == 0]
+        path = self.rng.choice(sorted(data))
+        with self.table.io.new_input(path).open() as stream:
+            file_ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
+        live = [(pos, i) for pos, i in enumerate(file_ids) if i in self.ids]
+        if not live:
+            return None
+        chosen = self.rng.sample(live, min(len(live), self.rng.randint(1, 4)))
+        self.table = commit_position_deletes(self.table, {path: [pos for pos, _ in chosen]})
+        return self.ids - {i for _, i in chosen}
+
+
+def run(catalog_name: str, uri: str, warehouse: str, name: str, log_path: str, stop_path: str, seed: int,
+        result_path: str) -> None:
+    """Commit until ``stop_path`` exists; write a result file (the traceback on failure)."""
+    try:
+        catalog = SqlCatalog(catalog_name, uri=uri, warehouse=warehouse)
+        writer = Writer(catalog.load_table(name), catalog, log_path, seed)
+        while not os.path.exists(stop_path):
+            writer.step()
+        writer.repair()  # the orphan runs have stopped: a file deleted after the last check is found now
+        result: dict[str, Any] = {"ok": True, "commits": writer.seq - 1}
+    except BaseException:
+        result = {"ok": False, "error": traceback.format_exc()}
+    with open(result_path, "w") as fh:
+        json.dump(result, fh)
