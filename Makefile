@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench services-start services-stop
+.PHONY: install demo test soak lint bench services-start services-stop
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check .
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The reliability suite at its long size (kills, faults, concurrent writers, random histories).
+soak: install
+	ICEBERG_MAINT_SOAK=1 scripts/services.sh run -- $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
