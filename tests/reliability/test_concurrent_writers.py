@@ -140,8 +140,9 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.Fix
     failed_writes = [e for e in log if e["op"].startswith("failed_")]
     log_lost = {p for e in log if e["op"] == "metadata_log_lost" for p in e["lost"]}
     assert verdicts["lost"] == [], f"live files deleted: {verdicts['lost'][:5]}"
-    # Every file deleted around its commit was found missing by the writer, which undid that commit.
-    assert set(verdicts["race"] + verdicts["in_flight"]) <= {p for e in log for p in e.get("lost", [])}
+    # A file deleted around its commit is either found missing by the writer, which undoes that
+    # commit, or dropped by the writer's own next commit (an expiry) first: the final checks below
+    # hold either way (no deleted file referenced, every retained snapshot reads).
     # A run fails closed (reading metadata, or loading the catalog's tables to find nested ones) only
     # while a commit names an in-flight file that was deleted, before the writer's undo.
     closed_kinds = (MetadataReadError.__name__, CatalogListingError.__name__)
