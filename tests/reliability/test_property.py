@@ -42,11 +42,6 @@ settings.register_profile("reliability-soak", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 PROFILE = settings.get_profile("reliability-soak" if scale(0, 1) else "reliability")
 
-# ---------------------------------------------------------------------------------------------
-# The one place to flip: spelling cases that fail on the engine of the day (issue 9, part 1).
-# Empty: every case passes on the current engine (items 1-4 were fixed in dc1f556).
-XFAIL: dict[str, str] = {}
-# ---------------------------------------------------------------------------------------------
 
 SPELLINGS = ["plain", "dot_segments", "double_slash", "symlink_scan", "nested_table", "non_utf8_name"]
 
@@ -185,9 +180,7 @@ def _check(spelling: str, ops: list[str], plants: list[tuple[str, str]], figures
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("spelling", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=False, reason=XFAIL[s])) if s in XFAIL else s for s in SPELLINGS
-])
+@pytest.mark.parametrize("spelling", SPELLINGS)
 def test_deleted_files_are_always_oracle_orphans(spelling: str) -> None:
     figures: dict[str, Any] = {"examples": 0, "deleted": 0, "oracle_orphans": 0, "refused": 0}
 
