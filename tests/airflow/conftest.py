@@ -70,6 +70,20 @@ def catalog(tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.fixture
+def state_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/state.db"
+
+
+def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> Any:
+    """An ``IcebergRemoveOrphanFilesOperator`` with its state and reports in the test's folder."""
+    from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+
+    return IcebergRemoveOrphanFilesOperator(
+        task_id="remove", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
+    )
+
+
+@pytest.fixture
 def context() -> dict[str, Any]:
     return {"ti": TaskContextTI()}
 

@@ -11,8 +11,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from tests.airflow.conftest import DAGS
+from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
 
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
@@ -56,35 +55,30 @@ def test_scheduled_run_shares_one_catalog_pass_and_keeps_a_nested_table(demo_tab
 
 
 def test_removal_tops_up_a_saved_pass_with_tables_created_since(demo_tables: dict, catalog: SqlCatalog,
-                                                                context: dict, tmp_path: Path):
+                                                                context: dict, tmp_path: Path, state_url: str):
     # A pass saved before the nested table existed: the task loads the tables created since.
     from airflow_iceberg_maint.other_tables import catalog_table_paths, save_table_paths
 
     uri = save_table_paths(f"file://{tmp_path}/pass.json", catalog_table_paths(catalog), {})
     catalog.create_namespace("other")
     nested_location, nested_files = _nested(catalog, "demo.orders")
-    operator = IcebergRemoveOrphanFilesOperator(
-        task_id="remove", table="demo.orders", other_tables_uri=uri, report_location=f"file://{tmp_path}/reports", state_url=f"sqlite:///{tmp_path}/s.db"
-    )
+    operator = remover(state_url, tmp_path, table="demo.orders", other_tables_uri=uri)
     summary = operator.execute(context)
     assert (summary["orphan_file_count"], summary["protected_location_count"]) == (1, 1)
     assert {p for p in Path(nested_location.removeprefix("file://")).rglob("*") if p.is_file()} == nested_files
 
 
 def test_removal_with_an_unreadable_pass_lists_the_catalog_itself(demo_tables: dict, catalog: SqlCatalog,
-                                                                  context: dict, tmp_path: Path):
+                                                                  context: dict, tmp_path: Path, state_url: str):
     catalog.create_namespace("other")
     _nested(catalog, "demo.orders")
-    operator = IcebergRemoveOrphanFilesOperator(
-        task_id="remove", table="demo.orders", other_tables_uri=f"file://{tmp_path}/missing.json",
-        report_location=f"file://{tmp_path}/reports", state_url=f"sqlite:///{tmp_path}/s.db", dry_run=True,
-    )
+    operator = remover(state_url, tmp_path, table="demo.orders", other_tables_uri=f"file://{tmp_path}/missing.json",
+                       dry_run=True)
     assert operator.execute(context)["protected_location_count"] == 1
 
 
-def test_only_this_table_is_a_checked_boolean(demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path):
-    operator = IcebergRemoveOrphanFilesOperator(
-        task_id="remove", table="demo.orders", only_this_table="maybe", report_location=f"file://{tmp_path}/r"
-    )
+def test_only_this_table_is_a_checked_boolean(demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path,
+                                              state_url: str):
+    operator = remover(state_url, tmp_path, table="demo.orders", only_this_table="maybe")
     with pytest.raises(AirflowFailException, match="only_this_table"):
         operator.execute(context)

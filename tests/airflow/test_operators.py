@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -19,7 +18,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.state import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS
+from tests.airflow.conftest import DAGS, remover
 
 SUMMARY_KEYS = {
     "table", "table_uuid", "policy", "location", "older_than", "dry_run", "orphan_file_count", "orphan_bytes",
@@ -28,15 +27,6 @@ SUMMARY_KEYS = {
 }
 
 
-@pytest.fixture
-def state_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/state.db"
-
-
-def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> IcebergRemoveOrphanFilesOperator:
-    return IcebergRemoveOrphanFilesOperator(
-        task_id="remove", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
-    )
 
 
 def test_removal_deletes_exactly_the_old_orphan(

@@ -20,9 +20,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
-from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
-from tests.airflow.conftest import DAGS
+from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
 
 MANUAL = "iceberg_orphan_cleanup_manual"
@@ -54,15 +53,6 @@ def recent(demo_tables: dict) -> dict:
     return demo_tables
 
 
-@pytest.fixture
-def state_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/state.db"
-
-
-def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> IcebergRemoveOrphanFilesOperator:
-    return IcebergRemoveOrphanFilesOperator(
-        task_id="remove", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
-    )
 
 
 def without(files: list[str], warehouse: Path, *removed: Path) -> list[str]:

@@ -189,6 +189,22 @@ def send_then_drop(times: int) -> Callable[..., None]:
     return handler
 
 
+def lose_put_reply_then_reads(faults: Faults) -> None:
+    """The PUT lands but its reply is lost, and from then on nothing can be read back: the outcome is unknown."""
+    broken = [False]
+
+    def put_reply_lost(**_: Any) -> None:
+        broken[0] = True
+        raise closed()
+
+    def get_fails(**_: Any) -> None:
+        if broken[0]:
+            raise unreachable()
+
+    faults.on("after-call.s3.PutObject", put_reply_lost)
+    faults.on("before-call.s3.GetObject", get_fails)
+
+
 def check_committed_and_whole(table: Table, before: IndexMetadata, store: Store) -> IndexMetadata:
     """The refresh's extract is in the current metadata, once, and every file it names exists."""
     after = current(table)
@@ -259,18 +275,7 @@ def test_s3_refresh_whose_old_metadata_delete_fails_is_committed(s3_catalog: Sql
 def test_s3_refresh_whose_outcome_cannot_be_read_keeps_its_files(s3_catalog: SqlCatalog, faults: Faults) -> None:
     table = indexed_table(s3_catalog)
     store, before = Store(table), current(table)
-    broken = [False]
-
-    def put_reply_lost(**_: Any) -> None:
-        broken[0] = True
-        raise closed()
-
-    def get_fails(**_: Any) -> None:
-        if broken[0]:
-            raise unreachable()
-
-    faults.on("after-call.s3.PutObject", put_reply_lost)
-    faults.on("before-call.s3.GetObject", get_fails)
+    lose_put_reply_then_reads(faults)
 
     with pytest.raises(CommitOutcomeUnknownError, match=r"may or may not have landed .*the files it references"):
         refresh_full(table, INDEX)
@@ -367,18 +372,7 @@ def test_s3_expire_whose_outcome_cannot_be_read_deletes_nothing(s3_catalog: SqlC
     table = three_extracts(s3_catalog)
     store, before = Store(table), current(table)
     all_extract_files = set().union(*(extract_files(table, before, e.extract_id) for e in before.extracts))
-    broken = [False]
-
-    def put_reply_lost(**_: Any) -> None:
-        broken[0] = True
-        raise closed()
-
-    def get_fails(**_: Any) -> None:
-        if broken[0]:
-            raise unreachable()
-
-    faults.on("after-call.s3.PutObject", put_reply_lost)
-    faults.on("before-call.s3.GetObject", get_fails)
+    lose_put_reply_then_reads(faults)
 
     with pytest.raises(CommitOutcomeUnknownError, match=r"^expire: no file was deleted: index 'by_id': the commit"):
         expire_extracts(table, INDEX, retain_last=1, older_than=None)
