@@ -40,7 +40,7 @@ from tests.reliability.figures import report, scale
 
 pytestmark = pytest.mark.reliability
 
-SEEDS = scale(20, 100)
+SEEDS = scale(20, 50)
 PLANTED = 800  # orphans per orphan-run seed: enough that deleting them takes a while
 INDEX = "by_id"
 
