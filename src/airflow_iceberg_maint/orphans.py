@@ -27,7 +27,13 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import CatalogListingError, GcDisabledError, InvalidInputError, PrefixMismatchError
+from airflow_iceberg_maint.errors import (
+    CatalogListingError,
+    GcDisabledError,
+    InvalidInputError,
+    MetadataReadError,
+    PrefixMismatchError,
+)
 from airflow_iceberg_maint.locations import PathEquivalence, validate_location
 from airflow_iceberg_maint.other_tables import (
     ProtectedLocation,
@@ -371,7 +377,13 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: list[Referen
     """Reload the table and keep any orphan that metadata committed during the scan references."""
     table = walk.table
     known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
-    table.refresh()
+    try:
+        table.refresh()
+    except Exception as exc:  # a metadata file the catalog names is missing, the catalog is down...
+        raise MetadataReadError(
+            f"table {_name(table)}: cannot be reloaded for the re-check before deleting ({type(exc).__name__}: "
+            f"{exc}); nothing was deleted"
+        ) from exc
     _refuse_gc_disabled(table)
     late = ReferencedSet(walk.equivalence)
     _collect(late, walk, sources, skip=known)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.locations import local_path
 from tests.orphans.scenario import Files
 
 
@@ -25,4 +27,12 @@ def commit_late_file(table: Table) -> Iterator[list[str]]:
     if late not in set(other.inspect.files()["file_path"].to_pylist()):
         other.add_files([late])
     assert Files(other).exists(late)
+    yield []
+
+
+def commit_then_lose_metadata(table: Table) -> Iterator[list[str]]:
+    """Another writer commits, and the metadata file the catalog now names goes missing (deleted in flight)."""
+    other = table.catalog.load_table(table.name())
+    other.append(other.scan().to_arrow().slice(0, 1))
+    os.remove(local_path(other.metadata_location))
     yield []

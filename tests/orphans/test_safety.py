@@ -116,6 +116,19 @@ def test_a_commit_during_the_scan_protects_the_files_it_adds(sqlite_catalog, mon
     assert len(reloaded.scan().to_arrow()) == 25
 
 
+def test_a_table_that_cannot_be_reloaded_for_the_re_check_deletes_nothing(sqlite_catalog, monkeypatch):
+    """The catalog names a metadata file that is gone by the re-check: a clear read error, not a traceback."""
+    table = _table(sqlite_catalog)
+    orphan = _plant_old(table.location() + "/data/orphan.parquet")
+    monkeypatch.setattr(referenced, "REFERENCE_SOURCES", ("tests.orphans.sources:commit_then_lose_metadata",))
+    with pytest.raises(MetadataReadError, match=(
+        r"^table db\.t: cannot be reloaded for the re-check before deleting \(FileNotFoundError: .*"
+        r"\.metadata\.json.*\); nothing was deleted$"
+    )):
+        remove_orphan_files(table)
+    assert os.path.exists(local_path(orphan))
+
+
 def test_hidden_paths_are_skipped_but_hidden_partition_fields_are_not(sqlite_catalog):
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema

@@ -162,8 +162,8 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.Fix
     modelled = {int(k) for e in log[:irregular] for k in e["rows"]}
     assert {k: v for k, v in retained.items() if k in modelled} == {k: expected[k] for k in retained if k in modelled}
     # A last run with the writer stopped removes exactly the oracle's orphans.
-    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)))
     expected_orphans = oracle.listing(final.location()) - oracle.live_files(final)
+    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)))
     assert set(last.orphan_files) <= expected_orphans, sorted(set(last.orphan_files) - expected_orphans)
     assert sorted(last.orphan_files) == sorted(expected_orphans)
     assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained
