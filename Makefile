@@ -22,7 +22,7 @@ test: install
 
 # The reliability suite at its long size (kills, faults, concurrent writers, random histories).
 soak: install
-	ICEBERG_MAINT_SOAK=1 scripts/services.sh run -- $(PY) -m pytest -q --timeout=3600 -rA tests/reliability $(PYTEST_ARGS)
+	ICEBERG_MAINT_SOAK=1 scripts/services.sh run -- $(PY) -m pytest -q --timeout=3600 tests/reliability $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
