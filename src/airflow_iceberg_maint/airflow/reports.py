@@ -10,9 +10,8 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from logging import Logger
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.io import load_file_io
@@ -23,6 +22,14 @@ from airflow_iceberg_maint.orphans.other_tables import catalog_table_paths, save
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
+
+
+class TaskLog(Protocol):
+    """What the reports need of a logger: the standard library's and the task's own (structlog) both fit."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
 
 def default_report_base() -> str:
     """``$AIRFLOW_HOME/iceberg_maint/reports`` on the worker, as a ``file://`` URI."""
@@ -54,7 +61,7 @@ def write_report(uri: str, body: Mapping[str, Any], io_properties: Mapping[str, 
     return uri
 
 
-def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | None, log: Logger) -> str | None:
+def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | None, log: TaskLog) -> str | None:
     """Save one catalog pass for every removal task of this run; None when it cannot be made or saved.
 
     Each removal task then loads only the tables created since, instead of the whole catalog.
