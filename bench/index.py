@@ -197,7 +197,7 @@ class _Floors:
             import duckdb
 
             connection = duckdb.connect()
-            self.options["duckdb_file_row_number"] = lambda at: connection.execute(
+            self.options["duckdb_file_row_number"] = lambda at: connection.sql(
                 f"SELECT id, payload FROM read_parquet('{self._local(at)}', file_row_number = true) "
                 f"WHERE file_row_number = {at.position}").to_arrow_table()
         except ImportError:
@@ -395,15 +395,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         data = response.read()
         upstream.close()
         self.send_response(response.status)
+        head = self.command == "HEAD"  # its Content-Length is the object's size: passed on as is
         for name, value in response.getheaders():
-            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+            if name.lower() not in ("transfer-encoding", "connection") and (head or name.lower() != "content-length"):
                 self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
+        if not head:
+            self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        if self.command != "HEAD":
+        if not head:
             self.wfile.write(data)
         with self.server.requests_lock:
-            self.server.requests.append((self.command, self.path, len(data) if self.command != "HEAD" else 0))
+            self.server.requests.append((self.command, self.path, len(data)))
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
@@ -411,17 +413,29 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass
 
 
-def _page_bytes(table: Table, at: _Location) -> int:
-    """Compressed bytes of the data pages holding the row, one per column (from the offset index)."""
-    total = 0
+def _page_bytes(table: Table, at: _Location, columns: list[str]) -> tuple[int, int]:
+    """Compressed bytes of the data pages holding the row in ``columns`` (from the offset index), and
+    of those columns' dictionary pages where the row's page is dictionary-encoded."""
+    pages_total = dictionaries = 0
     with opened_parquet(table.io, at.path) as handle:
         layout = page_reads._layout(handle, at.path)
-        for leaf, _ in layout.flat.values():
+        for name in columns:
+            leaf = layout.flat[name][0]
             chunk = layout.footer.row_groups[at.group].columns[leaf]
             pages = page_reads._pages(handle, at.path, chunk, at.group, leaf)
             page = bisect_right(pages.first_rows, at.row) - 1
-            total += pages.sizes[page]
-    return total
+            pages_total += pages.sizes[page]
+            if page_reads._dictionary_encoded(page_reads._read(handle, pages.offsets[page], pages.sizes[page]), 0):
+                dictionaries += len(page_reads._dictionary_page(handle, chunk, pages))
+    return pages_total, dictionaries
+
+
+def _chunk_bytes(table: Table, at: _Location, column: str) -> int:
+    """Compressed bytes of the column chunk holding the row: what a reader without page skipping fetches."""
+    with opened_parquet(table.io, at.path) as handle:
+        metadata = handle.file.metadata.row_group(at.group)
+        return next(metadata.column(i).total_compressed_size for i in range(metadata.num_columns)
+                    if metadata.column(i).path_in_schema == column)
 
 
 def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
@@ -457,11 +471,14 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
         seconds = time.perf_counter() - started
         assert result.mode == "index" and result.rows.num_rows >= 1
         gets = [(path, size) for method, path, size in proxy.requests if method == "GET" and "list-type" not in path]
-        data = [size for path, size in gets if "/data/" in path]
+        data = [size for path, size in gets if "/index/" not in path]
+        # The lookup reads ``payload`` from the data file: the index holds ``id`` (its key).
+        page_bytes, dictionary_bytes = _page_bytes(through_proxy, locations[value], ["payload"])
         per_lookup.append({
             "ms": seconds * 1000, "requests": len(proxy.requests), "gets": len(gets),
             "get_bytes": sum(size for _, size in gets),
-            "data_gets": len(data), "data_bytes": sum(data), "page_bytes": _page_bytes(through_proxy, locations[value]),
+            "data_gets": len(data), "data_bytes": sum(data), "page_bytes": page_bytes,
+            "page_and_dictionary_bytes": page_bytes + dictionary_bytes,
         })
     proxy.shutdown()
 
@@ -476,9 +493,15 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
         "get_requests_per_lookup_p50": median("gets"), "get_bytes_per_lookup_p50": median("get_bytes"),
         "data_file_gets_per_lookup_p50": median("data_gets"), "data_file_bytes_per_lookup_p50": median("data_bytes"),
         "data_file_bytes_per_lookup_max": max(p["data_bytes"] for p in per_lookup),
-        "bytes_of_the_pages_holding_the_row_p50": median("page_bytes"),
+        "bytes_of_the_page_holding_the_row_p50": median("page_bytes"),
         "data_file_bytes_over_page_bytes_p50": round(statistics.median(
             p["data_bytes"] / p["page_bytes"] for p in per_lookup), 2),
+        "data_file_bytes_over_page_bytes_max": round(max(p["data_bytes"] / p["page_bytes"] for p in per_lookup), 2),
+        "lookups_whose_page_is_dictionary_encoded": sum(p["page_and_dictionary_bytes"] > p["page_bytes"]
+                                                        for p in per_lookup),
+        "data_file_bytes_over_page_and_dictionary_bytes_max": round(max(
+            p["data_bytes"] / p["page_and_dictionary_bytes"] for p in per_lookup), 2),
+        "column_chunk_bytes_payload": _chunk_bytes(through_proxy, locations[values[0]], "payload"),
     }
 
 
