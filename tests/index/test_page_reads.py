@@ -19,7 +19,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from airflow_iceberg_maint.index import page_reads
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
