@@ -143,10 +143,15 @@ SMALL_PAGES = {"write.parquet.page-size-bytes": "64", "write.parquet.page-row-li
                "write.parquet.row-group-limit": "24"}
 
 
+@pytest.fixture(params=["sqlite", pytest.param("s3", marks=pytest.mark.s3)])
+def catalog(request: pytest.FixtureRequest) -> Catalog:
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
 @pytest.mark.parametrize("column", ["k_long", "k_str"])
-def test_lookups_through_pages_with_deletes_equal_the_oracle(sqlite_catalog: Catalog, page_indexed_writes: list[bool],
+def test_lookups_through_pages_with_deletes_equal_the_oracle(catalog: Catalog, page_indexed_writes: list[bool],
                                                             column: str) -> None:
-    oracle = OracleTable.create(sqlite_catalog, "t", seed=5, properties=SMALL_PAGES)
+    oracle = OracleTable.create(catalog, "t", seed=5, properties=SMALL_PAGES)
     for _ in range(3):
         oracle.append(70)
     oracle.delete_positions(20)
