@@ -81,10 +81,10 @@ def test_untouched_regions_are_reused(sqlite_catalog: Catalog) -> None:
     assert (deleted.region_files_written, deleted.region_files_reused) == (1, len(after) - 1)
     assert {r.file_path for r in after} - {r.file_path for r in _regions(table, deleted)} == {touched.file_path}
 
-    # A key inside an existing range: again a single region rewritten.
+    # A key inside an existing range: again a single region rewritten (cut in two: it was full).
     table.append(_rows([2505], seed=4))
     inserted = refresh_and_compare(table, 2020)
-    assert (inserted.region_files_written, inserted.region_files_reused) == (1, len(after) - 1)
+    assert (inserted.region_files_written, inserted.region_files_reused) == (2, len(after) - 1)
 
 
 def test_compaction_rewrites_only_regions_of_the_rewritten_file(sqlite_catalog: Catalog) -> None:

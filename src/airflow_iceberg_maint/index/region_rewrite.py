@@ -32,7 +32,13 @@ import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.build import EntryLayout, cut_regions, sort_entries, write_regions
+from airflow_iceberg_maint.index.build import (
+    EntryLayout,
+    entry_bytes,
+    sort_entries,
+    target_rows,
+    write_sorted_regions,
+)
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
 from airflow_iceberg_maint.index.ordering import comparable
@@ -239,7 +245,7 @@ def rewrite_regions(
     file_field = next(f for f, s in layout.source_ids.items() if s == FILE_COLUMN_ID)
     file_hits = _file_hits(regions, file_field, sorted(change.removed_files))
     drop = _Dropper(layout, RegionChange(additions, change.removed_files, removed_entries))
-    target = _target_rows(additions, metadata.region_target_size_bytes())
+    target = target_rows(entry_bytes(additions), additions.num_rows, metadata.region_target_size_bytes())
 
     units = _units(bounds, spanning)
     tail_start = cuts[-1] if cuts else 0
@@ -258,30 +264,13 @@ def rewrite_regions(
         if kept.num_rows == existing.num_rows and stop == start:
             _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
             continue
-        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
+        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result)
     if not merge_tail and tail_start < additions.num_rows:
-        _write(io, layout, additions.slice(tail_start), result, spanning)
+        _write(io, layout, additions.slice(tail_start), result)
     if drop.dropped_entries != drop.expected:
         raise RegionRewriteMismatch(
             f"{drop.expected} deleted rows should have had entries in the base extract, found {drop.dropped_entries}"
         )
-
-
-def _target_rows(entries: pa.Table, target_bytes: int) -> int:
-    """Entries per region for a target size, like ``build.target_rows`` but not counting dictionary values.
-
-    A full build amortises the few ``_file`` paths over every entry; a single rewritten region
-    would not, and would be cut smaller than the full build cuts it.
-    """
-    if entries.num_rows == 0:
-        return 1
-    size = 0
-    for column in entries.columns:
-        if pa.types.is_dictionary(column.type):
-            size += sum(chunk.indices.nbytes for chunk in column.chunks)
-        else:
-            size += column.nbytes
-    return max(int(target_bytes / max(size / entries.num_rows, 1.0)), 1)
 
 
 def _reuse(result: RegionRewrite, regions: Sequence[RegionEntry]) -> None:
@@ -289,11 +278,8 @@ def _reuse(result: RegionRewrite, regions: Sequence[RegionEntry]) -> None:
     result.reused.extend(regions)
 
 
-def _write(io: FileIO, layout: EntryLayout, entries: pa.Table, result: RegionRewrite, spanning: bool) -> None:
-    if entries.num_rows == 0:
-        return  # every entry of the unit was removed: it has no region any more
-    entries, keys = sort_entries(entries.unify_dictionaries(), layout)
-    target = _target_rows(entries, layout.metadata.region_target_size_bytes())
-    written = write_regions(io, layout.metadata.location, entries, keys, cut_regions(keys, target, spanning), layout)
+def _write(io: FileIO, layout: EntryLayout, entries: pa.Table, result: RegionRewrite) -> None:
+    # Sorted and cut within the memory budget, like a full build: a large unit spills sorted runs.
+    written, _ = write_sorted_regions(io, layout, [entries])
     result.entries.extend(written)
     result.written.extend(written)

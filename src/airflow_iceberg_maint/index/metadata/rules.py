@@ -194,6 +194,7 @@ def check_properties(m: IndexMetadata) -> None:
     """Parse every known property, so a bad value is refused when it is set (S7)."""
     m.region_target_size_bytes()
     m.allow_key_spanning()
+    m.build_memory_budget_bytes()
     m.previous_versions_max()
     m.delete_after_commit()
     m.commit_num_retries()
