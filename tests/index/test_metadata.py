@@ -318,6 +318,8 @@ def test_new_index_metadata_from_cli_arguments(sqlite_catalog: SqlCatalog) -> No
          "properties.write.region.target-file-size-bytes: expected an integer >= 1, got 'big'"),
         (["id"], [], {"write.region.allow-key-spanning": "yes"},
          "properties.write.region.allow-key-spanning: expected 'true' or 'false', got 'yes'"),
+        (["id"], [], {"write.build.memory-budget-bytes": "0"},
+         "properties.write.build.memory-budget-bytes: expected an integer >= 1, got '0'"),
     ],
 )
 def test_new_index_metadata_errors(sqlite_catalog: SqlCatalog, ordering: list[str], identity: list[str],
@@ -330,7 +332,8 @@ def test_new_index_metadata_errors(sqlite_catalog: SqlCatalog, ordering: list[st
 def test_property_defaults(sqlite_catalog: SqlCatalog) -> None:
     metadata = new_index_metadata(make_table(sqlite_catalog), "by_id", ["id"], [], False, {})
     assert (metadata.region_target_size_bytes(), metadata.allow_key_spanning(), metadata.previous_versions_max(),
-            metadata.delete_after_commit(), metadata.commit_num_retries()) == (64 * 1024 * 1024, False, 100, False, 10)
+            metadata.delete_after_commit(), metadata.commit_num_retries(), metadata.build_memory_budget_bytes()) == (
+        64 * 1024 * 1024, False, 100, False, 10, 1024 * 1024 * 1024)
 
 
 def test_validate_against_the_table(sqlite_catalog: SqlCatalog) -> None:
