@@ -3,7 +3,11 @@
 The pieces are separate so the incremental refresh can reuse them: ``entries_for_files`` turns
 live rows into entries (identity columns of the extract schema), ``ordering_columns`` evaluates
 the ordering key, ``sort_entries`` puts entries in index order, ``cut_regions`` chooses region
-boundaries, and ``write_regions`` writes region files and returns their tracking entries.
+boundaries, and ``write_region`` writes one region file and returns its tracking entry.
+
+``write_sorted_regions`` does all of it within the index's memory budget: entries go through
+``SortedRuns`` (spilled to local disk when they exceed the budget), and ``regions_of`` cuts the
+merged stream into regions exactly where ``cut_regions`` would cut all entries at once.
 """
 
 from __future__ import annotations
