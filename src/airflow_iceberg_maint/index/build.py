@@ -98,13 +98,15 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 def entries_for_files(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
+    ``keep`` filters each file's entries as soon as they are read (a sharded build keeps one key range).
     """
-    parts = list(entries_by_file(table, plan, paths, layout, table_schema))
+    parts = list(entries_by_file(table, plan, paths, layout, table_schema, keep))
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
@@ -112,6 +114,7 @@ def entries_for_files(
 
 def entries_by_file(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> Iterator[pa.Table]:
     """The entries of each data file in ``paths``, in path order (see ``entries_for_files``)."""
     table_schema = table_schema or plan_schema(table, plan)
@@ -119,7 +122,8 @@ def entries_by_file(
     read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
 
     def entries(path: str) -> pa.Table:
-        return _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+        found = _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+        return found if keep is None else keep(found)
 
     # Decoding Parquet releases the GIL: files are read side by side.
     yield from in_order(entries, paths)
@@ -240,8 +244,13 @@ def target_rows(size: float, rows: int, target_bytes: int) -> int:
     return max(int(target_bytes / per_entry), 1)
 
 
-def write_region(io: FileIO, layout: EntryLayout, rows: pa.Table, keys: Sequence[pa.Array]) -> RegionEntry:
-    """Write one region file of sorted entries (with their ordering-key columns); returns its tracking entry."""
+def write_region(
+    io: FileIO, layout: EntryLayout, rows: pa.Table, keys: Sequence[pa.Array], directory: str | None = None,
+) -> RegionEntry:
+    """Write one region file of sorted entries (with their ordering-key columns); returns its tracking entry.
+
+    The file goes to ``directory`` (default: the index's ``data/`` directory).
+    """
     values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
     expressions = {f.field_id: f.expr for f in layout.metadata.stats_fields}
     stored = {f.field_id: f.name for f in layout.extract_schema.fields}
@@ -250,7 +259,8 @@ def write_region(io: FileIO, layout: EntryLayout, rows: pa.Table, keys: Sequence
             values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
         elif column.field_id not in values:
             values[column.field_id] = rows.column(stored[column.field_id])
-    path = f"{layout.metadata.location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
+    directory = (directory or f"{layout.metadata.location.rstrip('/')}/data").rstrip("/")
+    path = f"{directory}/region-{uuid.uuid4()}.parquet"
     size = write_region_file(io, path, rows, layout.region_schema)
     return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
@@ -294,13 +304,16 @@ def _joined(pieces: Sequence[Sorted]) -> Sorted:
 
 
 def write_sorted_regions(
-    io: FileIO, layout: EntryLayout, entries: Iterable[pa.Table], spill_dir: str | None = None,
+    io: FileIO, layout: EntryLayout, entries: Iterable[pa.Table], *, rows_per_region: int | None = None,
+    directory: str | None = None, spill_dir: str | None = None,
 ) -> tuple[list[RegionEntry], int]:
     """Region files of all ``entries`` (tables in input order) within the index's memory budget.
 
     Entries beyond the budget are spilled to ``spill_dir`` as sorted runs and merged back; the
     regions equal those of one in-memory sort of every entry. Returns their tracking entries in
-    index order, and the entry count. A shard of a build passes the entries of its key range.
+    index order, and the entry count. Regions hold ``rows_per_region`` entries (default: the
+    region target size over the entries' ``entry_bytes``) and go to ``directory`` (see
+    ``write_region``). A shard of a build passes the entries of its key range.
     """
     metadata = layout.metadata
     size = 0.0
@@ -309,15 +322,23 @@ def write_sorted_regions(
         for part in entries:
             size += entry_bytes(part)
             runs.add(part)
-        target = target_rows(size, runs.rows, metadata.region_target_size_bytes())
+        target = rows_per_region or target_rows(size, runs.rows, metadata.region_target_size_bytes())
         regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
-        written = list(in_order(lambda region: write_region(io, layout, *region), regions))
+        written = list(in_order(lambda region: write_region(io, layout, *region, directory), regions))
         return written, runs.rows
 
 
 def build_regions(
-    table: Table, plan: SnapshotFiles, layout: EntryLayout, spill_dir: str | None = None,
+    table: Table, plan: SnapshotFiles, layout: EntryLayout, *, paths: Sequence[str] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None, rows_per_region: int | None = None,
+    directory: str | None = None, spill_dir: str | None = None,
 ) -> tuple[list[RegionEntry], int]:
-    """All region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count."""
-    entries = entries_by_file(table, plan, sorted(plan.data_files), layout)
-    return write_sorted_regions(table.io, layout, entries, spill_dir)
+    """Region files of a full extract of ``plan``'s snapshot, within the memory budget; returns
+    their entries and the entry count.
+
+    A sharded build passes one key range: the data files that may hold it (``paths``), the filter
+    keeping its entries (``keep``), the region size planned for every shard, and its own directory.
+    """
+    entries = entries_by_file(table, plan, sorted(plan.data_files) if paths is None else paths, layout, keep=keep)
+    return write_sorted_regions(table.io, layout, entries, rows_per_region=rows_per_region, directory=directory,
+                                spill_dir=spill_dir)
