@@ -30,7 +30,7 @@ from airflow_iceberg_maint.index.ordering import comparable, sort_indices
 
 #: Entries per IPC batch of a run: the merge holds one batch per run at a time.
 RUN_BATCH_ROWS = 65_536
-#: A run holds a third of the budget: sorting it copies the entries once more, plus keys and indices.
+#: A run holds a third of the budget: sorting it needs the keys, 8-byte indices, and one column twice.
 _RUN_SHARE = 3
 _DIR_PREFIX = "iceberg-index-build-"
 _DIR_NAME = re.compile(re.escape(_DIR_PREFIX) + r"(\d+)-")
@@ -94,18 +94,21 @@ class SortedRuns:
     def _buffered(self) -> Sorted | None:
         if not self._buffer:
             return None
-        entries = pa.concat_tables(self._buffer).unify_dictionaries()
-        self._buffer, self._buffered_bytes = [], 0
+        entries = _combined(self._buffer)
+        self._buffered_bytes = 0
         return sort_table(entries, self.keys_of)
 
     def _spill(self) -> None:
-        buffered = self._buffered()
-        if buffered is None:
+        if not self._buffer:
             return
-        entries = buffered[0].unify_dictionaries()  # one dictionary per column: the IPC file format needs it
+        entries = _combined(self._buffer)
+        self._buffered_bytes = 0
+        order = sort_indices(self.keys_of(entries))
         path = Path(self._run_directory()) / f"run-{len(self.runs):05d}.arrow"
+        # Taken a batch at a time: the sorted run is never held whole next to the entries.
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, entries.schema) as writer:
-            writer.write_table(entries, max_chunksize=RUN_BATCH_ROWS)
+            for start in range(0, len(order), RUN_BATCH_ROWS):
+                writer.write_table(entries.take(order.slice(start, RUN_BATCH_ROWS)))
         self.runs.append(path)
 
     def _run_directory(self) -> str:
@@ -124,6 +127,22 @@ class SortedRuns:
             return
         self._spill()
         yield from _merge([_Cursor(path, self.keys_of) for path in self.runs])
+
+
+def _combined(parts: list[pa.Table]) -> pa.Table:
+    """The parts as one contiguous table (taking rows from it is fast), built a column at a time.
+
+    Each column's chunks are released once it is copied, so at most one column is held twice.
+    The dictionary column gets one dictionary, as the IPC file format requires.
+    """
+    pending = pa.concat_tables(parts).unify_dictionaries()
+    parts.clear()
+    names = pending.column_names
+    columns = []
+    for name in names:
+        columns.append(pending.column(name).combine_chunks())
+        pending = pending.drop_columns([name])
+    return pa.Table.from_arrays(columns, names=names)
 
 
 def remove_abandoned(parent: str) -> None:
