@@ -31,3 +31,4 @@ bench: install
 	$(PY) bench/orphans.py
 	$(PY) bench/index.py
 	$(PY) bench/index.py --refresh
+	$(PY) bench/index_build.py

@@ -11,8 +11,8 @@
   process, with ``write.build.memory-budget-bytes`` = ``--budget`` (the index default when not
   given); reported: seconds, peak RSS of the child (``ru_maxrss``), its RSS after imports, and
   the entries and regions written;
-- floor: ``pyarrow.compute.sort_indices`` of the keys already in memory (another child), at
-  ``--floor-rows`` rows at most (the target compares the build with it at 10^7);
+- floor: ``pyarrow.compute.sort_indices`` of the keys already in memory (another child, best of
+  three), at ``--floor-rows`` rows at most (the target compares the build with it at 10^7);
 - ``--engine duckdb`` (needs ``duckdb`` installed; not a dependency): the same entries are
   loaded into an on-disk DuckDB database with ``memory_limit`` = the budget and sorted by
   ``ORDER BY key NULLS FIRST, input order``; its Arrow batches are cut and written by the
@@ -166,9 +166,12 @@ def child_floor(root: Path, kind: str, rows: int) -> dict[str, Any]:
         parts.append(pq.read_table(path, columns=[name]).column(name))
         count += len(parts[-1])
     keys = pa.chunked_array([c for p in parts for c in p.chunks]).slice(0, rows)
-    started = time.perf_counter()
-    pc.sort_indices(keys)
-    return {"rows": len(keys), "seconds": round(time.perf_counter() - started, 2)}
+    times = []
+    for _ in range(3):  # the best of three: the machine may be shared
+        started = time.perf_counter()
+        pc.sort_indices(keys)
+        times.append(time.perf_counter() - started)
+    return {"rows": len(keys), "seconds": round(min(times), 2)}
 
 
 def _same_regions(root: Path, first: str, second: str) -> bool:
