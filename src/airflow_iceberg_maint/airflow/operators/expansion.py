@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.airflow.status_records import record_policy_tables
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.job_config import plan_orphan_jobs
 from airflow_iceberg_maint.policies import load_policies
@@ -57,17 +58,16 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
-            policies = load_policies(self.policy_file)
-            catalog = catalog_for(self.iceberg_conn_id)
-            plan = plan_orphan_jobs(
-                catalog,
-                policies,
-                state_store_for(self.state_url),
-                datetime.now(UTC),
-                source=str(self.policy_file),
-            )
+            return self._plan(context)
         except MaintenanceError as exc:
             raise AirflowFailException(str(exc)) from exc
+
+    def _plan(self, context: Context) -> list[dict[str, Any]]:
+        policies = load_policies(self.policy_file)
+        catalog = catalog_for(self.iceberg_conn_id)
+        now = datetime.now(UTC)
+        plan = plan_orphan_jobs(catalog, policies, state_store_for(self.state_url), now, source=str(self.policy_file))
+        record_policy_tables(self.state_url, {e.table: e.table_uuid for e in plan.evaluations}, now, self.log)
         for evaluation in plan.evaluations:
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
