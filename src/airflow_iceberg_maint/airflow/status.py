@@ -110,12 +110,14 @@ def table_rows(
     policies: Sequence[Policy], definitions: Sequence[TableDefinition], records: Records, now: datetime,
     source: str = "the policies",
 ) -> list[TableStatus]:
-    """One row per table named by a policy (exactly, or by a glob through the stored records) or an index definition."""
+    """One row per table named by a policy or an index definition, or with a stored record.
+
+    A glob's tables are known from the records: the last planning run's tables and any table with a
+    recorded run (a manual run of a table no policy attaches shows too).
+    """
     indexes = {d.table: [i.name for i in d.indexes] for d in definitions}
-    names = set(indexes)
+    names = set(indexes) | set(records.states) | set(records.policy_tables) | set(records.lags)
     names.update(t for p in policies for t in p.exact_tables)
-    known = set(records.states) | set(records.policy_tables) | set(records.lags)
-    names.update(t for t in known if any(p.attaches(t) for p in policies) or t in records.lags)
     rows = []
     for table in sorted(names):
         state = records.states.get(table)
