@@ -51,6 +51,7 @@ class Airflow:
     warehouse: Path
     token: str
     report_base: str
+    catalog: dict[str, str]  # the SqlCatalog properties of the connection iceberg_default
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         request = urllib.request.Request(
@@ -131,9 +132,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
     boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
                  region_name="us-east-1").create_bucket(Bucket=bucket)
     storage = {"s3.endpoint": endpoint, **S3_PROPS}
-    catalog = SqlCatalog("iceberg_default", uri=f"sqlite:///{home}/catalog.db", warehouse=f"file://{warehouse}",
-                         **storage)
-    _make_tables(catalog)
+    properties = {"uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{warehouse}", **storage}
+    _make_tables(SqlCatalog("iceberg_default", **properties))
     (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
     plugins = home / "plugins"
     plugins.mkdir()
@@ -156,8 +156,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
         "AIRFLOW__API__PORT": str(PORT),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{BASE}/execution/",  # tasks talk to this api-server
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {
-            "type": "sql", "uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{warehouse}", **storage}}),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"type": "sql", **properties}}),
         "AIRFLOW__ICEBERG_MAINT__REPORT_LOCATION": report_base,
     }
     log = (home / "standalone.log").open("w")
@@ -173,7 +172,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
             time.sleep(2)
         if not token:
             pytest.fail(f"airflow standalone did not serve within 240 s; log: {home / 'standalone.log'}")
-        instance = Airflow(home, warehouse, token, report_base)
+        instance = Airflow(home, warehouse, token, report_base, properties)
         while time.monotonic() < deadline:  # the DAG processor has parsed the project's DAGs
             try:
                 instance.api("GET", f"/dags/{MANUAL}")
@@ -211,7 +210,7 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
     for dag_id in (MANUAL, INDEX_DAG):
         airflow.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
     airflow.api("POST", "/pools", {"name": "iceberg_maint", "slots": 2, "include_deferred": False})
-    index_run = airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})["dag_run_id"]
+    airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})  # runs alongside the orphan runs
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -290,14 +289,22 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
             assert message in airflow.task_log(MANUAL, run_id, "remove_orphan_files")
         assert all(p.exists() for p in [*kept, fresh, *referenced])
 
-        # 5. The index maintenance DAG recorded each index's lag; the page shows it.
-        assert airflow.wait_run(INDEX_DAG, index_run) == "success"
+        # 5. The index maintenance DAG records each index's lag when it checks it; the page shows it.
+        for run_id in airflow.run_ids(INDEX_DAG):  # this test's run and the one unpausing scheduled
+            assert airflow.wait_run(INDEX_DAG, run_id) == "success"
+        SqlCatalog("iceberg_default", **airflow.catalog).load_table("demo.events").append(
+            pa.table({"id": [1000], "kind": ["c"]}))
+        second = airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})["dag_run_id"]
+        assert airflow.wait_run(INDEX_DAG, second) == "success"
+        recorded = json.loads(airflow.api("GET", "/variables/iceberg_maint.index_lag.demo.events")["value"])
+        assert {n: (i["snapshots_behind"], i["lagging"]) for n, i in recorded["indexes"].items()} == {
+            "events_by_id": (1, True), "events_by_kind": (1, False)}
         page.goto(f"{BASE}/plugin/iceberg-maintenance")
         events = frame.locator("tr[data-table='demo.events']")
         events.wait_for()
         text = events.inner_text()
-        assert "events_by_id: 1 snapshots behind" in text and "events_by_kind: 1 snapshots behind" in text
-        assert "lagging" in text
+        assert "events_by_id: 1 snapshots behind" in text and "lagging" in text
+        assert "events_by_kind: 1 snapshots behind" in text and "within bounds" in text
         page.screenshot(path=ARTIFACTS / "07-status-index-lag.png", full_page=True)
         browser.close()
     stamp = datetime.now(UTC).isoformat()
