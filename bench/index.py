@@ -52,7 +52,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.index.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.refresh import RefreshResult, refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 

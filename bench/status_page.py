@@ -25,7 +25,7 @@ import yaml
 
 def _prepare(root: Path, tables: int) -> None:
     from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
-    from airflow_iceberg_maint.state import SqlStateStore, record_attempt
+    from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 
     url = f"sqlite:///{root}/state.db"
     states, records = SqlStateStore(url), SqlRecords(url)

@@ -31,9 +31,8 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": _INTEGRATION,
                 "python-modules": [
                     "airflow_iceberg_maint.airflow.operators.orphans",
-                    "airflow_iceberg_maint.airflow.operators.expansion",
+                    "airflow_iceberg_maint.airflow.operators.orphan_planning",
                     "airflow_iceberg_maint.airflow.operators.index",
-                    "airflow_iceberg_maint.airflow.operators.table_orphans",
                 ],
             }
         ],

@@ -56,7 +56,7 @@ def test_provider_lists_the_index_modules() -> None:
     listed = {section: {m for entry in info[section] for m in entry["python-modules"]}
               for section in ("operators", "sensors", "triggers")}
     assert {"airflow_iceberg_maint.airflow.operators.index",
-            "airflow_iceberg_maint.airflow.operators.table_orphans"} <= listed["operators"]
+            "airflow_iceberg_maint.airflow.operators.orphan_planning"} <= listed["operators"]
     assert "airflow_iceberg_maint.airflow.sensors.index_lag" in listed["sensors"]
     assert {"airflow_iceberg_maint.airflow.triggers.index_lag",
             "airflow_iceberg_maint.airflow.triggers.index_events"} <= listed["triggers"]

@@ -17,7 +17,7 @@ from airflow_iceberg_maint.airflow.operators.index import (
     IcebergExpireIndexExtractsOperator,
     IcebergIndexLagPlanOperator,
 )
-from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
+from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.store import IndexStore
 from tests.airflow.conftest import DAGS

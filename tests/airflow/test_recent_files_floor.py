@@ -19,8 +19,10 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
-from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
+from airflow_iceberg_maint.airflow.operators.orphan_planning import (
+    IcebergOrphanDueTablesOperator,
+    IcebergOrphanPolicyExpansionOperator,
+)
 from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
 

@@ -14,9 +14,10 @@ from airflow_iceberg_maint.airflow.index_definitions import load_index_definitio
 from airflow_iceberg_maint.airflow.operators.index import IcebergIndexLagPlanOperator
 from airflow_iceberg_maint.airflow.status import Records, table_rows
 from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
-from airflow_iceberg_maint.orphans import OrphanReport, remove_orphan_files
-from airflow_iceberg_maint.policies import parse_policies
-from airflow_iceberg_maint.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.policy.policies import parse_policies
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
@@ -90,7 +91,7 @@ def test_report_is_saved_before_anything_is_deleted(demo_tables: dict, catalog: 
     def progress(report: OrphanReport, stage: str) -> None:
         seen.append((stage, list(report.orphan_files), planted["old"].exists()))
 
-    remove_orphan_files(table, progress=progress)
+    remove_orphan_files(table, sources=[INDEX_FILES], progress=progress)
     assert seen == [("matched", [planted["old_uri"]], True), ("planned", [planted["old_uri"]], True)]
     assert not planted["old"].exists()
 
@@ -113,7 +114,7 @@ def test_report_base_inside_a_table_is_refused(
         operator.execute(context)
     assert demo_tables["demo.orders"]["old"].exists()
     from airflow_iceberg_maint.airflow.reports import refuse_inside_tables
-    from airflow_iceberg_maint.other_tables import TablePaths
+    from airflow_iceberg_maint.orphans.other_tables import TablePaths
 
     paths = TablePaths.of("demo.events", catalog.load_table("demo.events").metadata)
     with pytest.raises(ValueError, match=f"is inside the table location '{events}' of demo.events"):

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.policies import RECENT_FILES_FLOOR_DAYS
+from airflow_iceberg_maint.policy.policies import RECENT_FILES_FLOOR_DAYS
 
 RECENT_FILES_FLOOR = timedelta(days=RECENT_FILES_FLOOR_DAYS)
 # An absolute cutoff planned on one worker (policy olderThanDays: 1) is checked on another

@@ -29,8 +29,8 @@ from airflow_iceberg_maint.airflow.operators.index import (
     IcebergExpireIndexExtractsOperator,
     IcebergIndexLagPlanOperator,
 )
+from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
 
 POOL = "iceberg_maint"
 

@@ -34,9 +34,9 @@ from airflow_iceberg_maint.airflow.reports import read_report
 from airflow_iceberg_maint.airflow.status import Records, TableStatus, table_rows
 from airflow_iceberg_maint.airflow.status_records import SqlRecords
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.locations import validate_location
-from airflow_iceberg_maint.policies import Policy, load_policies
-from airflow_iceberg_maint.state import SqlStateStore
+from airflow_iceberg_maint.fs.locations import validate_location
+from airflow_iceberg_maint.policy.policies import Policy, load_policies
+from airflow_iceberg_maint.policy.state import SqlStateStore
 
 URL_PREFIX = "/iceberg-maint"
 REPORT_LIST_LIMIT = 10_000  # paths shown on the report page; the raw JSON has them all

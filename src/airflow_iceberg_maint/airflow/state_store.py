@@ -12,8 +12,8 @@ import json
 from airflow.sdk import Variable
 
 from airflow_iceberg_maint.airflow import config
-from airflow_iceberg_maint.policies import ORPHAN_FILE_REMOVAL
-from airflow_iceberg_maint.state import CleanupState, SqlStateStore, StateStore
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
+from airflow_iceberg_maint.policy.state import CleanupState, SqlStateStore, StateStore
 
 KEY_PREFIX = "iceberg_maint.state"
 

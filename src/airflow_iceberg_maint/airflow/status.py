@@ -16,9 +16,9 @@ from typing import Any
 from airflow_iceberg_maint.airflow.index_definitions import TableDefinition
 from airflow_iceberg_maint.airflow.state_store import KEY_PREFIX as STATE_PREFIX
 from airflow_iceberg_maint.airflow.status_records import INDEX_LAG_PREFIX, POLICY_TABLES_KEY
-from airflow_iceberg_maint.evaluation import Evaluation, evaluate, unattached
-from airflow_iceberg_maint.policies import ORPHAN_FILE_REMOVAL, Policy, policy_for_table
-from airflow_iceberg_maint.state import CleanupState
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate, unattached
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy, policy_for_table
+from airflow_iceberg_maint.policy.state import CleanupState
 
 
 @dataclass(frozen=True)

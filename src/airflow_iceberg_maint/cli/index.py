@@ -17,7 +17,8 @@ from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
-from airflow_iceberg_maint.index.metadata import IndexMetadata, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.store import IndexStore
 
 

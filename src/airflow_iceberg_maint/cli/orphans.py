@@ -11,14 +11,15 @@ from typing import Any
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
 from airflow_iceberg_maint.errors import PrefixMismatchError
-from airflow_iceberg_maint.orphans import (
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import (
     PREFIX_MISMATCH_MODES,
     OrphanOptions,
     OrphanReport,
     cutoff_for_days,
     remove_orphan_files,
 )
-from airflow_iceberg_maint.state import SqlStateStore, record_orphan_run
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
 
 
 def _timestamp(text: str) -> datetime:
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         only_this_table=args.only_this_table,
     )
     try:
-        report = remove_orphan_files(table, options)
+        report = remove_orphan_files(table, options, sources=[INDEX_FILES])
     except PrefixMismatchError as exc:
         # The pairs are the useful part of this failure: print them before the one-line error.
         if args.json and isinstance(exc.report, OrphanReport):

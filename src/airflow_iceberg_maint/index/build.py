@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COLUMNS
 from airflow_iceberg_maint.index.extract_files import RegionEntry, StatsColumn, region_stats, write_region_file
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
-from airflow_iceberg_maint.index.metadata import IndexMetadata, OrderingField
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 

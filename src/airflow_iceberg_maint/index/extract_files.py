@@ -23,7 +23,7 @@ from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.index.metadata import (
+from airflow_iceberg_maint.index.metadata.spec import (
     GROUP_MAX_VALUE,
     LOWER_BOUND,
     NULL_VALUE_COUNT,

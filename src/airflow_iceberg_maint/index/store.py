@@ -16,16 +16,12 @@ commit is known to have lost (``CommitProgress``; S9).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import random
 import re
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.table import Table
@@ -36,21 +32,21 @@ from airflow_iceberg_maint.errors import (
     MaintenanceError,
     MetadataReadError,
 )
-from airflow_iceberg_maint.index.metadata import (
-    IndexMetadata,
-    MetadataLogEntry,
+from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites, storage_for
+from airflow_iceberg_maint.index.metadata.builders import index_location
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata, MetadataLogEntry, now_ms
+from airflow_iceberg_maint.index.metadata.rules import (
     check_index_name,
-    index_location,
+    check_metadata,
+    check_properties,
     is_valid_promotion,
-    now_ms,
+    validate_against_table,
 )
-from airflow_iceberg_maint.locations import Uri, local_path
 
 log = logging.getLogger(__name__)
 
 METADATA_DIR = "metadata"
 _VERSION_RE = re.compile(r"^(\d{5,})\.metadata\.json$")
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_MAX_SECONDS = 2.0
 RELOAD_ATTEMPTS = 3  # a listed version can vanish when a concurrent commit deletes old metadata
@@ -94,122 +90,6 @@ def version_file_name(version: int) -> str:
     return f"{version:05d}.metadata.json"
 
 
-class MetadataFiles(Protocol):
-    """The few storage operations the commit protocol needs."""
-
-    #: True when a create that returned False may have been created by this writer itself (a
-    #: client that retries a request whose first reply was lost); False when False is final.
-    create_may_retry: bool
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
-        ...
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        """Write a complete file only if none exists there; False when one already does."""
-        ...
-
-    def read(self, location: str) -> bytes:
-        ...
-
-    def delete(self, location: str) -> None:
-        ...
-
-
-class LocalMetadataFiles:
-    create_may_retry = False  # link() either makes the name or finds it taken: one answer, no retry
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        try:
-            with os.scandir(local_path(directory)) as entries:
-                items = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except FileNotFoundError:
-            return [], []
-        return [n for n, is_dir in items if not is_dir], [n for n, is_dir in items if is_dir]
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        path = local_path(location)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # Write a private temporary file, then hard-link it into place: link() fails if the
-        # name exists, and readers never see a partly written file.
-        temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(temporary)
-        return True
-
-    def read(self, location: str) -> bytes:
-        with open(local_path(location), "rb") as f:
-            return f.read()
-
-    def delete(self, location: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(local_path(location))
-
-
-class S3MetadataFiles:
-    create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        uri = Uri.parse(directory.rstrip("/"))
-        prefix = uri.path.lstrip("/") + "/"
-        files: list[str] = []
-        dirs: list[str] = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=uri.authority, Prefix=prefix, Delimiter="/"):
-            files.extend(o["Key"][len(prefix) :] for o in page.get("Contents", []))
-            dirs.extend(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
-        return [f for f in files if f], [d for d in dirs if d]
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        uri = Uri.parse(location)
-        try:
-            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-            if code in _CONFLICT_CODES or status in _CONFLICT_CODES:
-                return False
-            raise
-        return True
-
-    def read(self, location: str) -> bytes:
-        uri = Uri.parse(location)
-        try:
-            body: bytes = self.client.get_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise FileNotFoundError(location) from exc
-            raise
-        return body
-
-    def delete(self, location: str) -> None:
-        uri = Uri.parse(location)
-        self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
-
-
-def metadata_files_for(location: str, io_properties: Mapping[str, str]) -> MetadataFiles:
-    """Local or S3 access for a table location, configured like the table's FileIO."""
-    uri = Uri.parse(location)
-    if uri.is_local:
-        return LocalMetadataFiles()
-    if uri.scheme in ("s3", "s3a", "s3n"):
-        from airflow_iceberg_maint.storage.s3 import S3Storage
-
-        return S3MetadataFiles(S3Storage.from_properties(io_properties).client)
-    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} has no atomic create (expected file or s3)")
-
-
 def _check_definition_unchanged(base: IndexMetadata, updated: IndexMetadata, name: str) -> None:
     """An update may add extracts, schemas and keys, drop extracts, and change properties; nothing else."""
     fixed = ("format_version", "index_uuid", "table_uuid", "location", "index_type", "identity_fields", "ordering_key")
@@ -238,7 +118,7 @@ class IndexStore:
         self.table = table
         self.table_location = table.metadata.location.rstrip("/")
         self.root = f"{self.table_location}/index"
-        self.files = metadata_files_for(self.table_location, table.io.properties)
+        self.files: SupportsConditionalWrites = storage_for(self.table_location, table.io.properties)
 
     def index_dir(self, name: str) -> str:
         return index_location(self.table_location, check_index_name(name))
@@ -286,7 +166,7 @@ class IndexStore:
             raise MetadataReadError(f"index metadata {location!r}: cannot be read ({exc})") from exc
         metadata = IndexMetadata.from_bytes(data, location)
         try:
-            metadata.validate(self.table.metadata)
+            validate_against_table(metadata, self.table.metadata)
         except InvalidInputError as exc:
             raise InvalidInputError(f"index metadata {location}: {exc}") from exc
         return metadata
@@ -313,7 +193,7 @@ class IndexStore:
         """Write version 1 of a new index; fails cleanly if the index exists (even concurrently)."""
         if metadata.location.rstrip("/") != self.index_dir(name):
             raise InvalidInputError(f"index {name!r}: location {metadata.location!r} is not {self.index_dir(name)!r}")
-        metadata.validate(self.table.metadata)
+        validate_against_table(metadata, self.table.metadata)
         if self.versions(name):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         location = self.version_location(name, 1)
@@ -424,9 +304,9 @@ class IndexStore:
             last_updated_ms=max(now_ms(), base.last_updated_ms + 1),
             metadata_log=log_entries[len(log_entries) - keep :] if keep else (),
         )
-        new.check()
-        new.check_properties()
-        new.validate(self.table.metadata)
+        check_metadata(new)
+        check_properties(new)
+        validate_against_table(new, self.table.metadata)
         return new
 
     def _delete_dropped_metadata(self, base: IndexMetadata, base_location: str, new: IndexMetadata) -> None:

@@ -41,7 +41,7 @@ from airflow_iceberg_maint.errors import (
 )
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexExistsError, IndexStore
 

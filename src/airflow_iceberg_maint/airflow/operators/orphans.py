@@ -18,11 +18,12 @@ from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_in
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError, PrefixMismatchError
-from airflow_iceberg_maint.job_config import OrphanJobConfig, build_orphan_job
-from airflow_iceberg_maint.orphans import OrphanReport, remove_orphan_files
-from airflow_iceberg_maint.other_tables import TablePaths, catalog_table_paths, load_table_paths
-from airflow_iceberg_maint.policies import parse_orphan_removal_content
-from airflow_iceberg_maint.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
+from airflow_iceberg_maint.orphans.removal import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
+from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
+from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
         saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
         try:
-            report = remove_orphan_files(table, options, now=now, progress=saved.progress)
+            report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], progress=saved.progress)
         except Exception as exc:
             written = saved.failed(exc)
             if isinstance(exc, MaintenanceError):

@@ -32,7 +32,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.errors import CatalogListingError
-from airflow_iceberg_maint.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,21 @@
-"""Local filesystem listing and deletion."""
+"""The local filesystem: listing, deletion, and the exclusive create of index commits."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from airflow_iceberg_maint.locations import local_path
-from airflow_iceberg_maint.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 
 class LocalStorage:
+    create_may_retry = False  # link() either makes the name or finds it taken: one answer, no retry
+
     def __init__(self) -> None:
         self.list_calls = 0
 
@@ -57,3 +61,40 @@ class LocalStorage:
                 else:
                     outcome.failed.append((path, error))
         return outcome
+
+    # Conditional writes (index commits)
+
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        try:
+            with os.scandir(local_path(directory)) as entries:
+                items = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except FileNotFoundError:
+            return [], []
+        return [n for n, is_dir in items if not is_dir], [n for n, is_dir in items if is_dir]
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        path = local_path(location)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # Write a private temporary file, then hard-link it into place: link() fails if the
+        # name exists, and readers never see a partly written file.
+        temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with open(temporary, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+        return True
+
+    def read(self, location: str) -> bytes:
+        with open(local_path(location), "rb") as f:
+            return f.read()
+
+    def delete(self, location: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local_path(location))

@@ -10,7 +10,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
-from airflow_iceberg_maint.policies import (
+from airflow_iceberg_maint.policy.policies import (
     ORPHAN_FILE_REMOVAL,
     OrphanRemovalContent,
     attached_tables,

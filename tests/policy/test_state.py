@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
-from airflow_iceberg_maint.state import (
+from airflow_iceberg_maint.policy.state import (
     CleanupState,
     SqlStateStore,
     default_state_url,

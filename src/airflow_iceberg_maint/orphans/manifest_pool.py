@@ -19,9 +19,9 @@ from functools import lru_cache
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
-from airflow_iceberg_maint.locations import PathEquivalence
-from airflow_iceberg_maint.manifests import live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.path_hashes import PathHasher
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.path_hashes import PathHasher
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,16 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.locations import Uri
-from airflow_iceberg_maint.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.locations import Uri
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
 #: Per-key error codes in a DeleteObjects reply that are worth sending again.
 RETRY_KEY_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503",
                              "InternalError", "ServiceUnavailable"})
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+#: Replies to a conditional PUT that mean another writer created the object first.
+CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 REQUEST_ERRORS = (ClientError, BotoCoreError)
 SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
 
@@ -41,6 +43,8 @@ def _property(props: Mapping[str, str], *names: str) -> str | None:
 
 
 class S3Storage:
+    create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
+
     def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2) -> None:
         self.client = client
         self.list_workers = list_workers
@@ -190,6 +194,46 @@ class S3Storage:
                 outcome.failed.extend((head + k, err) for k, err in failed)
                 outcome.requests += requests
         return outcome
+
+
+    # Conditional writes (index commits)
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        files: list[str] = []
+        dirs: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=uri.authority, Prefix=prefix, Delimiter="/"):
+            files.extend(o["Key"][len(prefix) :] for o in page.get("Contents", []))
+            dirs.extend(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
+        return [f for f in files if f], [d for d in dirs if d]
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        uri = Uri.parse(location)
+        try:
+            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in CONFLICT_CODES or status in CONFLICT_CODES:
+                return False
+            raise
+        return True
+
+    def read(self, location: str) -> bytes:
+        uri = Uri.parse(location)
+        try:
+            body: bytes = self.client.get_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise FileNotFoundError(location) from exc
+            raise
+        return body
+
+    def delete(self, location: str) -> None:
+        uri = Uri.parse(location)
+        self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
 
 
 def _retries() -> dict[str, Any]:

@@ -8,7 +8,6 @@ storage), not as Python strings. A hash collision can only make a listed file lo
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,11 +20,10 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.locations import PathEquivalence, Uri, local_path
-from airflow_iceberg_maint.manifest_pool import ManifestPool, worker_count
-from airflow_iceberg_maint.manifests import live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.path_hashes import (
+from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
+from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
+from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.path_hashes import (
     EMPTY,
     HASH_SCHEMA,
     PathHasher,
@@ -36,11 +34,6 @@ from airflow_iceberg_maint.path_hashes import (
 
 log = logging.getLogger(__name__)
 
-#: Further sources of referenced paths, as "module:function"; each function takes the table
-#: and yields batches of paths (S1: the files of the table's indexes).
-REFERENCE_SOURCES: tuple[str, ...] = ("airflow_iceberg_maint.index.references:index_file_batches",)
-
-ReferenceSource = Callable[[Table], Iterable[list[str]]]
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
 
@@ -128,18 +121,6 @@ class ReferencedSet:
         return result
 
 
-def load_reference_sources() -> list[ReferenceSource]:
-    """Import every registered source; an import failure aborts the run (S2)."""
-    sources: list[ReferenceSource] = []
-    for spec in REFERENCE_SOURCES:
-        module, _, func = spec.partition(":")
-        try:
-            sources.append(getattr(importlib.import_module(module), func))
-        except (ImportError, AttributeError) as exc:
-            raise MetadataReadError(f"reference source {spec!r}: cannot be loaded ({exc})") from exc
-    return sources
-
-
 def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:
     """Metadata files, the version hint, and statistics files of the current metadata."""
     paths = [metadata_location, f"{metadata.location.rstrip('/')}/metadata/version-hint.text"]
@@ -147,17 +128,6 @@ def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> lis
     paths.extend(stat.statistics_path for stat in metadata.statistics)
     paths.extend(stat.statistics_path for stat in metadata.partition_statistics)
     return paths
-
-
-def source_path_batches(table: Table, sources: Iterable[ReferenceSource]) -> Iterator[list[str]]:
-    """Paths from plugged-in sources (indexes); any failure aborts (S2)."""
-    for source in sources:
-        try:
-            yield from source(table)
-        except MetadataReadError:
-            raise
-        except Exception as exc:
-            raise MetadataReadError(f"reference source {source.__module__}: failed ({exc})") from exc
 
 
 # Reading manifests.

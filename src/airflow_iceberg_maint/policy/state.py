@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
-from airflow_iceberg_maint.policies import ORPHAN_FILE_REMOVAL
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
 

@@ -16,11 +16,11 @@ from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.evaluation import Evaluation, evaluate_table
-from airflow_iceberg_maint.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.orphans import OrphanOptions, resolve_cutoff
-from airflow_iceberg_maint.policies import OrphanRemovalContent, Policy, attached_tables, policy_for_table
-from airflow_iceberg_maint.state import StateStore
+from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, resolve_cutoff
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
+from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, Policy, attached_tables, policy_for_table
+from airflow_iceberg_maint.policy.state import StateStore
 
 
 @dataclass(frozen=True)

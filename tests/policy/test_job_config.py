@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
-from airflow_iceberg_maint.job_config import build_orphan_job
-from airflow_iceberg_maint.policies import OrphanRemovalContent
+from airflow_iceberg_maint.policy.job_config import build_orphan_job
+from airflow_iceberg_maint.policy.policies import OrphanRemovalContent
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 

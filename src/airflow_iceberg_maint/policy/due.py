@@ -13,8 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.policies import DEFAULT_MIN_INTERVAL_DAYS, ORPHAN_FILE_REMOVAL, Policy, policy_for_table
-from airflow_iceberg_maint.state import CleanupState, StateStore
+from airflow_iceberg_maint.policy.policies import (
+    DEFAULT_MIN_INTERVAL_DAYS,
+    ORPHAN_FILE_REMOVAL,
+    Policy,
+    policy_for_table,
+)
+from airflow_iceberg_maint.policy.state import CleanupState, StateStore
 
 #: Score of a table never cleaned: above any real "days since" (JSON has no infinity).
 NEVER_CLEANED_SCORE = 1_000_000.0

@@ -21,7 +21,7 @@ import mmh3
 import pyarrow as pa
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 
 EMPTY = 0  # hash standing for "no scheme" / "no authority": matches any (as Iceberg Java)
 HASH_SCHEMA = pa.schema(

@@ -34,8 +34,9 @@ from airflow_iceberg_maint.errors import (
     MetadataReadError,
     PrefixMismatchError,
 )
-from airflow_iceberg_maint.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.other_tables import (
+from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, storage_for
+from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
     catalog_protections,
@@ -44,15 +45,12 @@ from airflow_iceberg_maint.other_tables import (
     listed_table_protections,
     outermost,
 )
-from airflow_iceberg_maint.referenced import (
+from airflow_iceberg_maint.orphans.referenced import (
     ReferencedSet,
-    ReferenceSource,
     ReferenceWalk,
-    load_reference_sources,
     metadata_level_paths,
-    source_path_batches,
 )
-from airflow_iceberg_maint.storage import FileInfo, KeepComponent, storage_for
+from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +310,7 @@ def _outside(files: list[FileInfo], protected: list[ProtectedLocation]) -> list[
 
 
 def _collect(
-    refs: ReferencedSet, walk: ReferenceWalk, sources: list[ReferenceSource], skip: frozenset[int] = frozenset()
+    refs: ReferencedSet, walk: ReferenceWalk, sources: Sequence[ReferenceSource], skip: frozenset[int] = frozenset()
 ) -> None:
     """Add everything the table's current metadata references (snapshots in ``skip`` excepted)."""
     table = walk.table
@@ -351,7 +349,7 @@ def _match(
 
 
 def _conflict_pairs(
-    conflicts: list[FileInfo], walk: ReferenceWalk, sources: list[ReferenceSource]
+    conflicts: list[FileInfo], walk: ReferenceWalk, sources: Sequence[ReferenceSource]
 ) -> list[dict[str, str]]:
     """Pair each conflicting listed file with the referenced paths it collides with (a second pass)."""
     equivalence = walk.equivalence
@@ -373,7 +371,7 @@ def _conflict_pairs(
     return pairs
 
 
-def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: list[ReferenceSource]) -> list[FileInfo]:
+def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[ReferenceSource]) -> list[FileInfo]:
     """Reload the table and keep any orphan that metadata committed during the scan references."""
     table = walk.table
     known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
@@ -411,10 +409,19 @@ def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
 
 
 def remove_orphan_files(
-    table: Table, options: OrphanOptions | None = None, *, now: datetime | None = None,
+    table: Table,
+    options: OrphanOptions | None = None,
+    *,
+    sources: Sequence[ReferenceSource],
+    now: datetime | None = None,
     progress: Progress | None = None,
 ) -> OrphanReport:
-    """Find the files under the table location that nothing references, and delete them unless dry-run."""
+    """Find the files under the table location that nothing references, and delete them unless dry-run.
+
+    ``sources`` keep the files the rest of the project stores under the table (its indexes:
+    ``airflow_iceberg_maint.index.references.INDEX_FILES``); it has no default, so that no caller
+    drops them by accident.
+    """
     options = options or OrphanOptions()
     now = now or datetime.now(UTC)
     _check_options(options)
@@ -426,7 +433,6 @@ def remove_orphan_files(
     report = OrphanReport(_name(table), str(table.metadata.table_uuid), root, cutoff, options.dry_run)
     phases = _Phases(report)
     storage = storage_for(root, table.io.properties)
-    sources = load_reference_sources()
     log.info(
         "table %s: scanning %s for files older than %s%s",
         report.table,

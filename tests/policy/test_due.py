@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.evaluation import NEVER_CLEANED_SCORE, evaluate, unattached
-from airflow_iceberg_maint.policies import parse_policy
-from airflow_iceberg_maint.state import CleanupState
+from airflow_iceberg_maint.policy.due import NEVER_CLEANED_SCORE, evaluate, unattached
+from airflow_iceberg_maint.policy.policies import parse_policy
+from airflow_iceberg_maint.policy.state import CleanupState
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UUID = "0b8a6f52-6a4c-4bfb-9d0e-3c1e2f8f1a01"
