@@ -17,7 +17,7 @@ describes still succeeds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from logging import Logger
 from typing import Any, Protocol
@@ -82,9 +82,9 @@ class SqlRecords:
             if conn.execute(sa.update(_RECORDS).where(_RECORDS.c.key == key).values(body=text)).rowcount == 0:
                 conn.execute(sa.insert(_RECORDS).values(key=key, body=text))
 
-    def items(self) -> Iterator[tuple[str, str]]:
+    def items(self) -> list[tuple[str, str]]:
         with self._engine.connect() as conn:
-            yield from conn.execute(sa.select(_RECORDS.c.key, _RECORDS.c.body)).tuples()
+            return [(key, body) for key, body in conn.execute(sa.select(_RECORDS.c.key, _RECORDS.c.body))]
 
 
 def record_store_for(state_url: str | None) -> RecordStore:
