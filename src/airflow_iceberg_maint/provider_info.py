@@ -17,7 +17,8 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-iceberg-maint",
         "name": "Apache Iceberg maintenance",
-        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal.",
+        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal, "
+        "and secondary indexes (builds, incremental refreshes, lookups, lag sensors, expiry).",
         "versions": [__version__],
         "integrations": [
             {

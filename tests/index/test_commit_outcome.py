@@ -35,7 +35,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg_maint.errors import CommitOutcomeUnknownError
+from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, IndexCommitConflictError
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.fs.s3 import S3Storage
@@ -47,7 +47,7 @@ from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.spec import COMMIT_NUM_RETRIES, DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexStore
+from airflow_iceberg_maint.index.store import IndexStore
 from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.conftest import S3_PROPS
 
@@ -456,9 +456,9 @@ def test_local_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_fil
 
 
 def test_operators_retry_a_commit_of_unknown_outcome() -> None:
-    from airflow_iceberg_maint.airflow.operators.index import _fail_or_retry
+    from airflow_iceberg_maint.airflow.task_errors import task_exception
 
-    error = _fail_or_retry("table db.t index by_id", CommitOutcomeUnknownError("may or may not have landed"))
+    error = task_exception("table db.t index by_id", CommitOutcomeUnknownError("may or may not have landed"))
     assert type(error) is AirflowException and not isinstance(error, AirflowFailException)
     assert str(error) == "table db.t index by_id: may or may not have landed"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -204,7 +204,7 @@ def test_malformed_index_metadata_aborts_the_orphan_run(sqlite_catalog: SqlCatal
 def check_remove_unreferenced_index_files(indexed: IndexedTable) -> None:
     store = indexed.store
     # Keep one previous metadata version in the log: versions 1..4 are then stale.
-    store.commit("by_id", lambda m: m.with_properties({"write.metadata.previous-versions-max": "1"}))
+    store.commit("by_id", lambda m: replace(m, properties={"write.metadata.previous-versions-max": "1"}))
     temporary = f"{store.metadata_dir('by_id')}/.00009.metadata.json.abc.tmp"
     Storage(indexed.table).write(temporary, b"{}")
     stale = {store.version_location("by_id", v) for v in range(1, 5)}
@@ -232,11 +232,35 @@ def test_s3_remove_unreferenced_index_files(s3_catalog: SqlCatalog) -> None:
     check_remove_unreferenced_index_files(indexed_table(s3_catalog))
 
 
+def test_the_index_remove_unreferenced_command(
+    sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`iceberg-maint index remove-unreferenced`: a dry run lists, a real run deletes, the unreferenced files."""
+    indexed = indexed_table(sqlite_catalog)
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__URI", sqlite_catalog.properties["uri"])
+    index_dir = indexed.store.index_dir("by_id")
+    for path in Storage(indexed.table).list(index_dir):  # every index file old enough for a 1-day cutoff
+        os.utime(local_path(path), (time.time() - 2 * 86400,) * 2)
+    expected = sorted(indexed.dropped | {indexed.stray})
+    command = ["index", "remove-unreferenced", "db.events", "--older-than-days", "1", "--json"]
+
+    assert main([*command, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert (dry["indexes"], dry["unreferenced_files"], dry["deleted_file_count"]) == (["by_id"], expected, 0)
+    assert set(expected) <= Storage(indexed.table).list(index_dir)
+
+    assert main(command) == 0
+    real = json.loads(capsys.readouterr().out)
+    assert (real["unreferenced_files"], real["deleted_file_count"], real["failed"]) == (expected, len(expected), [])
+    assert Storage(indexed.table).list(index_dir) == indexed.live | set(indexed.store.versions("by_id").values())
+
+
 def test_young_files_are_kept_and_future_cutoffs_refused(sqlite_catalog: SqlCatalog) -> None:
     indexed = indexed_table(sqlite_catalog)
     report = remove_unreferenced_index_files(indexed.table, datetime.now(UTC) - timedelta(hours=1))
     assert (report.unreferenced_files, report.deleted_file_count) == ([], 0)
-    with pytest.raises(InvalidInputError, match=r"^older_than .*: is in the future$"):
+    with pytest.raises(InvalidInputError, match=r"^older_than .*: is in the future \(now is .*\)$"):
         remove_unreferenced_index_files(indexed.table, datetime.now(UTC) + timedelta(hours=1))
 
 

@@ -21,7 +21,8 @@ from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, _list_candidates, remove_orphan_files
+from airflow_iceberg_maint.orphans import removal
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans import sources
 from tests.orphans.scenario import SCHEMA, rows
 
@@ -233,20 +234,25 @@ def test_local_delete_counts_missing_files_as_deleted_and_reports_failures(tmp_p
     assert not present.exists()
 
 
-class _ListingWithoutTimes:
-    """A store that lists a file without a modification time (some object stores and inventories)."""
+class _LocalWithoutTimes(LocalStorage):
+    """Local storage that, like some object stores and inventories, lists one file without a time.
 
-    list_calls = 1
+    Such a store cannot run here, so the test stands it in for the engine's storage.
+    """
 
     def list_files(self, root, keep):
-        yield FileInfo(f"{root}/data/no-time.parquet", 10, None)
-        yield FileInfo(f"{root}/data/old.parquet", 10, datetime.fromtimestamp(OLD, UTC))
+        for info in super().list_files(root, keep):
+            yield FileInfo(info.path, info.size, None) if info.path.endswith("no-time.parquet") else info
 
 
-def test_a_file_without_a_modification_time_is_never_a_candidate():
-    listing = _list_candidates(_ListingWithoutTimes(), "s3://b/t", lambda name: True, datetime.now(UTC))
-    assert listing.listed == 2
-    assert [c.path for c in listing.candidates] == ["s3://b/t/data/old.parquet"]
+def test_a_file_without_a_modification_time_is_never_a_candidate(sqlite_catalog, monkeypatch):
+    table = _table(sqlite_catalog)
+    no_time = _plant_old(table.location() + "/data/no-time.parquet")
+    old = _plant_old(table.location() + "/data/old.parquet")
+    monkeypatch.setattr(removal, "storage_for", lambda location, properties: _LocalWithoutTimes())
+    report = remove_orphan_files(table, sources=[INDEX_FILES])
+    assert report.orphan_files == [old]
+    assert os.path.exists(local_path(no_time)) and not os.path.exists(local_path(old))
 
 
 def test_files_of_a_staged_snapshot_no_ref_points_at_are_kept(sqlite_catalog):

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
@@ -320,10 +320,11 @@ def trigger_page() -> HTMLResponse:
 
 class IcebergMaintenancePlugin(AirflowPlugin):
     name = "iceberg_maint"
-    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
+    # Lists, as AirflowPlugin declares them (instance attributes to type checkers, so no ClassVar).
+    fastapi_apps = [  # noqa: RUF012
         {"app": app, "url_prefix": URL_PREFIX, "name": "Iceberg maintenance"}
     ]
-    external_views: ClassVar[list[dict[str, Any]]] = [
+    external_views = [  # noqa: RUF012
         {
             "name": "Iceberg maintenance",
             "href": URL_PREFIX.lstrip("/") + "/status",

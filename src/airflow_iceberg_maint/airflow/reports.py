@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from logging import Logger
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.io import load_file_io
@@ -27,6 +26,14 @@ from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
+
+
+class TaskLog(Protocol):
+    """What the reports need of a logger: the standard library's and the task's own (structlog) both fit."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
 
 def default_report_base() -> str:
     """``[iceberg_maint] report_location``, else ``$AIRFLOW_HOME/iceberg_maint/reports`` as a ``file://`` URI."""
@@ -66,7 +73,7 @@ def write_report(uri: str, body: Mapping[str, Any], io_properties: Mapping[str, 
     return uri
 
 
-def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | None, log: Logger) -> str | None:
+def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | None, log: TaskLog) -> str | None:
     """Save one catalog pass for every removal task of this run; None when it cannot be made or saved.
 
     Each removal task then loads only the tables created since, instead of the whole catalog.

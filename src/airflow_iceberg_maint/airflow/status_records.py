@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from logging import Logger
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.airflow import config
+from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 
 INDEX_LAG_PREFIX = "iceberg_maint.index_lag."
@@ -98,7 +98,7 @@ def index_lag_key(table: str) -> str:
 
 
 def record_index_lags(
-    state_url: str | None, table: str, lags: Iterable[Mapping[str, Any]], at: datetime, log: Logger
+    state_url: str | None, table: str, lags: Iterable[Mapping[str, Any]], at: datetime, log: TaskLog
 ) -> None:
     """Store the lags just checked (``CheckedLag.to_json()``), keeping the records of the table's other indexes."""
     key = index_lag_key(table)
@@ -112,7 +112,7 @@ def record_index_lags(
         log.warning("index lag of %s not recorded for the status page: %s", table, exc)
 
 
-def record_policy_tables(state_url: str | None, tables: Mapping[str, str], at: datetime, log: Logger) -> None:
+def record_policy_tables(state_url: str | None, tables: Mapping[str, str], at: datetime, log: TaskLog) -> None:
     try:
         record_store_for(state_url).put(
             POLICY_TABLES_KEY, {"checked_at": at.isoformat(), "tables": dict(tables)},

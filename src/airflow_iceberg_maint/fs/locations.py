@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from airflow_iceberg_maint.errors import LocationRefusedError
+from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
 
 DEFAULT_EQUAL_SCHEMES: Mapping[str, str] = {"s3a": "s3", "s3n": "s3"}
 LOCAL_SCHEMES = frozenset({"", "file"})
@@ -51,6 +51,17 @@ class Uri:
     @property
     def is_local(self) -> bool:
         return self.scheme in LOCAL_SCHEMES
+
+
+def parse_equivalence_map(text: str) -> dict[str, str]:
+    """An ``equal_schemes`` / ``equal_authorities`` map written as ``a=b,c=d``."""
+    result: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise InvalidInputError(f"expected key=value pairs separated by commas, got {text!r}")
+        result[key.strip()] = value.strip()
+    return result
 
 
 def _flatten(mapping: Mapping[str, str] | None) -> dict[str, str]:

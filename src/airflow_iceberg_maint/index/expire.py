@@ -25,10 +25,10 @@ from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.store import IndexStore
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONCURRENT_DELETES = 8
 
 
 def extracts_to_expire(metadata: IndexMetadata, retain_last: int | None, older_than_ms: int | None) -> list[Extract]:

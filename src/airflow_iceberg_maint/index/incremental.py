@@ -101,8 +101,7 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
         return None
     base_snapshot = table.snapshot_by_id(base.source_table_snapshot_id)
     assert base_snapshot is not None  # checked by _base_extract
-    target = plan_snapshot(table, snapshot)
-    change = table_change(table, plan_snapshot(table, base_snapshot), target, layout)
+    change = table_change(table, plan_snapshot(table, base_snapshot), plan_snapshot(table, snapshot), layout)
 
     rewrite = RegionRewrite()
     tracking = tracking_file_location(working)

@@ -28,8 +28,10 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
+    IndexCommitConflictError,
+    IndexExistsError,
+    IndexNotFoundError,
     InvalidInputError,
-    MaintenanceError,
     MetadataReadError,
 )
 from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites, storage_for
@@ -54,18 +56,6 @@ SETTLE_ATTEMPTS = 3  # read-backs of a version file whose create got no clear an
 #: What storage calls raise when the store is unreachable or answers with an error: botocore's
 #: connection errors (EndpointConnectionError, ConnectionClosedError, ...) are neither OSError nor ClientError.
 STORAGE_ERRORS: tuple[type[Exception], ...] = (OSError, ClientError, BotoCoreError)
-
-
-class IndexNotFoundError(InvalidInputError):
-    """The table has no index of that name."""
-
-
-class IndexExistsError(InvalidInputError):
-    """``create`` found an index of that name already."""
-
-
-class IndexCommitConflictError(MaintenanceError):
-    """Every commit attempt lost to a concurrent writer; nothing was committed."""
 
 
 class CommitProgress:

@@ -27,12 +27,11 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from pyiceberg.avro.codecs import KNOWN_CODECS
-from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntryStatus
 
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.pyiceberg_compat import AVRO_CODECS, BinaryDecoder, avro_decoder
 
 Step = Callable[[BinaryDecoder, int], Any]  # (decoder, end of the block's bytes) -> value read, or None
 Want = dict[int, "Want | None"]  # field ids to read: a nested Want for a record, None for an int or a string
@@ -78,7 +77,7 @@ def _reach(ops: list[Op]) -> int:
 def _step(op: Op) -> Step:
     kind, arg = op[0], op[1]
     if kind == "step":
-        return arg  # type: ignore[no-any-return]
+        return arg
     if kind == "fixed":
         return lambda d, end: d.skip(arg)
     return (lambda d, end: d.read_int()) if arg == 1 else (lambda d, end: d.read_ints(arg))
@@ -373,9 +372,9 @@ def _header(data: bytes) -> tuple[dict[str, bytes], bytes, int]:
 def _records(data: bytes, name: str, want: Want) -> Iterator[list[Any]]:
     meta, sync, pos = _header(data)
     codec_name = meta.get("avro.codec", b"null").decode("utf-8")
-    if codec_name not in KNOWN_CODECS:
+    if codec_name not in AVRO_CODECS:
         raise _Damaged(f"unknown Avro codec {codec_name!r}")
-    codec = KNOWN_CODECS[codec_name]  # type: ignore[index]
+    codec = AVRO_CODECS[codec_name]
     if "avro.schema" not in meta:
         raise _Damaged("no schema in the file's header")
     read, padding = _plan(meta["avro.schema"], name, want)
@@ -391,7 +390,7 @@ def _records(data: bytes, name: str, want: Want) -> Iterator[list[Any]]:
         end = len(block)
         if not 0 <= count <= end or end + len(padding) >= 1 << 32:  # a record takes a byte at least
             raise _Damaged(f"a block of {end} bytes cannot hold {count} records")
-        decoder = new_decoder(block + padding)
+        decoder = avro_decoder(block + padding)
         for _ in range(count):
             record = read(decoder, end)
             if decoder.tell() > end:

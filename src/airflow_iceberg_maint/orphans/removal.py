@@ -55,6 +55,7 @@ from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_b
 log = logging.getLogger(__name__)
 
 DEFAULT_OLDER_THAN_DAYS = 3.0
+DEFAULT_MAX_CONCURRENT_DELETES = 8
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
@@ -72,7 +73,7 @@ class OrphanOptions:
     prefix_mismatch_mode: str = "error"
     equal_schemes: Mapping[str, str] | None = None
     equal_authorities: Mapping[str, str] | None = None
-    max_concurrent_deletes: int = 8
+    max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES
     reader_processes: int | None = None  # manifest-decoding workers; None: one a core for large local tables
     # Other tables of the catalog (one catalog pass, shared by the tables cleaned in one run);
     # None: this run lists the table's catalog itself.

@@ -76,7 +76,7 @@ def evaluate(
 
     if policy is not None and not policy.enabled:
         return result(False, 0.0, f"policy {policy.name!r} is disabled")
-    if days is None:
+    if last is None or days is None:
         return result(True, NEVER_CLEANED_SCORE, "never cleaned: due")
     if days < 0:
         # A clock stepped back, or state written by a host ahead of ours: wait rather than guess.

@@ -28,10 +28,10 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
+from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS
 
 ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
-DEFAULT_OLDER_THAN_DAYS = 3.0
 #: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
 RECENT_FILES_FLOOR_DAYS = 1.0
 
@@ -179,7 +179,7 @@ def parse_policy(body: Any, source: str = "policy", index: int | None = None) ->
     what = _where(source, index, name)
     _unknown_fields(body, _POLICY_FIELDS, what)
     policy_type = body.get("type")
-    if policy_type not in CONTENT_PARSERS:
+    if not isinstance(policy_type, str) or policy_type not in CONTENT_PARSERS:
         raise InvalidInputError(
             f"{what}.type: unknown policy type {policy_type!r} (known: {', '.join(sorted(CONTENT_PARSERS))})"
         )

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.arguments import TableList
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.index_definitions import (
     IndexDefinition,
@@ -30,33 +30,22 @@ from airflow_iceberg_maint.airflow.index_definitions import (
 )
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
 from airflow_iceberg_maint.airflow.status_records import record_index_lags
+from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import (
-    CommitOutcomeUnknownError,
+    IndexExistsError,
     InvalidInputError,
     MaintenanceError,
-    MetadataReadError,
-    StorageError,
     TableNotFoundError,
 )
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
-from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexExistsError, IndexStore
+from airflow_iceberg_maint.index.store import IndexStore
 
 EXPIRE_KEY = "expire"
 LAGS_KEY = "lags"
-
-
-def _fail_or_retry(what: str, exc: MaintenanceError) -> AirflowException:
-    """Unreadable metadata, storage faults, lost races and commits of unknown outcome may pass: retry.
-
-    Bad input cannot: fail without retries.
-    """
-    if isinstance(exc, MetadataReadError | IndexCommitConflictError | CommitOutcomeUnknownError | StorageError):
-        return AirflowException(f"{what}: {exc}")
-    return AirflowFailException(f"{what}: {exc}")
 
 
 def optional_snapshot_id(value: Any) -> int | None:
@@ -81,7 +70,7 @@ class _DefinitionsOperator(BaseOperator):
         self,
         *,
         definitions_file: str,
-        tables: list[str] | str | None = None,
+        tables: TableList | None = None,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         state_url: str | None = None,
         **kwargs: Any,
@@ -126,7 +115,7 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
                     created = index.name not in existing and self._create(store, table, index)
                     results.append({"table": definition.table, "index": index.name, "created": created})
         except MaintenanceError as exc:
-            raise _fail_or_retry(f"index definitions {self.definitions_file}", exc) from exc
+            raise task_exception(f"index definitions {self.definitions_file}", exc) from exc
         self.log.info("created %d of %d defined indexes", sum(r["created"] for r in results), len(results))
         return results
 
@@ -189,7 +178,7 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                     record_index_lags(self.state_url, definition.table, [c.to_json() for c in checked_lags],
                                       datetime.now(UTC), self.log)
         except MaintenanceError as exc:
-            raise _fail_or_retry(f"index lag plan from {self.definitions_file}", exc) from exc
+            raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
         self.log.info("%d of %d indexes lag beyond their threshold", len(lagging), len(lags))
         context["ti"].xcom_push(key=LAGS_KEY, value=lags)
         context["ti"].xcom_push(key=EXPIRE_KEY, value=expire)
@@ -241,7 +230,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         try:
             return self._run(table_name, index)
         except MaintenanceError as exc:
-            raise _fail_or_retry(f"table {table_name} index {index}", exc) from exc
+            raise task_exception(f"table {table_name} index {index}", exc) from exc
 
     def _run(self, table_name: str, index: str) -> dict[str, Any]:
         requested = "full" if arguments.boolean(self.full, "full") else "incremental"
@@ -328,7 +317,7 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
                 older_than=arguments.optional_datetime(self.older_than, "older_than"),
             )
         except MaintenanceError as exc:
-            raise _fail_or_retry(f"table {table_name} index {index}", exc) from exc
+            raise task_exception(f"table {table_name} index {index}", exc) from exc
         failed = result["failed"]
         self.log.info("%s index %s: expired extracts %s, deleted %d files", table_name, index,
                       result["expired_extract_ids"] or "none", result["deleted_files"])

@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg_maint.airflow.arguments import TableList
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.index_definitions import table_names
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
@@ -114,7 +115,7 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
     def __init__(
         self,
         *,
-        tables: list[str] | str,
+        tables: TableList,
         policy_file: str,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         state_url: str | None = None,

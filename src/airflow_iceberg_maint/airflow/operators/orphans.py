@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -16,11 +16,12 @@ from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
 from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError, PrefixMismatchError
+from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
-from airflow_iceberg_maint.orphans.removal import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, OrphanReport, remove_orphan_files
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
@@ -132,7 +133,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         "older_than",
         "allow_recent_files",
         "location",
-        "dry_run",
+        "is_dry_run",
         "prefix_mismatch_mode",
         "equal_schemes",
         "equal_authorities",
@@ -158,7 +159,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         prefix_mismatch_mode: str = "error",
         equal_schemes: Mapping[str, str] | str | None = None,
         equal_authorities: Mapping[str, str] | str | None = None,
-        max_concurrent_deletes: int | str = 8,
+        max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
         report_location: str | None = None,
         state_url: str | None = None,
         policy: str | None = None,
@@ -173,7 +174,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.older_than = older_than
         self.allow_recent_files = allow_recent_files
         self.location = location
-        self.dry_run = dry_run
+        # Not self.dry_run: that would shadow BaseOperator.dry_run(), which Airflow calls.
+        self.is_dry_run = dry_run
         self.prefix_mismatch_mode = prefix_mismatch_mode
         self.equal_schemes = equal_schemes
         self.equal_authorities = equal_authorities
@@ -188,17 +190,13 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         try:
             return self._run(context)
         except MaintenanceError as exc:
-            if isinstance(exc, MetadataReadError | CatalogListingError):
-                raise AirflowException(f"table {self.table}: {exc}") from exc  # may be transient: retry
-            # Misconfiguration (bad argument, missing table, refused location, gc.enabled=false):
-            # retrying cannot help.
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
 
     def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
         allow_recent_files = arguments.boolean(self.allow_recent_files, "allow_recent_files")
         body: dict[str, Any] = {
             "location": arguments.optional_str(self.location, "location"),
-            "dryRun": arguments.boolean(self.dry_run, "dry_run"),
+            "dryRun": arguments.boolean(self.is_dry_run, "dry_run"),
             "allowRecentFiles": allow_recent_files,
         }
         # Both cutoffs are checked against the floor here, with errors naming this operator's arguments.

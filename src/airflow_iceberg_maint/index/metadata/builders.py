@@ -123,9 +123,9 @@ def new_index_metadata(
     identity: list[IdentityField] = []
     columns: list[NestedField] = []
     for source_id in sources:
-        column = next(f for f in schema.fields if f.field_id == source_id)
+        source = next(f for f in schema.fields if f.field_id == source_id)
         identity.append(IdentityField(source_id, source_id))
-        columns.append(NestedField(source_id, column.name, column.field_type, required=column.required))
+        columns.append(NestedField(source_id, source.name, source.field_type, required=source.required))
     if with_row_location:
         for source_id in (FILE_COLUMN_ID, POS_COLUMN_ID):
             meta = METADATA_COLUMNS[source_id]

@@ -30,7 +30,7 @@ from airflow_iceberg_maint.index.expressions import (
     IndexExpression,
     Reference,
 )
-from airflow_iceberg_maint.index.metadata.rules import check_metadata, check_properties, is_absolute_location
+from airflow_iceberg_maint.index.metadata.rules import check_metadata, is_absolute_location
 from airflow_iceberg_maint.index.metadata.spec import (
     ALLOW_KEY_SPANNING,
     ALLOW_KEY_SPANNING_DEFAULT,
@@ -39,14 +39,11 @@ from airflow_iceberg_maint.index.metadata.spec import (
     DELETE_AFTER_COMMIT,
     DELETE_AFTER_COMMIT_DEFAULT,
     FORMAT_VERSION,
-    GROUP_MAX_VALUE,
     INDEX_TYPE_SCALAR,
-    LOWER_BOUND,
     PREVIOUS_VERSIONS_MAX,
     PREVIOUS_VERSIONS_MAX_DEFAULT,
     REGION_TARGET_SIZE,
     REGION_TARGET_SIZE_DEFAULT,
-    UPPER_BOUND,
 )
 
 _TOP_LEVEL_KEYS = frozenset(
@@ -466,16 +463,6 @@ class IndexMetadata:
                 fields.append(OrderingField(field_id, s.expr.result_type(schema), s.expr, stats_only=True))
         return fields
 
-    def to_source_expression(self, expression: IndexExpression) -> IndexExpression:
-        """An expression over extract field IDs rewritten over source IDs, to evaluate on table rows."""
-        return expression.remap({f.field_id: f.source_id for f in self.identity_fields})
-
-    def required_stats(self) -> dict[int, tuple[int, ...]]:
-        """Index field ID -> the metric offsets each tracking entry must carry for it."""
-        required: dict[int, tuple[int, ...]] = {f.field_id: (LOWER_BOUND, UPPER_BOUND) for f in self.stats_fields}
-        required.update((fid, (LOWER_BOUND, UPPER_BOUND, GROUP_MAX_VALUE)) for fid in self.ordering_key)
-        return required
-
     def resolve_location(self, path: str) -> str:
         """An absolute location for a path stored in metadata (relative ones are under ``location``)."""
         return path if is_absolute_location(path) else f"{self.location}/{path}"
@@ -539,13 +526,6 @@ class IndexMetadata:
     def without_extracts(self, extract_ids: Iterable[int]) -> IndexMetadata:
         drop = set(extract_ids)
         return replace(self, extracts=tuple(e for e in self.extracts if e.extract_id not in drop))
-
-    def with_properties(self, updates: Mapping[str, str], removals: Iterable[str] = ()) -> IndexMetadata:
-        properties = {k: v for k, v in self.properties.items() if k not in set(removals)}
-        properties.update(updates)
-        updated = replace(self, properties=properties)
-        check_properties(updated)
-        return updated
 
     def new_extract_id(self) -> int:
         """A random positive 63-bit ID not used by any current extract."""
