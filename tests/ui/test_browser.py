@@ -215,6 +215,7 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)  # a loaded 2-core CI machine: the UI's first render can take long
         page.goto(BASE + "/")
         page.fill("input[name=username]", "admin")
         page.fill("input[name=password]", PASSWORD)
@@ -258,7 +259,7 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         frame.locator("#param-dry_run").uncheck()
         page.screenshot(path=ARTIFACTS / "04-prefilled-form-real-run.png")
         frame.locator("#submit").click()
-        real_run = frame.locator("#run-link").get_attribute("data-run-id", timeout=30_000)
+        real_run = frame.locator("#run-link").get_attribute("data-run-id")
         assert airflow.wait_run(MANUAL, real_run) == "success"
         assert [p for p in orphans if p.exists()] == []
         assert fresh.exists() and all(p.exists() for p in referenced)
@@ -282,7 +283,7 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
             page.goto(f"{BASE}/iceberg-maint/trigger?{query}")
             page.locator("#param-table").wait_for()
             page.locator("#submit").click()
-            runs[page.locator("#run-link").get_attribute("data-run-id", timeout=30_000)] = message
+            runs[page.locator("#run-link").get_attribute("data-run-id")] = message
         page.screenshot(path=ARTIFACTS / "06-bad-cutoff-form.png")
         for run_id, message in runs.items():
             assert airflow.wait_run(MANUAL, run_id) == "failed"
