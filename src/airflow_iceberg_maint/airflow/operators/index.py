@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -29,6 +29,7 @@ from airflow_iceberg_maint.airflow.index_definitions import (
     table_names,
 )
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
+from airflow_iceberg_maint.airflow.status_records import record_index_lags
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import (
@@ -73,12 +74,14 @@ class _DefinitionsOperator(BaseOperator):
         definitions_file: str,
         tables: TableList | None = None,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.definitions_file = definitions_file
         self.tables = tables
         self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url  # where the lag plan records lags for the status page (None: Variables)
 
 
 class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
@@ -147,6 +150,8 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
     :param definitions_file: index definitions (YAML); thresholds come from each index's ``lag``.
     :param tables: only these tables (list or comma-separated); None: every defined table.
     :param iceberg_conn_id: an ``iceberg`` connection.
+    :param state_url: where each table's lags are recorded for the status page: a SQLAlchemy URL, or
+        None for Airflow Variables (``iceberg_maint.index_lag.<table>``).
     """
 
     ui_color = "#f7ecd4"
@@ -165,9 +170,9 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                 except TableNotFoundError:
                     self.log.warning("%s: table does not exist yet", definition.table)
                     continue
-                for lag in measured:
-                    index = by_name[lag.index]
-                    checked = CheckedLag(lag, index.threshold.exceeded(lag))
+                checked_lags = [CheckedLag(lag, by_name[lag.index].threshold.exceeded(lag)) for lag in measured]
+                for checked in checked_lags:
+                    index = by_name[checked.lag.index]
                     self.log.info("%s index %s: %s", definition.table, index.name,
                                   "; ".join(checked.reasons) or "within its lag threshold")
                     lags.append({"table": definition.table, **checked.to_json()})
@@ -176,6 +181,9 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                         sharded.append({"table": definition.table, "index": index.name, "shards": index.shards})
                     elif checked.lagging:
                         lagging.append({"table": definition.table, "index": index.name})
+                if checked_lags:
+                    record_index_lags(self.state_url, definition.table, [c.to_json() for c in checked_lags],
+                                      datetime.now(UTC), self.log)
         except MaintenanceError as exc:
             raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
         self.log.info("%d of %d indexes lag beyond their threshold (%d rebuilt sharded)", len(lagging) + len(sharded),
