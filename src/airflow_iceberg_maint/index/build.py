@@ -26,6 +26,7 @@ from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
@@ -88,11 +89,13 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 def entries_for_files(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+    progress: Phase | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
+    ``progress`` advances by one a file read.
     """
     table_schema = table_schema or plan_schema(table, plan)
     table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
@@ -101,8 +104,12 @@ def entries_for_files(
         return _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
 
     # Decoding Parquet releases the GIL: files are read side by side, results kept in path order.
+    parts = []
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        parts = list(pool.map(entries, paths))
+        for part in pool.map(entries, paths):
+            parts.append(part)
+            if progress is not None:
+                progress.advance()
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
@@ -190,9 +197,12 @@ def target_rows(entries: pa.Table, target_bytes: int) -> int:
 
 def write_regions(
     io: FileIO, location: str, entries: pa.Table, keys: Sequence[pa.Array], regions: Sequence[tuple[int, int]],
-    layout: EntryLayout,
+    layout: EntryLayout, progress: Phase | None = None,
 ) -> list[RegionEntry]:
-    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order."""
+    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order.
+
+    ``progress`` advances by one a region file written.
+    """
     stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
 
     def write(bounds: tuple[int, int]) -> RegionEntry:
@@ -211,16 +221,25 @@ def write_regions(
         return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
     # Parquet encoding releases the GIL: regions are written side by side, results kept in order.
+    written = []
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        return list(pool.map(write, regions))
+        for entry in pool.map(write, regions):
+            written.append(entry)
+            if progress is not None:
+                progress.advance()
+    return written
 
 
 def build_regions(table: Table, plan: SnapshotFiles, layout: EntryLayout) -> tuple[list[RegionEntry], int]:
     """All region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count."""
-    entries = entries_for_files(table, plan, sorted(plan.data_files), layout)
-    entries, keys = sort_entries(entries, layout)
-    metadata = layout.metadata
-    regions = cut_regions(keys, target_rows(entries, metadata.region_target_size_bytes()),
-                          metadata.allow_key_spanning())
-    return write_regions(table.io, metadata.location, entries, keys, regions, layout), entries.num_rows
+    with Phase("reading data files", total=len(plan.data_files)) as reading:
+        entries = entries_for_files(table, plan, sorted(plan.data_files), layout, progress=reading)
+    with Phase("building regions") as building:  # sorting and cutting first: its total is known after
+        entries, keys = sort_entries(entries, layout)
+        metadata = layout.metadata
+        regions = cut_regions(keys, target_rows(entries, metadata.region_target_size_bytes()),
+                              metadata.allow_key_spanning())
+        building.set_total(len(regions))
+        written = write_regions(table.io, metadata.location, entries, keys, regions, layout, progress=building)
+    return written, entries.num_rows
 

@@ -36,6 +36,7 @@ from airflow_iceberg_maint.index.build import EntryLayout, cut_regions, sort_ent
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
 from airflow_iceberg_maint.index.ordering import comparable
+from airflow_iceberg_maint.progress import Phase
 
 #: Positions are packed with the file's dictionary index into one int64 (``index << 40 | pos``).
 _POS_BITS = 40
@@ -245,22 +246,25 @@ def rewrite_regions(
     tail_start = cuts[-1] if cuts else 0
     merge_tail = bool(units) and tail_start < additions.num_rows and \
         sum(regions[i].record_count for i in units[-1]) < target // 2
-    for position, unit in enumerate(units):
-        start = cuts[unit[0] - 1] if unit[0] else 0
-        stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
-        touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)
-        if not touched:
-            _reuse(result, [regions[i] for i in unit])
-            continue
-        parts = [read_region_file(io, regions[i].file_path, layout.region_schema) for i in unit]
-        existing = pa.concat_tables(parts)
-        kept = drop(existing)
-        if kept.num_rows == existing.num_rows and stop == start:
-            _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
-            continue
-        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
-    if not merge_tail and tail_start < additions.num_rows:
-        _write(io, layout, additions.slice(tail_start), result, spanning)
+    # Counted in base regions, as each unit of them is taken up (reused or rewritten).
+    with Phase("building regions", total=len(regions)) as building:
+        for position, unit in enumerate(units):
+            building.advance(len(unit))
+            start = cuts[unit[0] - 1] if unit[0] else 0
+            stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
+            touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)
+            if not touched:
+                _reuse(result, [regions[i] for i in unit])
+                continue
+            parts = [read_region_file(io, regions[i].file_path, layout.region_schema) for i in unit]
+            existing = pa.concat_tables(parts)
+            kept = drop(existing)
+            if kept.num_rows == existing.num_rows and stop == start:
+                _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
+                continue
+            _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
+        if not merge_tail and tail_start < additions.num_rows:
+            _write(io, layout, additions.slice(tail_start), result, spanning)
     if drop.dropped_entries != drop.expected:
         raise RegionRewriteMismatch(
             f"{drop.expected} deleted rows should have had entries in the base extract, found {drop.dropped_entries}"

@@ -24,6 +24,7 @@ from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 
 def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:
@@ -211,7 +212,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
         io_properties = {**catalog.properties, **table.io.properties}
         try:
-            report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES])
+            with reporting(LoggingReporter(self.log)):
+                report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES])
         except MaintenanceError as exc:
             self._record_failure(store, table, table_name, job, exc)
             if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport):
