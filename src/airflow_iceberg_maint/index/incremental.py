@@ -108,7 +108,8 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
     tracking = tracking_file_location(working)
     progress = CommitProgress()
     try:
-        rewrite_regions(table.io, layout, regions, bounds, change, rewrite)
+        with Phase("building regions", total=len(regions)) as building:
+            rewrite_regions(table.io, layout, regions, bounds, change, rewrite, progress=building)
         size = write_tracking_file(table.io, tracking, layout.stats_columns, rewrite.entries)
         reused = {r.file_path for r in rewrite.reused}
         committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size,

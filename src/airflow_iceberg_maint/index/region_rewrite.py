@@ -223,11 +223,12 @@ class _Dropper:
 
 def rewrite_regions(
     io: FileIO, layout: EntryLayout, regions: Sequence[RegionEntry], bounds: Sequence[Key], change: RegionChange,
-    result: RegionRewrite,
+    result: RegionRewrite, progress: Phase | None = None,
 ) -> None:
     """Fill ``result`` with the regions of the new extract: touched units rewritten, the others reused.
 
     ``result`` is the caller's, so the files already written can be deleted if this raises.
+    ``progress`` advances by the base regions of each unit as it is taken up.
     """
     metadata = layout.metadata
     spanning = metadata.allow_key_spanning()
@@ -246,25 +247,24 @@ def rewrite_regions(
     tail_start = cuts[-1] if cuts else 0
     merge_tail = bool(units) and tail_start < additions.num_rows and \
         sum(regions[i].record_count for i in units[-1]) < target // 2
-    # Counted in base regions, as each unit of them is taken up (reused or rewritten).
-    with Phase("building regions", total=len(regions)) as building:
-        for position, unit in enumerate(units):
-            building.advance(len(unit))
-            start = cuts[unit[0] - 1] if unit[0] else 0
-            stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
-            touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)
-            if not touched:
-                _reuse(result, [regions[i] for i in unit])
-                continue
-            parts = [read_region_file(io, regions[i].file_path, layout.region_schema) for i in unit]
-            existing = pa.concat_tables(parts)
-            kept = drop(existing)
-            if kept.num_rows == existing.num_rows and stop == start:
-                _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
-                continue
-            _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
-        if not merge_tail and tail_start < additions.num_rows:
-            _write(io, layout, additions.slice(tail_start), result, spanning)
+    for position, unit in enumerate(units):
+        if progress is not None:
+            progress.advance(len(unit))
+        start = cuts[unit[0] - 1] if unit[0] else 0
+        stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
+        touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)
+        if not touched:
+            _reuse(result, [regions[i] for i in unit])
+            continue
+        parts = [read_region_file(io, regions[i].file_path, layout.region_schema) for i in unit]
+        existing = pa.concat_tables(parts)
+        kept = drop(existing)
+        if kept.num_rows == existing.num_rows and stop == start:
+            _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
+            continue
+        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
+    if not merge_tail and tail_start < additions.num_rows:
+        _write(io, layout, additions.slice(tail_start), result, spanning)
     if drop.dropped_entries != drop.expected:
         raise RegionRewriteMismatch(
             f"{drop.expected} deleted rows should have had entries in the base extract, found {drop.dropped_entries}"
