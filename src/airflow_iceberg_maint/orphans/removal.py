@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass, field
@@ -400,8 +400,16 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
     return [o for o in survivors if o.path not in protected]
 
 
+#: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
+#: (the final list, just before anything is deleted), so a caller can save what a run would delete
+#: before a later failure or a crash can lose it.
+Progress = Callable[[OrphanReport, str], None]
+
+
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
     report.orphan_files = [o.path for o in orphans]
+    report.orphan_bytes = 0
+    report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
     for info in orphans:
         kind = report.by_kind[file_kind(info.path)]
         kind["count"] += 1
@@ -430,6 +438,7 @@ def remove_orphan_files(
     *,
     sources: Sequence[ReferenceSource],
     now: datetime | None = None,
+    progress: Progress | None = None,
 ) -> OrphanReport:
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
@@ -491,6 +500,9 @@ def remove_orphan_files(
             if options.prefix_mismatch_mode == "delete":
                 orphans.extend(conflicts)
         phases.done("match")
+        if progress:
+            _tally(report, orphans)
+            progress(report, "matched")
 
         before = len(orphans)
         orphans = _recheck(orphans, walk, sources)
@@ -511,6 +523,8 @@ def remove_orphan_files(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
+    if progress:
+        progress(report, "planned")
     if not options.dry_run and orphans:
         outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
