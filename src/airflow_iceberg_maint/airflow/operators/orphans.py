@@ -25,6 +25,7 @@ from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
         saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
         try:
-            report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], progress=saved.progress)
+            with reporting(LoggingReporter(self.log)):
+                report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], progress=saved.progress)
         except Exception as exc:
             written = saved.failed(exc)
             if isinstance(exc, MaintenanceError):
