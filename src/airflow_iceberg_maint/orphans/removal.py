@@ -403,7 +403,7 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
 #: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
 #: (the final list, just before anything is deleted), so a caller can save what a run would delete
 #: before a later failure or a crash can lose it.
-Progress = Callable[[OrphanReport, str], None]
+StageHook = Callable[[OrphanReport, str], None]
 
 
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
@@ -438,7 +438,7 @@ def remove_orphan_files(
     *,
     sources: Sequence[ReferenceSource],
     now: datetime | None = None,
-    progress: Progress | None = None,
+    on_stage: StageHook | None = None,
 ) -> OrphanReport:
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
@@ -500,9 +500,9 @@ def remove_orphan_files(
             if options.prefix_mismatch_mode == "delete":
                 orphans.extend(conflicts)
         phases.done("match")
-        if progress:
+        if on_stage:
             _tally(report, orphans)
-            progress(report, "matched")
+            on_stage(report, "matched")
 
         before = len(orphans)
         orphans = _recheck(orphans, walk, sources)
@@ -523,8 +523,8 @@ def remove_orphan_files(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
-    if progress:
-        progress(report, "planned")
+    if on_stage:
+        on_stage(report, "planned")
     if not options.dry_run and orphans:
         outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)

@@ -75,7 +75,7 @@ class _SavedReport:
     def write(self, body: Mapping[str, Any], stage: str, error: str | None = None) -> None:
         write_report(self.uri, {**body, "stage": stage, "error": error}, self.io_properties)
 
-    def progress(self, report: OrphanReport, stage: str) -> None:
+    def stage(self, report: OrphanReport, stage: str) -> None:
         self.last = {**report.to_json(), "stage": stage}
         if stage == "planned":
             self.write(self.last, stage)
@@ -249,7 +249,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
         try:
             with reporting(LoggingReporter(self.log)):
-                report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], progress=saved.progress)
+                report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], on_stage=saved.stage)
         except Exception as exc:
             written = saved.failed(exc)
             if isinstance(exc, MaintenanceError):
