@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
@@ -34,6 +35,7 @@ from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingFi
 from airflow_iceberg_maint.index.ordering import key_changes
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, sort_table
+from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
@@ -98,15 +100,16 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 def entries_for_files(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
-    keep: Callable[[pa.Table], pa.Table] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None, progress: Phase | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
     ``keep`` filters each file's entries as soon as they are read (a sharded build keeps one key range).
+    ``progress`` advances by one a file read.
     """
-    parts = list(entries_by_file(table, plan, paths, layout, table_schema, keep))
+    parts = list(entries_by_file(table, plan, paths, layout, table_schema, keep, progress))
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
@@ -114,7 +117,7 @@ def entries_for_files(
 
 def entries_by_file(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
-    keep: Callable[[pa.Table], pa.Table] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None, progress: Phase | None = None,
 ) -> Iterator[pa.Table]:
     """The entries of each data file in ``paths``, in path order (see ``entries_for_files``)."""
     table_schema = table_schema or plan_schema(table, plan)
@@ -126,7 +129,10 @@ def entries_by_file(
         return found if keep is None else keep(found)
 
     # Decoding Parquet releases the GIL: files are read side by side.
-    yield from in_order(entries, paths)
+    for part in in_order(entries, paths):
+        if progress is not None:
+            progress.advance()
+        yield part
 
 
 def in_order(function: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
@@ -305,7 +311,7 @@ def _joined(pieces: Sequence[Sorted]) -> Sorted:
 
 def write_sorted_regions(
     io: FileIO, layout: EntryLayout, entries: Iterable[pa.Table], *, rows_per_region: int | None = None,
-    directory: str | None = None, spill_dir: str | None = None,
+    directory: str | None = None, spill_dir: str | None = None, progress: Phase | None = None,
 ) -> tuple[list[RegionEntry], int]:
     """Region files of all ``entries`` (tables in input order) within the index's memory budget.
 
@@ -313,7 +319,8 @@ def write_sorted_regions(
     regions equal those of one in-memory sort of every entry. Returns their tracking entries in
     index order, and the entry count. Regions hold ``rows_per_region`` entries (default: the
     region target size over the entries' ``entry_bytes``) and go to ``directory`` (see
-    ``write_region``). A shard of a build passes the entries of its key range.
+    ``write_region``). A shard of a build passes the entries of its key range. ``progress``
+    starts once every entry is in, and advances by one a region file written.
     """
     metadata = layout.metadata
     size = 0.0
@@ -323,8 +330,13 @@ def write_sorted_regions(
             size += entry_bytes(part)
             runs.add(part)
         target = rows_per_region or target_rows(size, runs.rows, metadata.region_target_size_bytes())
-        regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
-        written = list(in_order(lambda region: write_region(io, layout, *region, directory), regions))
+        written = []
+        with progress or nullcontext():
+            regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
+            for entry in in_order(lambda region: write_region(io, layout, *region, directory), regions):
+                written.append(entry)
+                if progress is not None:
+                    progress.advance()
         return written, runs.rows
 
 
@@ -339,6 +351,11 @@ def build_regions(
     A sharded build passes one key range: the data files that may hold it (``paths``), the filter
     keeping its entries (``keep``), the region size planned for every shard, and its own directory.
     """
-    entries = entries_by_file(table, plan, sorted(plan.data_files) if paths is None else paths, layout, keep=keep)
-    return write_sorted_regions(table.io, layout, entries, rows_per_region=rows_per_region, directory=directory,
-                                spill_dir=spill_dir)
+    files = sorted(plan.data_files) if paths is None else paths
+
+    def entries() -> Iterator[pa.Table]:
+        with Phase("reading data files", total=len(files)) as reading:  # ends once the last file is read
+            yield from entries_by_file(table, plan, files, layout, keep=keep, progress=reading)
+
+    return write_sorted_regions(table.io, layout, entries(), rows_per_region=rows_per_region, directory=directory,
+                                spill_dir=spill_dir, progress=Phase("building regions"))

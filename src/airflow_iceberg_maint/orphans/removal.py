@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain
@@ -35,7 +36,7 @@ from airflow_iceberg_maint.errors import (
     PrefixMismatchError,
 )
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, storage_for
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage, storage_for
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -51,6 +52,7 @@ from airflow_iceberg_maint.orphans.referenced import (
     metadata_level_paths,
 )
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ DEFAULT_MAX_CONCURRENT_DELETES = 8
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+LIST_STEP = 1_000  # listed files a progress update
+DELETE_STEP_PER_WORKER = 5_000  # files a delete worker gets between progress updates (5 S3 requests)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -247,14 +251,18 @@ class _Listing:
 
 def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
     result = _Listing([], 0, [])
-    for info in storage.list_files(root, keep):
-        result.listed += 1
-        if info.mtime is not None and info.mtime < cutoff:
-            result.candidates.append(info)
-        if is_listed_metadata_file(info.path):
-            result.metadata_files.append(info.path)
-        if result.listed % 100_000 == 0:
-            log.info("listed %d files under %s", result.listed, root)
+    with Phase("listing") as listing:
+        for info in storage.list_files(root, keep):
+            result.listed += 1
+            if info.mtime is not None and info.mtime < cutoff:
+                result.candidates.append(info)
+            if is_listed_metadata_file(info.path):
+                result.metadata_files.append(info.path)
+            if result.listed % LIST_STEP == 0:
+                listing.advance(LIST_STEP)
+                if result.listed % 100_000 == 0:
+                    log.info("listed %d files under %s", result.listed, root)
+        listing.advance(result.listed - listing.done)
     return result
 
 
@@ -392,13 +400,36 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
     return [o for o in survivors if o.path not in protected]
 
 
+#: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
+#: (the final list, just before anything is deleted), so a caller can save what a run would delete
+#: before a later failure or a crash can lose it.
+StageHook = Callable[[OrphanReport, str], None]
+
+
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
     report.orphan_files = [o.path for o in orphans]
+    report.orphan_bytes = 0
+    report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
     for info in orphans:
         kind = report.by_kind[file_kind(info.path)]
         kind["count"] += 1
         kind["bytes"] += info.size
         report.orphan_bytes += info.size
+
+
+def _delete(storage: Storage, paths: list[str], max_concurrency: int) -> DeleteOutcome:
+    """Delete in steps that keep every worker busy, reporting progress after each."""
+    outcome = DeleteOutcome()
+    step = max_concurrency * DELETE_STEP_PER_WORKER
+    with Phase("deleting", total=len(paths)) as deleting:
+        for start in range(0, len(paths), step):
+            chunk = paths[start : start + step]
+            part = storage.delete_files(chunk, max_concurrency)
+            outcome.deleted += part.deleted
+            outcome.failed += part.failed
+            outcome.requests += part.requests
+            deleting.advance(len(chunk))
+    return outcome
 
 
 def remove_orphan_files(
@@ -407,6 +438,7 @@ def remove_orphan_files(
     *,
     sources: Sequence[ReferenceSource],
     now: datetime | None = None,
+    on_stage: StageHook | None = None,
 ) -> OrphanReport:
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
@@ -436,7 +468,8 @@ def remove_orphan_files(
     refs = ReferencedSet(equivalence)
     with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
-            listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
+            # In a copy of this context, so the listing reports to this run's progress reporter.
+            listing = lister.submit(copy_context().run, _list_candidates, storage, root, hidden_filter(table), cutoff)
             _collect(refs, walk, sources)
             listed = listing.result()
         candidates, report.files_listed = listed.candidates, listed.listed
@@ -467,6 +500,9 @@ def remove_orphan_files(
             if options.prefix_mismatch_mode == "delete":
                 orphans.extend(conflicts)
         phases.done("match")
+        if on_stage:
+            _tally(report, orphans)
+            on_stage(report, "matched")
 
         before = len(orphans)
         orphans = _recheck(orphans, walk, sources)
@@ -487,8 +523,10 @@ def remove_orphan_files(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
+    if on_stage:
+        on_stage(report, "planned")
     if not options.dry_run and orphans:
-        outcome = storage.delete_files(report.orphan_files, options.max_concurrent_deletes)
+        outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
         report.delete_requests = outcome.requests
