@@ -3,7 +3,7 @@
 Each index of a table lives at ``<table-location>/index/<name>/``. Its metadata files are
 numbered: ``metadata/00001.metadata.json``, ``00002...``; the highest number is the current
 metadata. A commit writes version N+1 only if no file of that name exists (exclusive create on
-local disks, ``PutObject`` with ``If-None-Match: *`` on S3), so of two writers that started from
+local disks, ``If-None-Match: *`` on S3 and Azure, ``ifGenerationMatch=0`` on GCS), so of two writers that started from
 version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
 up to a limit, then gives up (S6). Nothing is ever overwritten.
 
@@ -45,6 +45,7 @@ from airflow_iceberg_maint.index.metadata import (
     now_ms,
 )
 from airflow_iceberg_maint.locations import Uri, local_path
+from airflow_iceberg_maint.storage import GCS_SCHEMES, S3_SCHEMES, storage_for
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class MetadataFiles(Protocol):
     #: True when a create that returned False may have been created by this writer itself (a
     #: client that retries a request whose first reply was lost); False when False is final.
     create_may_retry: bool
+    #: What the calls below raise when the store is unreachable or refuses a request.
+    request_errors: tuple[type[Exception], ...]
 
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
@@ -118,6 +121,7 @@ class MetadataFiles(Protocol):
 
 class LocalMetadataFiles:
     create_may_retry = False  # link() either makes the name or finds it taken: one answer, no retry
+    request_errors: tuple[type[Exception], ...] = (OSError,)
 
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         try:
@@ -156,6 +160,7 @@ class LocalMetadataFiles:
 
 class S3MetadataFiles:
     create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
+    request_errors = STORAGE_ERRORS
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -199,15 +204,20 @@ class S3MetadataFiles:
 
 
 def metadata_files_for(location: str, io_properties: Mapping[str, str]) -> MetadataFiles:
-    """Local or S3 access for a table location, configured like the table's FileIO."""
+    """Metadata file access for a table location, configured like the table's FileIO."""
     uri = Uri.parse(location)
     if uri.is_local:
         return LocalMetadataFiles()
-    if uri.scheme in ("s3", "s3a", "s3n"):
-        from airflow_iceberg_maint.storage.s3 import S3Storage
+    storage = storage_for(location, io_properties)  # refuses any other scheme
+    if uri.scheme in S3_SCHEMES:
+        return S3MetadataFiles(storage.client)  # type: ignore[attr-defined]
+    if uri.scheme in GCS_SCHEMES:
+        from airflow_iceberg_maint.storage.gcs import GcsMetadataFiles
 
-        return S3MetadataFiles(S3Storage.from_properties(io_properties).client)
-    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} has no atomic create (expected file or s3)")
+        return GcsMetadataFiles(storage)  # type: ignore[arg-type]
+    from airflow_iceberg_maint.storage.adls import AzureMetadataFiles
+
+    return AzureMetadataFiles(storage)  # type: ignore[arg-type]
 
 
 def _check_definition_unchanged(base: IndexMetadata, updated: IndexMetadata, name: str) -> None:
@@ -254,7 +264,7 @@ class IndexStore:
         directory = self.metadata_dir(name)
         try:
             names, _ = self.files.list_names(directory)
-        except STORAGE_ERRORS as exc:
+        except self.files.request_errors as exc:
             raise MetadataReadError(f"index directory {directory!r}: cannot be listed ({exc})") from exc
         found = ((_VERSION_RE.match(n), n) for n in names)
         return {int(m.group(1)): f"{directory}/{n}" for m, n in found if m}
@@ -263,7 +273,7 @@ class IndexStore:
         """Names of the table's indexes: directories under ``index/`` holding at least one metadata file."""
         try:
             _, dirs = self.files.list_names(self.root)
-        except STORAGE_ERRORS as exc:
+        except self.files.request_errors as exc:
             raise MetadataReadError(f"index root {self.root!r}: cannot be listed ({exc})") from exc
         valid = []
         for name in sorted(dirs):
@@ -282,7 +292,7 @@ class IndexStore:
             data = self.files.read(location)
         except FileNotFoundError:
             raise
-        except STORAGE_ERRORS as exc:
+        except self.files.request_errors as exc:
             raise MetadataReadError(f"index metadata {location!r}: cannot be read ({exc})") from exc
         metadata = IndexMetadata.from_bytes(data, location)
         try:
@@ -367,7 +377,7 @@ class IndexStore:
         try:
             if self.files.create_exclusive(location, data):
                 return True
-        except STORAGE_ERRORS as exc:
+        except self.files.request_errors as exc:
             log.warning("index %s: no reply to the create of %s (%s); reading it back", name, location, exc)
             return self._settle(name, location, version, data, exc)
         if not self.files.create_may_retry:
@@ -385,7 +395,7 @@ class IndexStore:
                 found: bytes | None = self.files.read(location)
             except FileNotFoundError:
                 found = None
-            except STORAGE_ERRORS as exc:
+            except self.files.request_errors as exc:
                 last = exc
                 continue
             if found is not None:
@@ -404,7 +414,7 @@ class IndexStore:
             try:
                 if self.files.create_exclusive(location, data):
                     return True
-            except STORAGE_ERRORS as exc:
+            except self.files.request_errors as exc:
                 last = exc
         raise CommitOutcomeUnknownError(
             f"index {name!r}: the commit of {location} may or may not have landed ({last}); the files it "

@@ -1,13 +1,21 @@
-"""Listing and deleting files where tables live: the local filesystem and S3."""
+"""Listing and deleting files where tables live: the local filesystem, S3, GCS and Azure."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import ModuleType
 from typing import Protocol
 
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.locations import Uri
+
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+GCS_SCHEMES = frozenset({"gs", "gcs"})
+AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+SUPPORTED = "file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs"
 
 #: Decides whether a path component (directory or file name) below the scan root is listed.
 KeepComponent = Callable[[str], bool]
@@ -41,6 +49,19 @@ class Storage(Protocol):
         ...
 
 
+def _backend(module: str, extra: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"airflow_iceberg_maint.storage.{module}")
+    except ImportError as exc:
+        raise ImportError(f"{exc}: install the client with 'pip install airflow-iceberg-maint[{extra}]'") from exc
+
+
+def unsupported_scheme(location: str) -> InvalidInputError:
+    # Not a plain ValueError, which Airflow would retry: the same location fails the same way every time.
+    scheme = Uri.parse(location).scheme
+    return InvalidInputError(f"location {location!r}: scheme {scheme!r} is not supported (expected {SUPPORTED})")
+
+
 def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
     """The storage backend for a location, configured from the table's FileIO properties."""
     uri = Uri.parse(location)
@@ -48,8 +69,12 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
         from airflow_iceberg_maint.storage.local import LocalStorage
 
         return LocalStorage()
-    if uri.scheme in ("s3", "s3a", "s3n"):
+    if uri.scheme in S3_SCHEMES:
         from airflow_iceberg_maint.storage.s3 import S3Storage
 
         return S3Storage.from_properties(io_properties)
-    raise ValueError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected file or s3)")
+    if uri.scheme in GCS_SCHEMES:
+        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)  # type: ignore[no-any-return]
+    if uri.scheme in AZURE_SCHEMES:
+        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)  # type: ignore[no-any-return]
+    raise unsupported_scheme(location)
