@@ -1,4 +1,4 @@
-"""End-to-end orphan removal on real tables: SQLite, PostgreSQL and S3-server backends."""
+"""End-to-end orphan removal on real tables: SQLite, PostgreSQL, and the S3, GCS and Azure emulators."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import build, snapshot_row_counts
 
-BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog"]
+BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog", "gcs_catalog", "azure_catalog"]
 
 
 @pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "unpartitioned"])
