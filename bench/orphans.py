@@ -36,11 +36,12 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
-from airflow_iceberg_maint.locations import PathEquivalence, local_path
-from airflow_iceberg_maint.manifests import live_file_paths
-from airflow_iceberg_maint.orphans import OrphanOptions, hidden_filter, remove_orphan_files
-from airflow_iceberg_maint.referenced import ReferencedSet
-from airflow_iceberg_maint.storage.local import LocalStorage
+from airflow_iceberg_maint.fs.local import LocalStorage
+from airflow_iceberg_maint.fs.locations import PathEquivalence, local_path
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.manifests import live_file_paths
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, hidden_filter, remove_orphan_files
 
 OLD = time.time() - 30 * 86400
 
@@ -69,10 +70,16 @@ def build(work: Path, snapshots: int, per_snapshot: int, orphans: int) -> Table:
         for i in range(per_snapshot):
             path = f"{table.location()}/data/{s:05d}-{i:04d}-{uuid.uuid4()}.parquet"
             _touch(local_path(path))
-            files.append(DataFile.from_args(
-                content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-                partition=Record(), record_count=1, file_size_in_bytes=1,
-            ))
+            files.append(
+                DataFile.from_args(
+                    content=DataFileContent.DATA,
+                    file_path=path,
+                    file_format=FileFormat.PARQUET,
+                    partition=Record(),
+                    record_count=1,
+                    file_size_in_bytes=1,
+                )
+            )
         with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)
@@ -88,7 +95,9 @@ def build(work: Path, snapshots: int, per_snapshot: int, orphans: int) -> Table:
 
 
 def ours(table: Table, cutoff: datetime) -> set[str]:
-    return set(remove_orphan_files(table, OrphanOptions(older_than=cutoff, dry_run=True)).orphan_files)
+    return set(
+        remove_orphan_files(table, OrphanOptions(older_than=cutoff, dry_run=True), sources=[INDEX_FILES]).orphan_files
+    )
 
 
 def naive(table: Table, cutoff: datetime) -> set[str]:
@@ -103,7 +112,7 @@ def naive(table: Table, cutoff: datetime) -> set[str]:
         for name in names:
             full = os.path.join(dirpath, name)
             if os.stat(full).st_mtime < cutoff.timestamp():
-                listed.add(f"{table.location()}{full[len(root):]}")
+                listed.add(f"{table.location()}{full[len(root) :]}")
     return listed - refs
 
 
@@ -125,13 +134,21 @@ def referenced_set_bytes(count: int) -> dict[str, float]:
     before, peak_before = pool.bytes_allocated(), pool.max_memory()
     batch = 100_000
     for start in range(0, count, batch):
-        refs.add([f"s3://bucket/warehouse/db/t/data/day={i % 365}/{i:09d}-{uuid.UUID(int=i)}.parquet"
-                  for i in range(start, min(count, start + batch))])
+        refs.add(
+            [
+                f"s3://bucket/warehouse/db/t/data/day={i % 365}/{i:09d}-{uuid.UUID(int=i)}.parquet"
+                for i in range(start, min(count, start + batch))
+            ]
+        )
     held = len(refs)  # de-duplicates: the transient peak of that step is in max_memory
-    return {"files": count, "held_bytes_per_file": refs.nbytes / held,
-            "arrow_bytes_per_file_after_build": (pool.bytes_allocated() - before) / held,
-            "peak_arrow_bytes_per_file_while_building": (pool.max_memory() - max(before, 0)) / held
-            if pool.max_memory() > peak_before else None}
+    return {
+        "files": count,
+        "held_bytes_per_file": refs.nbytes / held,
+        "arrow_bytes_per_file_after_build": (pool.bytes_allocated() - before) / held,
+        "peak_arrow_bytes_per_file_while_building": (pool.max_memory() - max(before, 0)) / held
+        if pool.max_memory() > peak_before
+        else None,
+    }
 
 
 def s3_delete_requests(orphans: int) -> dict[str, int]:
@@ -145,10 +162,15 @@ def s3_delete_requests(orphans: int) -> dict[str, int]:
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        props = {"s3.endpoint": endpoint, "s3.access-key-id": "k", "s3.secret-access-key": "s",
-                 "s3.region": "us-east-1"}
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
-                          region_name="us-east-1")
+        props = {
+            "s3.endpoint": endpoint,
+            "s3.access-key-id": "k",
+            "s3.secret-access-key": "s",
+            "s3.region": "us-east-1",
+        }
+        s3 = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+        )
         s3.create_bucket(Bucket="bench")
         work = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-s3-{uuid.uuid4().hex[:8]}"
         work.mkdir()
@@ -159,9 +181,16 @@ def s3_delete_requests(orphans: int) -> dict[str, int]:
         for i in range(orphans):
             s3.put_object(Bucket="bench", Key=f"wh/db/t/data/orphan-{i:06d}.parquet", Body=b"x")
         time.sleep(1.1)
-        report = remove_orphan_files(catalog.load_table("db.t"), OrphanOptions(older_than=datetime.now(UTC)))
-        return {"orphans": orphans, "deleted": report.deleted_file_count, "delete_requests": report.delete_requests,
-                "expected_requests": math.ceil(orphans / 1000), "list_calls": report.list_calls}
+        report = remove_orphan_files(
+            catalog.load_table("db.t"), OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES]
+        )
+        return {
+            "orphans": orphans,
+            "deleted": report.deleted_file_count,
+            "delete_requests": report.delete_requests,
+            "expected_requests": math.ceil(orphans / 1000),
+            "list_calls": report.list_calls,
+        }
     finally:
         server.stop()
 
@@ -177,17 +206,21 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path(__file__).parent / ".work" / "orphans")
     args = parser.parse_args()
 
-    print(f"building: {args.snapshots} snapshots x {args.files_per_snapshot} files, {args.orphans} orphans",
-          file=sys.stderr)
+    print(
+        f"building: {args.snapshots} snapshots x {args.files_per_snapshot} files, {args.orphans} orphans",
+        file=sys.stderr,
+    )
     table = build(args.work, args.snapshots, args.files_per_snapshot, args.orphans)
     cutoff = datetime.now(UTC)
     manifests = list(dict.fromkeys(table.inspect.all_manifests()["path"].to_pylist()))
     times: dict[str, list[float]] = {"ours": [], "naive": [], "floor": []}
     results = {}
     for _ in range(args.repeat):
-        for name, fn in (("floor", lambda: floor(table, cutoff, manifests)),
-                         ("ours", lambda: ours(table, cutoff)),
-                         ("naive", lambda: naive(table, cutoff))):
+        for name, fn in (
+            ("floor", lambda: floor(table, cutoff, manifests)),
+            ("ours", lambda: ours(table, cutoff)),
+            ("naive", lambda: naive(table, cutoff)),
+        ):
             seconds, results[name] = timed(fn)
             times[name].append(seconds)
     if results["ours"] != results["naive"]:
@@ -195,9 +228,12 @@ def main() -> int:
         return 1
     median = {k: statistics.median(v) for k, v in times.items()}
     summary = {
-        "table": {"snapshots": len(table.metadata.snapshots), "unique_manifests": len(manifests),
-                  "referenced_data_files": args.snapshots * args.files_per_snapshot,
-                  "orphans_found": len(results["ours"])},
+        "table": {
+            "snapshots": len(table.metadata.snapshots),
+            "unique_manifests": len(manifests),
+            "referenced_data_files": args.snapshots * args.files_per_snapshot,
+            "orphans_found": len(results["ours"]),
+        },
         "seconds_median": {k: round(v, 3) for k, v in median.items()},
         "ours_over_floor": round(median["ours"] / median["floor"], 2),
         "naive_over_ours": round(median["naive"] / median["ours"], 2),
@@ -205,9 +241,11 @@ def main() -> int:
         "s3": s3_delete_requests(args.s3_orphans) if args.s3_orphans else None,
     }
     print(json.dumps(summary, indent=2))
-    print(f"ours {median['ours']:.2f} s | floor {median['floor']:.2f} s | naive {median['naive']:.2f} s  ->  "
-          f"ours/floor {summary['ours_over_floor']} (target <= 1.5), naive/ours {summary['naive_over_ours']} "
-          f"(target >= 5)")
+    print(
+        f"ours {median['ours']:.2f} s | floor {median['floor']:.2f} s | naive {median['naive']:.2f} s  ->  "
+        f"ours/floor {summary['ours_over_floor']} (target <= 1.5), naive/ours {summary['naive_over_ours']} "
+        f"(target >= 5)"
+    )
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, CronTriggerTimetable
 
-from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
+from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 
 POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")

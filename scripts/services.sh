@@ -7,6 +7,7 @@
 # the command sees TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT
 # (gcp-storage-emulator: listing, batch deletes) and TEST_FAKE_GCS_ENDPOINT (fake-gcs-server: it honours
 # ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests).
+# The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
 # Azurite is installed with npm into AZURITE_PREFIX (default .services/node) on first use.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
 # PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
@@ -206,6 +207,22 @@ stop_emulators() {
   EMULATOR_PIDS=()
 }
 
+# Debian's chromium, driven headless by Playwright's Python package in the browser test; Playwright's
+# own browser downloads are never used.
+find_chromium() {
+  local chromium
+  chromium=$(command -v chromium || true)
+  if [ -z "$chromium" ]; then
+    say "installing chromium from Debian's packages (log: $DIR/apt-chromium.log)"
+    local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      >"$DIR/apt-chromium.log" 2>&1 || fail "installing chromium (apt-get install chromium)" "" "$DIR/apt-chromium.log"
+    chromium=$(command -v chromium) || fail "installing chromium" "no chromium on PATH after the install" \
+      "$DIR/apt-chromium.log"
+  fi
+  export TEST_CHROMIUM="$chromium" PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+}
+
 cleanup() {
   local rc=$?
   trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
@@ -249,6 +266,7 @@ case "${1:-}" in
     start_azurite
     start_gcs
     start_fake_gcs
+    find_chromium
     say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT," \
       "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT"
     "$@"

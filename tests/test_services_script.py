@@ -142,7 +142,8 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert not answers(pg_port) and not answers(s3_port)
     logs = checkout / ".services" / f"{pg_port}-{s3_port}"
     assert sorted(p.name for p in logs.iterdir()) == [
-        "moto.log", "pg-createdb.log", "pg-ctl.log", "pg-initdb.log", "pg-server.log"]
+        "azurite.log", "fake-gcs.log", "gcs.log", "moto.log", "pg-createdb.log", "pg-ctl.log", "pg-initdb.log",
+        "pg-server.log"]
 
 
 @needs_root

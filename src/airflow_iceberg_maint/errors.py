@@ -2,7 +2,14 @@
 
 
 class MaintenanceError(Exception):
-    """Base class: a maintenance action refused to run or could not finish."""
+    """Base class: a maintenance action refused to run or could not finish.
+
+    ``retryable`` says whether running the same action again may succeed: True for faults of
+    the moment (an unreadable file, a store or catalog that did not answer, a lost race), False
+    for bad input and refusals, which no retry can change.
+    """
+
+    retryable = False
 
 
 class InvalidInputError(MaintenanceError, ValueError):
@@ -19,6 +26,8 @@ class GcDisabledError(MaintenanceError):
 
 class MetadataReadError(MaintenanceError):
     """A metadata, manifest list, manifest or index file could not be read (S2: fail closed)."""
+
+    retryable = True
 
 
 class PrefixMismatchError(MaintenanceError):
@@ -45,10 +54,30 @@ class CommitOutcomeUnknownError(MaintenanceError):
     unreferenced files.
     """
 
+    retryable = True
+
 
 class StorageError(MaintenanceError):
     """Object storage could not be reached or refused a request after the client's retries."""
 
+    retryable = True
+
 
 class CatalogListingError(MaintenanceError):
     """The catalog's tables could not be listed, so tables nested under a scan location are unknown."""
+
+    retryable = True
+
+
+class IndexNotFoundError(InvalidInputError):
+    """The table has no index of that name."""
+
+
+class IndexExistsError(InvalidInputError):
+    """``create`` found an index of that name already."""
+
+
+class IndexCommitConflictError(MaintenanceError):
+    """Every commit attempt lost to a concurrent writer; nothing was committed."""
+
+    retryable = True

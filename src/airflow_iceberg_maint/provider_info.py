@@ -17,7 +17,8 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-iceberg-maint",
         "name": "Apache Iceberg maintenance",
-        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal.",
+        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal, "
+        "and secondary indexes (builds, incremental refreshes, lookups, lag sensors, expiry).",
         "versions": [__version__],
         "integrations": [
             {
@@ -31,9 +32,9 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": _INTEGRATION,
                 "python-modules": [
                     "airflow_iceberg_maint.airflow.operators.orphans",
-                    "airflow_iceberg_maint.airflow.operators.expansion",
+                    "airflow_iceberg_maint.airflow.operators.orphan_planning",
                     "airflow_iceberg_maint.airflow.operators.index",
-                    "airflow_iceberg_maint.airflow.operators.table_orphans",
+                    "airflow_iceberg_maint.airflow.operators.index_shards",
                 ],
             }
         ],

@@ -15,9 +15,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
+from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from airflow_iceberg_maint.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 SUMMARY_KEYS = {

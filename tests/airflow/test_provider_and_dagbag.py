@@ -14,7 +14,7 @@ def test_provider_is_discovered_with_its_modules() -> None:
     modules = {m for entry in info.data["operators"] for m in entry["python-modules"]}
     assert {
         "airflow_iceberg_maint.airflow.operators.orphans",
-        "airflow_iceberg_maint.airflow.operators.expansion",
+        "airflow_iceberg_maint.airflow.operators.orphan_planning",
     } <= modules
     sensors = {m for entry in info.data["sensors"] for m in entry["python-modules"]}
     triggers = {m for entry in info.data["triggers"] for m in entry["python-modules"]}

@@ -19,8 +19,10 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.expansion import IcebergOrphanPolicyExpansionOperator
-from airflow_iceberg_maint.airflow.operators.table_orphans import IcebergOrphanDueTablesOperator
+from airflow_iceberg_maint.airflow.operators.orphan_planning import (
+    IcebergOrphanDueTablesOperator,
+    IcebergOrphanPolicyExpansionOperator,
+)
 from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
 
@@ -113,7 +115,8 @@ def test_manual_dag_refuses_a_cutoff_under_a_day_as_typed(
 
     assert run.state == "failed"
     assert task_states(MANUAL, run.run_id) == {("remove_orphan_files", -1): "failed"}
-    assert f"AirflowFailException: {refusal(shown)}\n" in out  # -1 reached the task as -1: not clamped
+    # -1 reached the task as -1: not clamped
+    assert f"AirflowFailException: table demo.orders: {refusal(shown)}\n" in out
     assert files_under(warehouse) == before
 
 
@@ -163,7 +166,7 @@ def test_operator_refuses_a_cutoff_under_a_day(
     before = files_under(warehouse)
     with pytest.raises(AirflowFailException) as caught:  # AirflowFailException: no retry
         remover(state_url, tmp_path, table="demo.orders", older_than_days=typed).execute(context)
-    assert str(caught.value) == refusal(shown)
+    assert str(caught.value) == f"table demo.orders: {refusal(shown)}"
     assert files_under(warehouse) == before
 
 
@@ -187,7 +190,7 @@ def test_operator_refuses_bad_cutoffs_even_with_the_opt_in(
     before = files_under(warehouse)
     with pytest.raises(AirflowFailException) as caught:
         remover(state_url, tmp_path, table="demo.orders", **kwargs).execute(context)
-    assert str(caught.value) == message
+    assert str(caught.value) == f"table demo.orders: {message}"
     assert files_under(warehouse) == before
 
 
@@ -201,7 +204,8 @@ def test_operator_refuses_an_absolute_cutoff_less_than_a_day_ago(
     with pytest.raises(AirflowFailException) as caught:
         remover(state_url, tmp_path, table="demo.orders", older_than=cutoff.isoformat()).execute(context)
     message = str(caught.value)
-    assert message.startswith(f"argument older_than: {cutoff.isoformat()} is less than 1 day before now (")
+    refused = f"table demo.orders: argument older_than: {cutoff.isoformat()} is less than 1 day before now ("
+    assert message.startswith(refused)
     assert message.endswith(f"; {RISK}; set allow_recent_files to allow it)")
     assert "\n" not in message
     assert files_under(warehouse) == before
@@ -304,7 +308,8 @@ def test_planned_jobs_carry_the_opt_in_and_the_removal_checks_it(
     # The same job without the opt-in is refused by the removal task: its absolute cutoff is 6 hours ago.
     before = files_under(warehouse)
     orders = next(job for job in jobs if job["table"] == "demo.orders")
-    with pytest.raises(AirflowFailException, match=r"^argument older_than: .* is less than 1 day before now"):
+    refused = r"^table demo\.orders: argument older_than: .* is less than 1 day before now"
+    with pytest.raises(AirflowFailException, match=refused):
         remover(state_url, tmp_path, **{**orders, "allow_recent_files": False}).execute(context)
     assert files_under(warehouse) == before
     summary = remover(state_url, tmp_path, **orders).execute(context)

@@ -28,7 +28,8 @@ from airflow_iceberg_maint.index.extract_files import (
     region_file_paths,
 )
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
-from airflow_iceberg_maint.index.metadata import StatsField, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import StatsField
 from airflow_iceberg_maint.index.ordering import comparable, key_changes, sort_indices
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot

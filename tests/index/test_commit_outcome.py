@@ -9,7 +9,7 @@ otherwise; tests/reliability drops replies for real with a TCP proxy):
   botocore's own retry sends it again and gets 412, because the first attempt created the file;
 - ``before-call.s3.DeleteObject`` / ``GetObject`` raising ``EndpointConnectionError``.
 
-Local-disk equivalents wrap ``LocalMetadataFiles`` the same way (a SIGTERM right after the link,
+Local-disk equivalents wrap ``LocalStorage`` the same way (a SIGTERM right after the link,
 a failing delete). After each fault: the extract is committed (or known lost), its files exist
 (or only the loser's are gone), lookups through the index are exact, and an orphan run deletes
 nothing of the index.
@@ -35,22 +35,20 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg_maint.errors import CommitOutcomeUnknownError
+from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, IndexCommitConflictError
+from airflow_iceberg_maint.fs.local import LocalStorage
+from airflow_iceberg_maint.fs.locations import Uri, local_path
+from airflow_iceberg_maint.fs.s3 import S3Storage
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.extract_files import region_file_paths
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import (
-    COMMIT_NUM_RETRIES,
-    DELETE_AFTER_COMMIT,
-    PREVIOUS_VERSIONS_MAX,
-    IndexMetadata,
-    new_index_metadata,
-)
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.metadata.spec import COMMIT_NUM_RETRIES, DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
+from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexCommitConflictError, IndexStore, LocalMetadataFiles
-from airflow_iceberg_maint.locations import Uri, local_path
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
-from airflow_iceberg_maint.storage.s3 import S3Storage
+from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.conftest import S3_PROPS
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
@@ -96,7 +94,7 @@ def assert_lookups_exact(table: Table) -> None:
 
 def orphan_run(table: Table) -> list[str]:
     """A real orphan run with the cutoff at now; returns what it deleted."""
-    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert report.failed == []
     return report.orphan_files
 
@@ -389,16 +387,16 @@ def test_local_refresh_terminated_right_after_the_link_keeps_its_files(sqlite_ca
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     table = indexed_table(sqlite_catalog)
     store, before = Store(table), current(table)
-    real = LocalMetadataFiles.create_exclusive
+    real = LocalStorage.create_exclusive
 
-    def then_sigterm(self: LocalMetadataFiles, location: str, data: bytes) -> bool:
+    def then_sigterm(self: LocalStorage, location: str, data: bytes) -> bool:
         real(self, location, data)
         raise AirflowTaskTerminated("SIGTERM")
 
-    monkeypatch.setattr(LocalMetadataFiles, "create_exclusive", then_sigterm)
+    monkeypatch.setattr(LocalStorage, "create_exclusive", then_sigterm)
     with pytest.raises(AirflowTaskTerminated):
         refresh_full(table, INDEX)
-    monkeypatch.setattr(LocalMetadataFiles, "create_exclusive", real)
+    monkeypatch.setattr(LocalStorage, "create_exclusive", real)
 
     check_committed_and_whole(table, before, store)
     assert orphan_run(table) == []
@@ -411,10 +409,10 @@ def test_local_refresh_whose_old_metadata_delete_fails_is_committed(sqlite_catal
     store, before = Store(table), current(table)
     versions = IndexStore(table).versions(INDEX)
 
-    def refuse(self: LocalMetadataFiles, location: str) -> None:
+    def refuse(self: LocalStorage, location: str) -> None:
         raise PermissionError(13, "Permission denied", location)
 
-    monkeypatch.setattr(LocalMetadataFiles, "delete", refuse)
+    monkeypatch.setattr(LocalStorage, "delete", refuse)
     with caplog.at_level(logging.WARNING, logger="airflow_iceberg_maint.index.store"):
         refresh_full(table, INDEX)
     monkeypatch.undo()
@@ -431,17 +429,17 @@ def test_local_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_fil
     table = indexed_table(sqlite_catalog, **{COMMIT_NUM_RETRIES: "0"})
     store = Store(table)
     files_before = store.index_files()
-    real = LocalMetadataFiles.create_exclusive
+    real = LocalStorage.create_exclusive
     seen: dict[str, set[str]] = {}
 
-    def winner_first(self: LocalMetadataFiles, location: str, data: bytes) -> bool:
+    def winner_first(self: LocalStorage, location: str, data: bytes) -> bool:
         if "ours" not in seen:
             seen["ours"] = store.index_files() - files_before
-            monkeypatch.setattr(LocalMetadataFiles, "create_exclusive", real)
+            monkeypatch.setattr(LocalStorage, "create_exclusive", real)
             refresh_full(table, INDEX)
         return real(self, location, data)
 
-    monkeypatch.setattr(LocalMetadataFiles, "create_exclusive", winner_first)
+    monkeypatch.setattr(LocalStorage, "create_exclusive", winner_first)
     with pytest.raises(IndexCommitConflictError, match="nothing was committed"):
         refresh_full(table, INDEX)
 
@@ -458,9 +456,9 @@ def test_local_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_fil
 
 
 def test_operators_retry_a_commit_of_unknown_outcome() -> None:
-    from airflow_iceberg_maint.airflow.operators.index import _fail_or_retry
+    from airflow_iceberg_maint.airflow.task_errors import task_exception
 
-    error = _fail_or_retry("table db.t index by_id", CommitOutcomeUnknownError("may or may not have landed"))
+    error = task_exception("table db.t index by_id", CommitOutcomeUnknownError("may or may not have landed"))
     assert type(error) is AirflowException and not isinstance(error, AirflowFailException)
     assert str(error) == "table db.t index by_id: may or may not have landed"
 

@@ -24,7 +24,8 @@ from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_region_file, read_tracking_file, region_stats
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import Extract, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import Extract
 from airflow_iceberg_maint.index.ordering import comparable
 from airflow_iceberg_maint.index.refresh import RefreshResult
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot

@@ -25,7 +25,8 @@ from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import EncryptionKey, IndexMetadata, new_extract, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import EncryptionKey, IndexMetadata
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 from tests.index.oracle_table import OracleTable, multiset

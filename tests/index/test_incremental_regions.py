@@ -12,7 +12,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.index.build import entry_layout
 from airflow_iceberg_maint.index.extract_files import RegionEntry, read_region_file, read_tracking_file
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.refresh import RefreshResult
 from airflow_iceberg_maint.index.store import IndexStore
 from tests.index.row_deletes import commit_position_deletes

@@ -29,7 +29,8 @@ from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
-from airflow_iceberg_maint.index.metadata import EncryptionKey, IndexMetadata, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import EncryptionKey, IndexMetadata
 from airflow_iceberg_maint.index.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot

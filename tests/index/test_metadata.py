@@ -14,15 +14,16 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType, TimestampType
 
+from airflow_iceberg_maint.cli.index import ordering_texts
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expressions import Apply, Reference
-from airflow_iceberg_maint.index.metadata import (
+from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata, with_extract_schema_for
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.metadata.rules import validate_against_table
+from airflow_iceberg_maint.index.metadata.spec import (
     GROUP_MAX_VALUE,
     LOWER_BOUND,
     UPPER_BOUND,
-    IndexMetadata,
-    new_extract,
-    new_index_metadata,
     stats_base_id,
     stats_metric_id,
 )
@@ -98,10 +99,6 @@ def test_appendix_c_round_trips_exactly() -> None:
         (104, IntegerType(), True),
         (1, LongType(), False),
     ]
-    assert metadata.required_stats() == {
-        104: (LOWER_BOUND, UPPER_BOUND, GROUP_MAX_VALUE),
-        1: (LOWER_BOUND, UPPER_BOUND, GROUP_MAX_VALUE),
-    }
     assert metadata.newest_extract().extract_id == 6574117201097113750  # type: ignore[union-attr]
 
 
@@ -306,9 +303,8 @@ def test_new_index_metadata_from_cli_arguments(sqlite_catalog: SqlCatalog) -> No
     assert out["properties"] == {"write.region.target-file-size-bytes": "1000"}
     assert "extracts" not in out
     assert metadata.region_target_size_bytes() == 1000
-    source = [metadata.to_source_expression(f.expression) for f in metadata.ordering_fields()]
-    assert [e.to_text(table.schema()) for e in source] == ["bucket(16, id)", "id", "day(ts)"]
-    metadata.validate(table.metadata)
+    assert ordering_texts(metadata) == ["bucket(16, id)", "id", "day(ts)"]
+    validate_against_table(metadata, table.metadata)
 
 
 @pytest.mark.parametrize(
@@ -342,11 +338,11 @@ def test_validate_against_the_table(sqlite_catalog: SqlCatalog) -> None:
     snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
     metadata = new_index_metadata(table, "by_id", ["id"], ["name"], False, {})
     metadata = metadata.with_extract(new_extract(metadata, snapshot_id, 0, "file:///t.parquet", 1))
-    metadata.validate(table.metadata)
+    validate_against_table(metadata, table.metadata)
 
     wrong_uuid = IndexMetadata.from_json({**metadata.to_json(), "table-uuid": "00000000-0000-4000-8000-000000000000"})
     with pytest.raises(InvalidInputError, match=r"^table-uuid: 00000000-0000-4000-8000-000000000000 is not the table"):
-        wrong_uuid.validate(table.metadata)
+        validate_against_table(wrong_uuid, table.metadata)
 
     obj = metadata.to_json()
     obj["schemas"][0]["fields"][0]["type"] = "long"  # the snapshot's schema says int
@@ -354,26 +350,26 @@ def test_validate_against_the_table(sqlite_catalog: SqlCatalog) -> None:
         f"extracts[0].extract-schema-id: identity column 1 is optional long, but its source in snapshot {snapshot_id} "
         "is optional int"
     )):
-        IndexMetadata.from_json(obj).validate(table.metadata)
+        validate_against_table(IndexMetadata.from_json(obj), table.metadata)
 
     obj = metadata.to_json()
     obj["schemas"][0]["fields"][0]["required"] = True  # the source is optional
     with pytest.raises(InvalidInputError, match=re.escape("identity column 1 is required int, but its source")):
-        IndexMetadata.from_json(obj).validate(table.metadata)
+        validate_against_table(IndexMetadata.from_json(obj), table.metadata)
 
 
 def test_extract_schema_follows_source_promotion(sqlite_catalog: SqlCatalog) -> None:
     table = make_table(sqlite_catalog)
     metadata = new_index_metadata(table, "by_id", ["truncate(10, id)", "id"], [], False, {})
     first_snapshot = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
-    same, schema_id = metadata.with_extract_schema_for(table.metadata, first_snapshot)
+    same, schema_id = with_extract_schema_for(metadata, table.metadata, first_snapshot)
     assert (same, schema_id) == (metadata, 0)
 
     with table.update_schema() as update:
         update.update_column("id", LongType())
     table.append(pa.table({"id": pa.array([2], pa.int64()), "name": pa.array(["b"]),
                            "ts": pa.array([None], pa.timestamp("us"))}).cast(table.schema().as_arrow()))
-    evolved, schema_id = metadata.with_extract_schema_for(table.metadata, table.current_snapshot().snapshot_id)
+    evolved, schema_id = with_extract_schema_for(metadata, table.metadata, table.current_snapshot().snapshot_id)
 
     assert schema_id == 1
     assert [(f.field_id, f.field_type) for f in evolved.schema_by_id(1).fields] == [(1, LongType())]
@@ -392,7 +388,7 @@ def test_dropped_source_field_blocks_new_extracts(sqlite_catalog: SqlCatalog) ->
         f"identity-fields: source field 3 is not in the schema of snapshot {snapshot_id} (dropped): "
         "no new extract can be created"
     )):
-        metadata.with_extract_schema_for(table.metadata, snapshot_id)
+        with_extract_schema_for(metadata, table.metadata, snapshot_id)
 
 
 def test_updates_check_their_result(sqlite_catalog: SqlCatalog) -> None:
@@ -404,6 +400,3 @@ def test_updates_check_their_result(sqlite_catalog: SqlCatalog) -> None:
     with pytest.raises(InvalidInputError, match=re.escape(f"extracts[1].extract-id: {extract.extract_id} appears")):
         once.with_extract(extract)
     assert once.without_extracts([extract.extract_id]).extracts == ()
-    assert once.with_properties({"a": "b"}).properties == {"a": "b"}
-    with pytest.raises(InvalidInputError, match=r"write\.metadata\.previous-versions-max: expected an integer >= 0"):
-        once.with_properties({"write.metadata.previous-versions-max": "-1"})

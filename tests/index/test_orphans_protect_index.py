@@ -3,9 +3,12 @@ index's own clean-up removes exactly the index files nothing references."""
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pyarrow as pa
@@ -15,24 +18,28 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg_maint import referenced
+from airflow_iceberg_maint.cli import main
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.index.extract_files import region_file_paths
-from airflow_iceberg_maint.index.metadata import IndexMetadata, new_index_metadata
-from airflow_iceberg_maint.index.references import index_file_batches, remove_unreferenced_index_files
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.references import INDEX_FILES, index_file_batches, remove_unreferenced_index_files
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.locations import Uri, local_path
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
-SOURCE = "airflow_iceberg_maint.index.references:index_file_batches"
 LATER = timedelta(minutes=10)  # "now" for the runs: every file written by the test is older than the cutoff
 
 
 def rows(start: int, count: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + count), pa.int64()),
-                     "name": pa.array([f"n{i}" for i in range(start, start + count)])})
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + count), pa.int64()),
+            "name": pa.array([f"n{i}" for i in range(start, start + count)]),
+        }
+    )
 
 
 class Storage:
@@ -41,9 +48,16 @@ class Storage:
     def __init__(self, table: Table) -> None:
         self.uri = Uri.parse(table.location())
         props = table.io.properties
-        self.s3 = None if self.uri.is_local else boto3.client(
-            "s3", endpoint_url=props["s3.endpoint"], aws_access_key_id=props["s3.access-key-id"],
-            aws_secret_access_key=props["s3.secret-access-key"], region_name=props.get("s3.region"),
+        self.s3 = (
+            None
+            if self.uri.is_local
+            else boto3.client(
+                "s3",
+                endpoint_url=props["s3.endpoint"],
+                aws_access_key_id=props["s3.access-key-id"],
+                aws_secret_access_key=props["s3.secret-access-key"],
+                region_name=props.get("s3.region"),
+            )
         )
 
     def _key(self, path: str) -> str:
@@ -60,11 +74,13 @@ class Storage:
     def list(self, prefix: str) -> set[str]:
         if self.s3 is None:
             base = local_path(prefix)
-            return {f"{prefix}/{os.path.relpath(os.path.join(d, n), base)}" for d, _, names in os.walk(base)
-                    for n in names}
+            return {
+                f"{prefix}/{os.path.relpath(os.path.join(d, n), base)}" for d, _, names in os.walk(base) for n in names
+            }
         head = f"{self.uri.scheme}://{self.uri.authority}/"
-        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.uri.authority,
-                                                                  Prefix=self._key(prefix) + "/")
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.uri.authority, Prefix=self._key(prefix) + "/"
+        )
         return {head + o["Key"] for page in pages for o in page.get("Contents", [])}
 
 
@@ -102,8 +118,21 @@ def indexed_table(catalog: SqlCatalog) -> IndexedTable:
     return IndexedTable(table, store, live, dropped, stray)
 
 
-def test_index_source_is_registered() -> None:
-    assert SOURCE in referenced.REFERENCE_SOURCES
+def test_the_orphans_command_keeps_live_index_files(
+    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command passes the index's reference source: a real run deletes only unreferenced index files."""
+    indexed = indexed_table(sqlite_catalog)
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__URI", sqlite_catalog.properties["uri"])
+    for path in indexed.live | indexed.dropped | {indexed.stray}:  # all old enough for a 1-day cutoff
+        os.utime(local_path(path), (time.time() - 2 * 86400,) * 2)
+
+    assert main(["orphans", "db.events", "--older-than-days", "1", "--json"]) == 0
+
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["orphan_files"]) == indexed.dropped | {indexed.stray}
+    assert all(os.path.exists(local_path(path)) for path in indexed.live)
 
 
 def test_index_file_batches_yield_every_live_file(sqlite_catalog: SqlCatalog) -> None:
@@ -115,7 +144,9 @@ def test_index_file_batches_yield_every_live_file(sqlite_catalog: SqlCatalog) ->
 
 def run_orphans(indexed: IndexedTable) -> set[str]:
     now = datetime.now(UTC) + LATER
-    report = remove_orphan_files(indexed.table, OrphanOptions(older_than=now - timedelta(minutes=1)), now=now)
+    report = remove_orphan_files(
+        indexed.table, OrphanOptions(older_than=now - timedelta(minutes=1)), now=now, sources=[INDEX_FILES]
+    )
     return set(report.orphan_files)
 
 
@@ -173,7 +204,7 @@ def test_malformed_index_metadata_aborts_the_orphan_run(sqlite_catalog: SqlCatal
 def check_remove_unreferenced_index_files(indexed: IndexedTable) -> None:
     store = indexed.store
     # Keep one previous metadata version in the log: versions 1..4 are then stale.
-    store.commit("by_id", lambda m: m.with_properties({"write.metadata.previous-versions-max": "1"}))
+    store.commit("by_id", lambda m: replace(m, properties={"write.metadata.previous-versions-max": "1"}))
     temporary = f"{store.metadata_dir('by_id')}/.00009.metadata.json.abc.tmp"
     Storage(indexed.table).write(temporary, b"{}")
     stale = {store.version_location("by_id", v) for v in range(1, 5)}
@@ -201,11 +232,35 @@ def test_s3_remove_unreferenced_index_files(s3_catalog: SqlCatalog) -> None:
     check_remove_unreferenced_index_files(indexed_table(s3_catalog))
 
 
+def test_the_index_remove_unreferenced_command(
+    sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`iceberg-maint index remove-unreferenced`: a dry run lists, a real run deletes, the unreferenced files."""
+    indexed = indexed_table(sqlite_catalog)
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__URI", sqlite_catalog.properties["uri"])
+    index_dir = indexed.store.index_dir("by_id")
+    for path in Storage(indexed.table).list(index_dir):  # every index file old enough for a 1-day cutoff
+        os.utime(local_path(path), (time.time() - 2 * 86400,) * 2)
+    expected = sorted(indexed.dropped | {indexed.stray})
+    command = ["index", "remove-unreferenced", "db.events", "--older-than-days", "1", "--json"]
+
+    assert main([*command, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert (dry["indexes"], dry["unreferenced_files"], dry["deleted_file_count"]) == (["by_id"], expected, 0)
+    assert set(expected) <= Storage(indexed.table).list(index_dir)
+
+    assert main(command) == 0
+    real = json.loads(capsys.readouterr().out)
+    assert (real["unreferenced_files"], real["deleted_file_count"], real["failed"]) == (expected, len(expected), [])
+    assert Storage(indexed.table).list(index_dir) == indexed.live | set(indexed.store.versions("by_id").values())
+
+
 def test_young_files_are_kept_and_future_cutoffs_refused(sqlite_catalog: SqlCatalog) -> None:
     indexed = indexed_table(sqlite_catalog)
     report = remove_unreferenced_index_files(indexed.table, datetime.now(UTC) - timedelta(hours=1))
     assert (report.unreferenced_files, report.deleted_file_count) == ([], 0)
-    with pytest.raises(InvalidInputError, match=r"^older_than .*: is in the future$"):
+    with pytest.raises(InvalidInputError, match=r"^older_than .*: is in the future \(now is .*\)$"):
         remove_unreferenced_index_files(indexed.table, datetime.now(UTC) + timedelta(hours=1))
 
 

@@ -19,18 +19,19 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.metadata import IndexMetadata, new_extract, new_index_metadata
-from airflow_iceberg_maint.index.store import (
+from airflow_iceberg_maint.errors import (
     IndexCommitConflictError,
     IndexExistsError,
     IndexNotFoundError,
-    IndexStore,
-    LocalMetadataFiles,
-    S3MetadataFiles,
+    InvalidInputError,
 )
-from airflow_iceberg_maint.storage.adls import AzureMetadataFiles
-from airflow_iceberg_maint.storage.gcs import GcsMetadataFiles
+from airflow_iceberg_maint.fs.adls import AzureStorage
+from airflow_iceberg_maint.fs.gcs import GcsStorage
+from airflow_iceberg_maint.fs.local import LocalStorage
+from airflow_iceberg_maint.fs.s3 import S3Storage
+from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata, with_extract_schema_for
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.store import IndexStore
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 WORKERS = 4
@@ -53,7 +54,7 @@ def add_extract(table: Table, tracking: str) -> Any:
     snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
 
     def update(metadata: IndexMetadata) -> IndexMetadata:
-        metadata, schema_id = metadata.with_extract_schema_for(table.metadata, snapshot_id)
+        metadata, schema_id = with_extract_schema_for(metadata, table.metadata, snapshot_id)
         return metadata.with_extract(new_extract(metadata, snapshot_id, schema_id, tracking, 10))
 
     return update
@@ -80,7 +81,7 @@ def test_create_then_load_names_and_layout(sqlite_catalog: SqlCatalog) -> None:
     assert store.names() == ["by_id"]
     loaded, loaded_location, version = store.load("by_id")
     assert (loaded, loaded_location, version) == (metadata, location, 1)
-    assert isinstance(store.files, LocalMetadataFiles)
+    assert isinstance(store.files, LocalStorage)
 
 
 def test_create_twice_fails_and_changes_nothing(sqlite_catalog: SqlCatalog) -> None:
@@ -341,7 +342,7 @@ def test_concurrent_commits_from_several_processes(sqlite_catalog: SqlCatalog, t
 def test_s3_create_commit_and_conditional_write(s3_catalog: SqlCatalog) -> None:
     table = make_table(s3_catalog)
     store = create_index(table)
-    assert isinstance(store.files, S3MetadataFiles)
+    assert isinstance(store.files, S3Storage)
     assert store.names() == ["by_id"]
     with pytest.raises(IndexExistsError):
         store.create(new_index_metadata(table, "by_id", ["id"], [], False, {}), "by_id")
@@ -403,7 +404,7 @@ def test_s3_concurrent_commits_from_several_processes(
 
 CLOUD_BACKENDS = pytest.mark.parametrize(
     ("backend", "files_type"),
-    [("fake_gcs_catalog_config", GcsMetadataFiles), ("azure_catalog_config", AzureMetadataFiles)],
+    [("fake_gcs_catalog_config", GcsStorage), ("azure_catalog_config", AzureStorage)],
     ids=["gcs", "azure"],
 )
 

@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg_maint.locations import Uri
+from airflow_iceberg_maint.fs.locations import Uri
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

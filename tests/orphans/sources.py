@@ -1,13 +1,14 @@
-"""Reference sources plugged into the engine by tests, the way the index package plugs in."""
+"""Reference sources passed to the engine by tests, the way the CLI and operators pass the index's."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.locations import local_path
+from airflow_iceberg_maint.fs.locations import local_path
 from tests.orphans.scenario import Files
 
 
@@ -36,3 +37,18 @@ def commit_then_lose_metadata(table: Table) -> Iterator[list[str]]:
     other.append(other.scan().to_arrow().slice(0, 1))
     os.remove(local_path(other.metadata_location))
     yield []
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    batches: Callable[[Table], Iterable[list[str]]]
+
+    def path_batches(self, table: Table) -> Iterable[list[str]]:
+        return self.batches(table)
+
+
+BROKEN = Source("broken", broken)
+FIRST_REGION = Source("first region", first_region)
+COMMIT_LATE_FILE = Source("commit late file", commit_late_file)
+COMMIT_THEN_LOSE_METADATA = Source("commit then lose metadata", commit_then_lose_metadata)

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 import pytest
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.locations import Uri
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
-from airflow_iceberg_maint.storage import storage_for
-from airflow_iceberg_maint.storage.adls import MAX_BLOBS_PER_BATCH, AzureStorage
-from airflow_iceberg_maint.storage.gcs import MAX_CALLS_PER_BATCH, GcsStorage
+from airflow_iceberg_maint.fs.adls import MAX_BLOBS_PER_BATCH, AzureStorage
+from airflow_iceberg_maint.fs.gcs import MAX_CALLS_PER_BATCH, GcsStorage
+from airflow_iceberg_maint.fs.locations import Uri
+from airflow_iceberg_maint.fs.storage import storage_for
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 
@@ -27,7 +28,7 @@ def test_deletes_in_batches_of_the_store_limit(request, backend, limit):
     loc = table.location()
     orphans = {files.put(f"{loc}/data/orphan-{i:05d}.parquet") for i in range(limit + 1)}
     time.sleep(1.2)
-    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert set(report.orphan_files) == orphans
     assert report.deleted_file_count == limit + 1
     assert report.delete_requests == math.ceil((limit + 1) / limit) == 2
@@ -45,7 +46,7 @@ def test_azure_folder_markers_of_a_hierarchical_namespace_are_never_listed(azure
                     metadata={"hdi_isfolder": "true"})
     orphan = files.put(f"{loc}/data/folder/orphan.parquet")
     time.sleep(1.2)
-    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert report.orphan_files == [orphan]
     assert files.exists(marker) and not files.exists(orphan)
 

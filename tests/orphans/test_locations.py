@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_iceberg_maint.errors import LocationRefusedError
-from airflow_iceberg_maint.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
 
 S3_TABLE = "s3://bucket/warehouse/db/t"
 

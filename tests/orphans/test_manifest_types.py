@@ -58,9 +58,10 @@ from pyiceberg.types import (
 )
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.locations import local_path
-from airflow_iceberg_maint.manifests import live_file_paths, manifest_paths
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import Files, snapshot_row_counts
 
 D = Decimal
@@ -75,8 +76,14 @@ TYPES: dict[str, tuple[IcebergType, list[Any]]] = {
     "date": (DateType(), [date(2024, 1, 2), date(1969, 12, 31), date(9999, 12, 31)]),
     "time": (TimeType(), [dtime(1, 2, 3, 4), dtime(23, 59, 59, 999999), dtime(0)]),
     "timestamp": (TimestampType(), [datetime(2024, 1, 2, 3, 4, 5, 6), datetime(1960, 1, 1), datetime(2262, 1, 1)]),
-    "timestamptz": (TimestamptzType(), [datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
-                                        datetime(1960, 1, 1, tzinfo=UTC), datetime(2262, 1, 1, tzinfo=UTC)]),
+    "timestamptz": (
+        TimestamptzType(),
+        [
+            datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+            datetime(1960, 1, 1, tzinfo=UTC),
+            datetime(2262, 1, 1, tzinfo=UTC),
+        ],
+    ),
     "string": (StringType(), ["a/b", "München", "x" * 200]),
     "uuid": (UUIDType(), [uuid.UUID(int=1), uuid.UUID(int=2**127), uuid.UUID(int=2**128 - 1)]),
     "fixed7": (FixedType(7), [b"1234567", b"\x00\xff\x00\xff\x00\xff\x00", b"\x80" * 7]),
@@ -86,8 +93,14 @@ TYPES: dict[str, tuple[IcebergType, list[Any]]] = {
     "decimal10": (DecimalType(10, 2), [D("12345678.90"), D("-0.01"), D("99999999.99")]),
     "decimal18": (DecimalType(18, 3), [D("123456789012345.678"), D("-1.000"), D("999999999999999.999")]),
     "decimal19": (DecimalType(19, 4), [D("123456789012345.6789"), D("-1.0000"), D("999999999999999.9999")]),
-    "decimal38": (DecimalType(38, 10), [D("1234567890123456789012345678.0123456789"), D("-1.5000000000"),
-                                        D("9999999999999999999999999999.9999999999")]),
+    "decimal38": (
+        DecimalType(38, 10),
+        [
+            D("1234567890123456789012345678.0123456789"),
+            D("-1.5000000000"),
+            D("9999999999999999999999999999.9999999999"),
+        ],
+    ),
 }
 # The Avro encoding pyiceberg writes for a decimal partition value: fixed, of the smallest size.
 DECIMAL_FIXED_SIZE = {"decimal1": 1, "decimal9": 4, "decimal10": 5, "decimal18": 8, "decimal19": 9, "decimal38": 16}
@@ -126,21 +139,32 @@ def _append_uuid_rows(table: Table, rows: list[dict[str, Any]]) -> None:
             part = pa.Table.from_pylist([r for r in rows if r["v"] == value], schema=arrow)
             path = f"{table.location()}/data/v={value}/{uuid.uuid4()}.parquet"
             os.makedirs(os.path.dirname(local_path(path)), exist_ok=True)
-            ids = [pa.field(n, t, metadata={b"PARQUET:field_id": str(i).encode()})
-                   for i, (n, t) in enumerate([("id", pa.int64()), ("v", pa.binary(16))], 1)]
+            ids = [
+                pa.field(n, t, metadata={b"PARQUET:field_id": str(i).encode()})
+                for i, (n, t) in enumerate([("id", pa.int64()), ("v", pa.binary(16))], 1)
+            ]
             pq.write_table(part.cast(pa.schema(ids)), local_path(path))
-            append.append_data_file(DataFile.from_args(
-                content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-                partition=Record(value), record_count=len(part), file_size_in_bytes=os.path.getsize(local_path(path)),
-            ))
+            append.append_data_file(
+                DataFile.from_args(
+                    content=DataFileContent.DATA,
+                    file_path=path,
+                    file_format=FileFormat.PARQUET,
+                    partition=Record(value),
+                    record_count=len(part),
+                    file_size_in_bytes=os.path.getsize(local_path(path)),
+                )
+            )
 
 
-def _make_table(catalog: Catalog, name: str, typ: IcebergType, values: list[Any], transform: Transform[Any, Any],
-                version: int = 2) -> tuple[Table, int]:
+def _make_table(
+    catalog: Catalog, name: str, typ: IcebergType, values: list[Any], transform: Transform[Any, Any], version: int = 2
+) -> tuple[Table, int]:
     """Three commits (two appends, an overwrite) so manifests have ADDED, EXISTING and DELETED entries."""
     schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", typ, required=False))
     table = catalog.create_table(
-        f"db.{name}", schema=schema, partition_spec=PartitionSpec(PartitionField(2, 1000, transform, "p")),
+        f"db.{name}",
+        schema=schema,
+        partition_spec=PartitionSpec(PartitionField(2, 1000, transform, "p")),
         properties={"format-version": str(version)},
     )
     arrow = schema_to_pyarrow(schema)
@@ -175,8 +199,11 @@ def _plant(table: Table) -> set[str]:
     """Old orphans in data/, in a partition folder, and in metadata/; every file made old."""
     loc = table.location().rstrip("/")
     files = Files(table)
-    planted = {files.put(f"{loc}/data/orphan-1.parquet"), files.put(f"{loc}/data/p=x/orphan-2.parquet"),
-               files.put(f"{loc}/metadata/orphan-3.avro")}
+    planted = {
+        files.put(f"{loc}/data/orphan-1.parquet"),
+        files.put(f"{loc}/data/p=x/orphan-2.parquet"),
+        files.put(f"{loc}/metadata/orphan-3.avro"),
+    }
     for path in files.all_files(loc):
         _old(path)
     return planted
@@ -188,10 +215,14 @@ def _check_run(table: Table, planted: set[str], processes: int | None = None) ->
     files = Files(table)
     before = files.all_files(loc)
     cutoff = datetime.now(UTC)
-    dry = remove_orphan_files(table, OrphanOptions(older_than=cutoff, dry_run=True, reader_processes=processes))
+    dry = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, dry_run=True, reader_processes=processes), sources=[INDEX_FILES]
+    )
     assert set(dry.orphan_files) == planted
     assert files.all_files(loc) == before
-    real = remove_orphan_files(table, OrphanOptions(older_than=cutoff, reader_processes=processes))
+    real = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, reader_processes=processes), sources=[INDEX_FILES]
+    )
     assert set(real.orphan_files) == planted
     assert real.deleted_file_count == len(planted) and real.failed == []
     assert files.all_files(loc) == before - planted
@@ -365,8 +396,13 @@ def _other_encodings(node: dict[str, Any]) -> dict[str, Any]:
         ]
         return {**node, "fields": node["fields"] + extra}
     if node.get("name") == "manifest_file":
-        return {**node, "fields": [*node["fields"], {"name": "first_row_id", "field-id": 520,
-                                                     "type": ["null", "long"], "extra": 7}]}
+        return {
+            **node,
+            "fields": [
+                *node["fields"],
+                {"name": "first_row_id", "field-id": 520, "type": ["null", "long"], "extra": 7},
+            ],
+        }
     return node
 
 
@@ -422,17 +458,33 @@ def test_manifests_with_decimals_as_bytes_timestamp_nanos_and_v3_fields(sqlite_c
     arrow = schema_to_pyarrow(schema)
     d9, d38 = TYPES["decimal9"][1], TYPES["decimal38"][1]
     for batch in range(2):
-        table.append(pa.Table.from_pylist([
-            {"id": i, "d9": d9[i % 3], "d38": d38[i % 3], "d38b": d38[(i + 1) % 3], "ts": datetime(2024, 1, 1 + i),
-             "s": f"s{i}"} for i in range(batch * 3, batch * 3 + 3)
-        ], schema=arrow))
+        table.append(
+            pa.Table.from_pylist(
+                [
+                    {
+                        "id": i,
+                        "d9": d9[i % 3],
+                        "d38": d38[i % 3],
+                        "d38b": d38[(i + 1) % 3],
+                        "ts": datetime(2024, 1, 1 + i),
+                        "s": f"s{i}",
+                    }
+                    for i in range(batch * 3, batch * 3 + 3)
+                ],
+                schema=arrow,
+            )
+        )
     table.overwrite(pa.Table.from_pylist([{"id": 9, "d9": d9[0]}], schema=arrow), overwrite_filter="id < 2")
     table = sqlite_catalog.load_table("db.other")
-    _check_rewritten(sqlite_catalog, table, [
-        '"type": "bytes", "logicalType": "decimal", "precision": 38',
-        '"type": "bytes", "logicalType": "decimal", "precision": 9',
-        '"timestamp-nanos"',
-    ])
+    _check_rewritten(
+        sqlite_catalog,
+        table,
+        [
+            '"type": "bytes", "logicalType": "decimal", "precision": 38',
+            '"type": "bytes", "logicalType": "decimal", "precision": 9',
+            '"timestamp-nanos"',
+        ],
+    )
 
 
 def test_manifests_with_uuids_as_strings(sqlite_catalog):
@@ -448,7 +500,7 @@ _FUZZ = textwrap.dedent("""
     import json, random, sys
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from airflow_iceberg_maint.errors import MetadataReadError
-    from airflow_iceberg_maint.manifests import live_file_paths, manifest_paths
+    from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths
     source, scratch, kind = sys.argv[1], sys.argv[2], sys.argv[3]
     read = live_file_paths if kind == "manifest" else manifest_paths
     io = PyArrowFileIO()
@@ -513,7 +565,7 @@ _READ_ONE = textwrap.dedent("""
     import sys
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from airflow_iceberg_maint.errors import MetadataReadError
-    from airflow_iceberg_maint.manifests import live_file_paths
+    from airflow_iceberg_maint.orphans.manifests import live_file_paths
     try:
         print(live_file_paths(PyArrowFileIO(), sys.argv[1]))
     except MetadataReadError as exc:
@@ -533,7 +585,7 @@ def test_a_length_past_its_block_is_a_read_error_not_a_crash(sqlite_catalog, tmp
     prefix, bad = _len(len(path)), _len(length)
     assert data.count(prefix + path) == 1 and len(bad) > len(prefix)
     broken = tmp_path / "broken.avro"
-    broken.write_bytes(data.replace(prefix + path, bad + path[len(bad) - len(prefix):], 1))  # same size
+    broken.write_bytes(data.replace(prefix + path, bad + path[len(bad) - len(prefix) :], 1))  # same size
 
     done = _child(_READ_ONE, str(broken))
 

@@ -10,26 +10,40 @@ import pytest
 from botocore.exceptions import ClientError
 
 from airflow_iceberg_maint.errors import PrefixMismatchError
-from airflow_iceberg_maint.locations import PathEquivalence
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
-from airflow_iceberg_maint.referenced import ReferencedSet
-from airflow_iceberg_maint.storage.s3 import S3Storage
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.fs.s3 import S3Storage
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 
 def test_referenced_set_matches_exactly_and_classifies_the_rest():
     refs = ReferencedSet(PathEquivalence())
-    refs.add(["s3a://b/t/data/a.parquet", "s3://b/t/data//b.parquet", "s3://other/t/data/c.parquet",
-              "/t/data/d.parquet", "s3://b/t/data/e%2Fx.parquet"])
-    listed = ["s3://b/t/data/a.parquet", "s3://b/t/data/b.parquet", "s3://b/t/data/c.parquet",
-              "s3://b/t/data/d.parquet", "s3://b/t/data/e/x.parquet", "s3://b/t/data/e%2Fx.parquet",
-              "s3://b/t/data/z.parquet"]
+    refs.add(
+        [
+            "s3a://b/t/data/a.parquet",
+            "s3://b/t/data//b.parquet",
+            "s3://other/t/data/c.parquet",
+            "/t/data/d.parquet",
+            "s3://b/t/data/e%2Fx.parquet",
+        ]
+    )
+    listed = [
+        "s3://b/t/data/a.parquet",
+        "s3://b/t/data/b.parquet",
+        "s3://b/t/data/c.parquet",
+        "s3://b/t/data/d.parquet",
+        "s3://b/t/data/e/x.parquet",
+        "s3://b/t/data/e%2Fx.parquet",
+        "s3://b/t/data/z.parquet",
+    ]
     assert refs.contains_exact(listed) == [False, False, False, False, False, True, False]
     assert refs.classify_unmatched(listed[:5] + listed[6:]) == {
-        "s3://b/t/data/a.parquet": "equivalent",   # scheme alias
-        "s3://b/t/data/b.parquet": "equivalent",   # collapsed slashes
-        "s3://b/t/data/c.parquet": "conflict",     # same path, other bucket
-        "s3://b/t/data/d.parquet": "equivalent",   # unqualified reference matches any
+        "s3://b/t/data/a.parquet": "equivalent",  # scheme alias
+        "s3://b/t/data/b.parquet": "equivalent",  # collapsed slashes
+        "s3://b/t/data/c.parquet": "conflict",  # same path, other bucket
+        "s3://b/t/data/d.parquet": "equivalent",  # unqualified reference matches any
     }  # e/x vs e%2Fx: never decoded, so no relation; z: nothing
     assert len(refs) == 5
     assert refs.nbytes <= 64 * 5
@@ -42,7 +56,7 @@ def test_s3_deletes_in_batches_of_1000(s3_catalog):
     loc = table.location()
     orphans = {files.put(f"{loc}/data/orphan-{i:05d}.parquet") for i in range(1001)}
     time.sleep(1.2)
-    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert set(report.orphan_files) == orphans
     assert report.deleted_file_count == 1001
     assert report.delete_requests == math.ceil(1001 / 1000)
@@ -76,20 +90,24 @@ def test_conflicts_follow_prefix_mismatch_mode(s3_catalog, s3_endpoint):
     cutoff = datetime.now(UTC)
 
     with pytest.raises(PrefixMismatchError, match="nothing was deleted") as info:
-        remove_orphan_files(table, OrphanOptions(older_than=cutoff))
+        remove_orphan_files(table, OrphanOptions(older_than=cutoff), sources=[INDEX_FILES])
     assert info.value.conflicts == [(listed, referenced)]
     assert files.exists(listed)
 
-    ignored = remove_orphan_files(table, OrphanOptions(older_than=cutoff, prefix_mismatch_mode="ignore"))
+    ignored = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, prefix_mismatch_mode="ignore"), sources=[INDEX_FILES]
+    )
     assert ignored.conflicts == [{"listed": listed, "referenced": referenced}]
     assert ignored.orphan_files == [] and files.exists(listed)
 
     aliased = remove_orphan_files(
-        table, OrphanOptions(older_than=cutoff, equal_authorities={twin: listed.split("/")[2]})
+        table, OrphanOptions(older_than=cutoff, equal_authorities={twin: listed.split("/")[2]}), sources=[INDEX_FILES]
     )
     assert aliased.conflicts == [] and aliased.orphan_files == [] and aliased.kept_equivalent == 1
 
-    deleted = remove_orphan_files(table, OrphanOptions(older_than=cutoff, prefix_mismatch_mode="delete"))
+    deleted = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, prefix_mismatch_mode="delete"), sources=[INDEX_FILES]
+    )
     assert deleted.orphan_files == [listed] and not files.exists(listed)
     assert files.exists(referenced)
     assert len(s3_catalog.load_table("db.moved").scan().to_arrow()) == 20
@@ -107,8 +125,9 @@ class _ThrottlingClient:
         self.calls.append(keys)
         if self.slow_downs == 2:  # first: the whole request is throttled
             self.slow_downs -= 1
-            raise ClientError({"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}},
-                              "DeleteObjects")
+            raise ClientError(
+                {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "DeleteObjects"
+            )
         errors = [{"Key": k, "Code": "AccessDenied", "Message": "no"} for k in keys if k.endswith("denied")]
         if self.slow_downs == 1:  # then: one key is throttled inside a successful response
             self.slow_downs -= 1

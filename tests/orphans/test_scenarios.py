@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import build, snapshot_row_counts
 
 BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog", "gcs_catalog", "azure_catalog"]
@@ -18,12 +19,12 @@ def test_removes_exactly_the_orphans_and_every_snapshot_still_reads(request, bac
     assert s.old_orphans <= s.expected_orphans
     assert s.expired_manifest_lists <= s.expected_orphans  # expiry made real orphans
 
-    dry = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True))
+    dry = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True), sources=[INDEX_FILES])
     assert set(dry.orphan_files) == s.expected_orphans
     assert dry.deleted_file_count == 0
     assert all(s.files.exists(p) for p in s.expected_orphans)
 
-    report = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff))
+    report = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff), sources=[INDEX_FILES])
 
     assert set(report.orphan_files) == s.expected_orphans  # the dry run showed exactly what a real run deletes
     assert report.deleted_file_count == len(s.expected_orphans)
@@ -38,8 +39,8 @@ def test_removes_exactly_the_orphans_and_every_snapshot_still_reads(request, bac
 
 def test_second_run_finds_nothing(sqlite_catalog):
     s = build(sqlite_catalog)
-    remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff))
-    again = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff))
+    remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff), sources=[INDEX_FILES])
+    again = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff), sources=[INDEX_FILES])
     assert again.orphan_files == []
     assert again.deleted_file_count == 0
 
@@ -49,7 +50,7 @@ def test_metadata_files_beyond_previous_versions_max_are_orphans(sqlite_catalog)
     md = s.table.metadata
     kept_json = {s.table.metadata_location} | {e.metadata_file for e in md.metadata_log}
     assert len(md.metadata_log) == 3
-    report = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff))
+    report = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff), sources=[INDEX_FILES])
     deleted_json = {p for p in report.orphan_files if p.endswith(".metadata.json")}
     assert deleted_json and not (deleted_json & kept_json)
     assert all(s.files.exists(p) for p in kept_json)
@@ -57,7 +58,11 @@ def test_metadata_files_beyond_previous_versions_max_are_orphans(sqlite_catalog)
 
 def test_worker_processes_find_the_same_orphans(sqlite_catalog):
     s = build(sqlite_catalog)
-    here = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=0))
-    pooled = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2))
+    here = remove_orphan_files(
+        s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=0), sources=[INDEX_FILES]
+    )
+    pooled = remove_orphan_files(
+        s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2), sources=[INDEX_FILES]
+    )
     assert set(pooled.orphan_files) == set(here.orphan_files) == s.expected_orphans
     assert pooled.referenced_files == here.referenced_files

@@ -21,9 +21,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import CatalogListingError, LocationRefusedError
-from airflow_iceberg_maint.locations import local_path
-from airflow_iceberg_maint.orphans import OrphanOptions, OrphanReport, remove_orphan_files
-from airflow_iceberg_maint.other_tables import TablePaths, catalog_table_paths
+from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, OrphanReport, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, Files, referenced_by_oracle, rows, snapshot_row_counts
 
 OLD = time.time() - 10 * 86400
@@ -62,7 +63,7 @@ def _live_files(table: Table) -> set[str]:
 
 
 def _run(table: Table, **options) -> OrphanReport:
-    return remove_orphan_files(table, OrphanOptions(older_than_days=1, **options))
+    return remove_orphan_files(table, OrphanOptions(older_than_days=1, **options), sources=[INDEX_FILES])
 
 
 def _write_parquet(catalog_table: Table, fs_path: str, start: int) -> None:
@@ -221,7 +222,7 @@ def test_a_nested_table_on_s3_is_kept_whole(s3_catalog):
     orphan = files.put(f"{outer.location()}/data/orphan.parquet")
     inner_files = files.all_files(inner.location())
     time.sleep(1.2)
-    report = remove_orphan_files(outer, OrphanOptions(older_than_days=0))
+    report = remove_orphan_files(outer, OrphanOptions(older_than_days=0), sources=[INDEX_FILES])
     assert report.orphan_files == [orphan]
     assert files.all_files(inner.location()) == inner_files
     assert [p["location"] for p in report.protected_locations] == [inner.location()]

@@ -27,7 +27,8 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import IdentityTransform
 
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle, worker, writer
 from tests.reliability.figures import report, scale
@@ -114,7 +115,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.Fix
                 failed_closed.append(f"{MetadataReadError.__name__}: loading the table: {exc}")
                 continue
             try:
-                done = remove_orphan_files(busy, OrphanOptions(older_than_days=0))
+                done = remove_orphan_files(busy, OrphanOptions(older_than_days=0), sources=[INDEX_FILES])
             except MaintenanceError as exc:  # must be a fail-closed refusal: judged below
                 failed_closed.append(f"{type(exc).__name__}: {exc}")
                 continue
@@ -163,7 +164,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.Fix
     assert {k: v for k, v in retained.items() if k in modelled} == {k: expected[k] for k in retained if k in modelled}
     # A last run with the writer stopped removes exactly the oracle's orphans.
     expected_orphans = oracle.listing(final.location()) - oracle.live_files(final)
-    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)))
+    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert set(last.orphan_files) <= expected_orphans, sorted(set(last.orphan_files) - expected_orphans)
     assert sorted(last.orphan_files) == sorted(expected_orphans)
     assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained

@@ -31,9 +31,10 @@ from pyiceberg.transforms import IdentityTransform
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle, worker
 from tests.reliability.figures import report, scale
@@ -67,8 +68,9 @@ def make_setup(tmp_path: Path) -> Setup:
     catalog = SqlCatalog("default", uri=uri, warehouse=warehouse)
     catalog.create_namespace("db")
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
-    table = catalog.create_table("db.events", schema=SCHEMA, partition_spec=spec,
-                                 properties={"write.metadata.previous-versions-max": "4"})
+    table = catalog.create_table(
+        "db.events", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "4"}
+    )
     for i in range(4):
         table.append(rows(i * 30, 30))
     table.overwrite(rows(200, 12), overwrite_filter="id < 12")
@@ -76,8 +78,17 @@ def make_setup(tmp_path: Path) -> Setup:
     first = table.metadata.snapshots[0].snapshot_id
     table.maintenance.expire_snapshots().by_id(first).commit()
     table = catalog.load_table("db.events")
-    IndexStore(table).create(new_index_metadata(table, INDEX, ["bucket(4, id)", "id"], [], True, {
-        "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "3"}), INDEX)
+    IndexStore(table).create(
+        new_index_metadata(
+            table,
+            INDEX,
+            ["bucket(4, id)", "id"],
+            [],
+            True,
+            {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "3"},
+        ),
+        INDEX,
+    )
     refresh_index(table, INDEX)
     clean_orphans(table)  # the history's own orphans (expired snapshot, old metadata): every seed starts clean
     s = Setup(uri, warehouse, catalog, tmp_path)
@@ -129,8 +140,7 @@ def run_and_kill(s: Setup, target: Callable[..., None], args: tuple[Any, ...], k
         if kill_when(time.monotonic() - started):
             os.kill(child.pid, signal.SIGKILL)
             child.join()
-            return Killed(child.exitcode == -signal.SIGKILL and not os.path.exists(result),
-                          time.monotonic() - started)
+            return Killed(child.exitcode == -signal.SIGKILL and not os.path.exists(result), time.monotonic() - started)
         time.sleep(0.0002)
     child.join()
     assert child.exitcode == 0 and os.path.exists(result), f"the child failed on its own (exit {child.exitcode})"
@@ -153,15 +163,16 @@ def check_table(s: Setup, row_counts: dict[int, int], live: set[str]) -> Table:
     """Nothing live is missing and every snapshot reads the rows it read before."""
     assert oracle.missing(live) == []
     table = s.table()
-    assert oracle.snapshot_rows(table) == {k: v for k, v in row_counts.items()
-                                           if k in {x.snapshot_id for x in table.metadata.snapshots}}
+    assert oracle.snapshot_rows(table) == {
+        k: v for k, v in row_counts.items() if k in {x.snapshot_id for x in table.metadata.snapshots}
+    }
     return table
 
 
 def clean_orphans(table: Table) -> int:
     """A complete run with cutoff now deletes exactly the oracle's orphans; returns how many."""
     expected = oracle.listing(table.location()) - oracle.live_files(table)
-    done = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    done = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert sorted(done.orphan_files) == sorted(expected)
     assert done.deleted_file_count == len(expected) and done.failed == []
     assert oracle.listing(table.location()) == oracle.live_files(table) & oracle.listing(table.location())
@@ -195,8 +206,9 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
             kill_when = Trigger(0.0, partial(_gone_at_least, planted_dir, PLANTED, rng.randint(1, PLANTED - 1)))
         else:
             kill_when = Trigger(rng.uniform(0, duration))
-        outcome = run_and_kill(s, worker.orphan_run,
-                               (s.catalog_uri, s.warehouse, "db.events", cutoff.isoformat()), kill_when)
+        outcome = run_and_kill(
+            s, worker.orphan_run, (s.catalog_uri, s.warehouse, "db.events", cutoff.isoformat()), kill_when
+        )
         if seed == 0:
             duration = outcome.seconds
         gone = planted - oracle.listing(loc)
@@ -209,15 +221,22 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
             completed += 1
             assert gone == planted
 
-        rerun = remove_orphan_files(table, OrphanOptions(older_than=cutoff))
+        rerun = remove_orphan_files(table, OrphanOptions(older_than=cutoff), sources=[INDEX_FILES])
         assert set(rerun.orphan_files) == planted - gone and rerun.failed == []
         assert oracle.listing(loc) == live
         check_table(s, row_counts, live)
         check_lookups(table, rng)
     assert kills >= SEEDS // 2, f"only {kills} of {SEEDS} seeds were killed before the run finished"
-    report("kill9_orphan_run", seeds=SEEDS, kills=kills, kills_by_deleted_count=by_count,
-           finished_before_kill=completed - 1, orphans_deleted_before_kill=deleted_at_kill,
-           calibration_seconds=round(duration or 0, 2), files_lost=0)
+    report(
+        "kill9_orphan_run",
+        seeds=SEEDS,
+        kills=kills,
+        kills_by_deleted_count=by_count,
+        finished_before_kill=completed - 1,
+        orphans_deleted_before_kill=deleted_at_kill,
+        calibration_seconds=round(duration or 0, 2),
+        files_lost=0,
+    )
 
 
 def _index_state(table: Table) -> tuple[int, int]:
@@ -242,9 +261,14 @@ def trim_snapshots(table: Table, keep: int = 5) -> None:
 MODES = ("delay", "first_change", "after_commit")
 
 
-def _kill_index_op(s: Setup, name: str, prepare: Callable[[Table, random.Random], None],
-                   target: Callable[..., None], args: Callable[[random.Random], tuple[Any, ...]],
-                   rerun: Callable[[Table, tuple[Any, ...]], None]) -> None:
+def _kill_index_op(
+    s: Setup,
+    name: str,
+    prepare: Callable[[Table, random.Random], None],
+    target: Callable[..., None],
+    args: Callable[[random.Random], tuple[Any, ...]],
+    rerun: Callable[[Table, tuple[Any, ...]], None],
+) -> None:
     """Kill the operation per seed in one of three ways, each observed from outside the child.
 
     ``delay``: after a seeded delay over the whole operation; ``first_change``: a seeded few
@@ -292,7 +316,9 @@ def _kill_index_op(s: Setup, name: str, prepare: Callable[[Table, random.Random]
         assert oracle.missing(oracle.live_files(table)) == []
         lookups += check_lookups(table, rng)
         # An orphan dry run finds exactly the oracle's orphans (files a killed child left behind).
-        dry = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC), dry_run=True))
+        dry = remove_orphan_files(
+            table, OrphanOptions(older_than=datetime.now(UTC), dry_run=True), sources=[INDEX_FILES]
+        )
         assert sorted(dry.orphan_files) == sorted(oracle.listing(table.location()) - oracle.live_files(table))
         rerun(table, op_args)
         table = s.table()
@@ -303,9 +329,18 @@ def _kill_index_op(s: Setup, name: str, prepare: Callable[[Table, random.Random]
     lookups += check_lookups(table, random.Random(-1))
     assert kills >= SEEDS // 2, f"only {kills} of {SEEDS} seeds were killed before the operation finished"
     assert committed_before_kill and kills - committed_before_kill, f"kills before and after a commit: {by_mode}"
-    report(name, seeds=SEEDS, kills=kills, **{f"kills_by_{m}": n for m, n in by_mode.items()},
-           kills_after_commit=committed_before_kill, kills_before_commit=kills - committed_before_kill,
-           finished_before_kill=completed - 1, lookups_checked=lookups, leftovers_cleaned=cleaned, files_lost=0)
+    report(
+        name,
+        seeds=SEEDS,
+        kills=kills,
+        **{f"kills_by_{m}": n for m, n in by_mode.items()},
+        kills_after_commit=committed_before_kill,
+        kills_before_commit=kills - committed_before_kill,
+        finished_before_kill=completed - 1,
+        lookups_checked=lookups,
+        leftovers_cleaned=cleaned,
+        files_lost=0,
+    )
 
 
 def test_kill9_index_refresh_mid_commit(setup: Setup) -> None:

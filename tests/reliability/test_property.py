@@ -29,7 +29,8 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
 from airflow_iceberg_maint.errors import LocationRefusedError
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle
 from tests.reliability.figures import report, scale
@@ -158,7 +159,7 @@ def _check(spelling: str, ops: list[str], plants: list[tuple[str, str]], figures
         nested_before = oracle.listing(case.protected_roots[0]) if case.protected_roots else set()
         options = OrphanOptions(older_than=datetime.now(UTC), location=case.scan_location)
         try:
-            done = remove_orphan_files(table, options)
+            done = remove_orphan_files(table, options, sources=[INDEX_FILES])
             deleted = {_real(p) for p in done.orphan_files}
         except LocationRefusedError:
             deleted = set()

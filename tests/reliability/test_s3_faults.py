@@ -40,14 +40,16 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata import DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.spec import DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
+from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.locations import Uri
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.conftest import S3_PROPS
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
 from tests.reliability import figures
@@ -244,7 +246,7 @@ def test_maintenance_through_faults_loses_no_live_file(
 
     outcomes: dict[str, str] = {}
     actions: dict[str, Callable[[Table], Any]] = {
-        "orphans": lambda t: remove_orphan_files(t, OrphanOptions(older_than=datetime.now(UTC))),
+        "orphans": lambda t: remove_orphan_files(t, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES]),
         "refresh": lambda t: refresh_index(t, INDEX),
         "expire": lambda t: expire_extracts(t, INDEX, retain_last=1, older_than=None),
     }
@@ -270,7 +272,7 @@ def test_maintenance_through_faults_loses_no_live_file(
     table = real.load_table(name)
     refresh_index(table, INDEX)
     expire_extracts(table, INDEX, retain_last=1, older_than=None)
-    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)))
+    report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert report.failed == [], outcomes
     assert_nothing_live_lost(plain, real, name, "healthy rerun")
     assert not planted & keys(plain, table.metadata.location), outcomes

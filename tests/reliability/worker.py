@@ -18,9 +18,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.orphans import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 
-PRELOAD = [__name__, "airflow_iceberg_maint.manifest_pool", "pyiceberg.io.pyarrow"]
+PRELOAD = [__name__, "airflow_iceberg_maint.orphans.manifest_pool", "pyiceberg.io.pyarrow"]
 
 
 def _table(catalog_uri: str, warehouse: str, name: str) -> Any:
@@ -37,7 +38,7 @@ def _finish(result_path: str, result: dict[str, Any]) -> None:
 def orphan_run(catalog_uri: str, warehouse: str, name: str, older_than_iso: str, result_path: str) -> None:
     table = _table(catalog_uri, warehouse, name)
     options = OrphanOptions(older_than=datetime.fromisoformat(older_than_iso).astimezone(UTC))
-    _finish(result_path, remove_orphan_files(table, options).to_json())
+    _finish(result_path, remove_orphan_files(table, options, sources=[INDEX_FILES]).to_json())
 
 
 def index_refresh(catalog_uri: str, warehouse: str, name: str, index: str, result_path: str) -> None:

@@ -17,10 +17,15 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow.sdk import XComArg
+
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.policies import RECENT_FILES_FLOOR_DAYS
+from airflow_iceberg_maint.fs.locations import parse_equivalence_map
+from airflow_iceberg_maint.policy.policies import RECENT_FILES_FLOOR_DAYS
 
 RECENT_FILES_FLOOR = timedelta(days=RECENT_FILES_FLOOR_DAYS)
+#: A list of tables as operators take it: a list, a comma-separated string, or another task's output.
+TableList = list[str] | str | XComArg
 # An absolute cutoff planned on one worker (policy olderThanDays: 1) is checked on another
 # worker's clock; this much skew between them must not fail the run.
 CLOCK_SKEW = timedelta(seconds=60)
@@ -96,13 +101,10 @@ def mapping(value: Any, name: str) -> dict[str, str]:
             return mapping(json.loads(text), name)
         except json.JSONDecodeError:
             raise InvalidInputError(f"argument {name}: not a JSON object: {text!r}") from None
-    result: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, val = pair.partition("=")
-        if not eq or not key.strip() or not val.strip():
-            raise InvalidInputError(f"argument {name}: expected key=value pairs separated by commas, got {text!r}")
-        result[key.strip()] = val.strip()
-    return result
+    try:
+        return parse_equivalence_map(text)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"argument {name}: {exc}") from None
 
 
 def older_than_days(value: Any, allow_recent_files: bool, now: datetime) -> float | None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from airflow_iceberg_maint.airflow.catalog import catalog_for
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.evaluation import Evaluation, evaluate_table
-from airflow_iceberg_maint.policies import Policy
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
+from airflow_iceberg_maint.policy.policies import Policy
 
 
 def evaluate_due(

@@ -14,9 +14,9 @@ from typing import Any
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import catalog_for
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
 from airflow_iceberg_maint.index.lag import IndexLag, index_lag
-from airflow_iceberg_maint.index.store import IndexNotFoundError, IndexStore
+from airflow_iceberg_maint.index.store import IndexStore
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_maint.catalog import open_catalog
@@ -46,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         importlib.import_module(f"airflow_iceberg_maint.cli.{name}").register(subparsers)
     return parser
+
+
+def timestamp(text: str) -> datetime:
+    """An ISO 8601 argument; one without a time zone is UTC."""
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

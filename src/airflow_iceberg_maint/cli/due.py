@@ -8,9 +8,9 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
-from airflow_iceberg_maint.evaluation import evaluate_table
-from airflow_iceberg_maint.policies import load_policies
-from airflow_iceberg_maint.state import SqlStateStore
+from airflow_iceberg_maint.policy.due import evaluate_table
+from airflow_iceberg_maint.policy.policies import load_policies
+from airflow_iceberg_maint.policy.state import SqlStateStore
 
 
 def register(subparsers: Any) -> None:

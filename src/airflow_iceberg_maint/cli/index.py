@@ -10,15 +10,18 @@ from typing import Any
 from uuid import UUID
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
-from airflow_iceberg_maint.index.metadata import IndexMetadata, new_index_metadata
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.references import remove_unreferenced_index_files
 from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
 
 
 def _property(text: str) -> tuple[str, str]:
@@ -36,14 +39,6 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
-
-
-def _timestamp(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _columns(text: str) -> list[str]:
@@ -93,8 +88,20 @@ def register(subparsers: Any) -> None:
     expire = commands.add_parser("expire", help="drop old extracts and their unreferenced files")
     _table_and_index(expire)
     expire.add_argument("--retain-last", type=_non_negative, help="keep this many newest extracts")
-    expire.add_argument("--older-than", type=_timestamp, help="drop extracts created before this ISO 8601 time")
+    expire.add_argument("--older-than", type=timestamp, help="drop extracts created before this ISO 8601 time")
     expire.set_defaults(func=run_expire)
+
+    unreferenced = commands.add_parser(
+        "remove-unreferenced",
+        help="delete old index files nothing references (failed builds, dropped metadata versions)",
+    )
+    unreferenced.add_argument("table", help="namespace.table")
+    unreferenced.add_argument("index", nargs="?", help="index name (default: every index of the table)")
+    unreferenced.add_argument("--older-than-days", type=float, default=DEFAULT_OLDER_THAN_DAYS,
+                              help=f"only files older than this many days (default {DEFAULT_OLDER_THAN_DAYS:g})")
+    unreferenced.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    add_json_flag(unreferenced)
+    unreferenced.set_defaults(func=run_remove_unreferenced)
 
 
 def _table_and_index(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +134,7 @@ def run_create(args: argparse.Namespace) -> dict[str, Any]:
 def run_list(args: argparse.Namespace) -> dict[str, Any]:
     table = _table(args)
     store = IndexStore(table)
-    indexes = []
+    indexes: list[dict[str, Any]] = []
     for name in store.names():
         metadata, location, _ = store.load(name)
         newest = metadata.newest_extract()
@@ -189,3 +196,15 @@ def _json_value(value: Any) -> Any:
 
 def run_expire(args: argparse.Namespace) -> dict[str, Any]:
     return expire_extracts(_table(args), args.index, retain_last=args.retain_last, older_than=args.older_than)
+
+
+
+def run_remove_unreferenced(args: argparse.Namespace) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    cutoff = cutoff_for_days(args.older_than_days, now, "--older-than-days")  # refused before any catalog call
+    report = remove_unreferenced_index_files(_table(args), cutoff, name=args.index, dry_run=args.dry_run, now=now)
+    result = report.to_json()
+    verb = "would delete" if args.dry_run else "deleted"
+    count = len(report.unreferenced_files) if args.dry_run else report.deleted_file_count
+    result["__text__"] = f"{verb} {count} unreferenced index file(s) of {', '.join(report.indexes) or 'no index'}"
+    return result

@@ -9,34 +9,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
-from airflow_iceberg_maint.errors import PrefixMismatchError
-from airflow_iceberg_maint.orphans import (
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp
+from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
+from airflow_iceberg_maint.fs.locations import parse_equivalence_map
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import (
     PREFIX_MISMATCH_MODES,
     OrphanOptions,
     OrphanReport,
     cutoff_for_days,
     remove_orphan_files,
 )
-from airflow_iceberg_maint.state import SqlStateStore, record_orphan_run
-
-
-def _timestamp(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
 
 
 def _mapping(text: str) -> dict[str, str]:
-    """Parse ``a=b,c=d`` into a mapping."""
-    result: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, value = pair.partition("=")
-        if not eq or not key or not value:
-            raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {text!r}")
-        result[key.strip()] = value.strip()
-    return result
+    try:
+        return parse_equivalence_map(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
@@ -51,7 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("table", help="namespace.table")
     age = parser.add_mutually_exclusive_group()
     age.add_argument("--older-than-days", type=float, help="only files older than this many days (default 3)")
-    age.add_argument("--older-than", type=_timestamp, help="only files older than this ISO 8601 timestamp")
+    age.add_argument("--older-than", type=timestamp, help="only files older than this ISO 8601 timestamp")
     parser.add_argument("--location", help="scan this location (the table location or a path under it)")
     parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
     parser.add_argument("--prefix-mismatch-mode", choices=PREFIX_MISMATCH_MODES, default="error")
@@ -99,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         only_this_table=args.only_this_table,
     )
     try:
-        report = remove_orphan_files(table, options)
+        report = remove_orphan_files(table, options, sources=[INDEX_FILES])
     except PrefixMismatchError as exc:
         # The pairs are the useful part of this failure: print them before the one-line error.
         if args.json and isinstance(exc.report, OrphanReport):

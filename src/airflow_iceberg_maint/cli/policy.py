@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from airflow_iceberg_maint.cli import add_json_flag
-from airflow_iceberg_maint.policies import load_policies
+from airflow_iceberg_maint.policy.policies import load_policies
 
 
 def register(subparsers: Any) -> None:

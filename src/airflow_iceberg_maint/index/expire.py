@@ -19,16 +19,16 @@ from typing import Any
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, InvalidInputError, MetadataReadError
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.fs.storage import storage_for
+from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.locations import PathEquivalence
-from airflow_iceberg_maint.referenced import ReferencedSet
-from airflow_iceberg_maint.storage import storage_for
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONCURRENT_DELETES = 8
 
 
 def extracts_to_expire(metadata: IndexMetadata, retain_last: int | None, older_than_ms: int | None) -> list[Extract]:

@@ -23,7 +23,7 @@ from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.index.metadata import (
+from airflow_iceberg_maint.index.metadata.spec import (
     GROUP_MAX_VALUE,
     LOWER_BOUND,
     NULL_VALUE_COUNT,
@@ -153,11 +153,11 @@ def read_region_file(io: FileIO, path: str, schema: pa.Schema) -> pa.Table:
         raise MetadataReadError(f"region file {path!r}: cannot be read ({exc})") from exc
     columns = _by_id(table.schema)
     wanted = {f.name: _field_id(f) for f in schema}
-    missing = [fid for fid in wanted.values() if fid not in columns]
+    found = {name: columns[fid] for name, fid in wanted.items() if fid is not None and fid in columns}
+    missing = [fid for name, fid in wanted.items() if name not in found]
     if missing:
         raise MetadataReadError(f"region file {path!r}: no column with field ID(s) {missing}")
-    return pa.Table.from_arrays([table.column(columns[fid]) for fid in wanted.values()],
-                                names=list(wanted)).cast(schema)
+    return pa.Table.from_arrays([table.column(found[name]) for name in wanted], names=list(wanted)).cast(schema)
 
 
 def _put(io: FileIO, path: str, data: pa.Buffer) -> int:
@@ -251,7 +251,7 @@ def _parse_tracking(table: pa.Table, path: str, index_location: str | None) -> l
             file_format=values[FILE_FORMAT_ID][row],
             record_count=values[RECORD_COUNT_ID][row],
             file_size_in_bytes=values[FILE_SIZE_ID][row],
-            stats={field_id: per_row[row] for field_id, per_row in stats.items() if per_row[row] is not None},
+            stats={field_id: value for field_id, per_row in stats.items() if (value := per_row[row]) is not None},
         )
         for row in range(table.num_rows)
     ]

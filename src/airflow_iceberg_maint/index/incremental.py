@@ -34,7 +34,8 @@ from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_I
 from airflow_iceberg_maint.index.extract_files import read_tracking_file, region_file_paths, write_tracking_file
 from airflow_iceberg_maint.index.lag import closest_extract, diff_files
 from airflow_iceberg_maint.index.live_rows import plan_schema
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, is_valid_promotion
+from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
+from airflow_iceberg_maint.index.metadata.rules import is_valid_promotion
 from airflow_iceberg_maint.index.refresh import (
     RefreshResult,
     commit_extract,
@@ -100,8 +101,7 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
         return None
     base_snapshot = table.snapshot_by_id(base.source_table_snapshot_id)
     assert base_snapshot is not None  # checked by _base_extract
-    target = plan_snapshot(table, snapshot)
-    change = table_change(table, plan_snapshot(table, base_snapshot), target, layout)
+    change = table_change(table, plan_snapshot(table, base_snapshot), plan_snapshot(table, snapshot), layout)
 
     rewrite = RegionRewrite()
     tracking = tracking_file_location(working)

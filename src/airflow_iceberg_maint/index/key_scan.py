@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, EqualTo, IsNull, Or
-from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.pyiceberg_compat import bounds_may_match
 
 Probe = tuple[Any, ...]
 
@@ -58,7 +58,11 @@ def _constant(length: int, value: bool) -> pa.Array:
 def _file_filter(names: Sequence[str], probes: Sequence[Probe]) -> BooleanExpression:
     expression: BooleanExpression = AlwaysFalse()
     for probe in probes:
-        terms = [IsNull(n) if v is None else EqualTo(n, v) for n, v in zip(names, probe, strict=True)]
+        # pyiceberg's constructors take (term, literal); its pydantic field declarations say otherwise.
+        terms: list[BooleanExpression] = [
+            IsNull(n) if v is None else EqualTo(n, v)  # type: ignore[call-arg, arg-type]
+            for n, v in zip(names, probe, strict=True)
+        ]
         conjunction = terms[0]
         for term in terms[1:]:
             conjunction = And(conjunction, term)
@@ -71,10 +75,10 @@ def prune_files(plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],
     """The data files whose column bounds may hold a probe (all of them when bounds can't be used)."""
     paths = sorted(paths)
     try:
-        evaluator = _InclusiveMetricsEvaluator(schema, _file_filter(names, probes))
+        may_match = bounds_may_match(schema, _file_filter(names, probes))
     except (ValueError, TypeError):
         return paths  # a value pyiceberg cannot turn into a literal: scan without pruning
-    return [p for p in paths if evaluator.eval(plan.data_files[p].data_file)]
+    return [p for p in paths if may_match(plan.data_files[p].data_file)]
 
 
 def scan_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],

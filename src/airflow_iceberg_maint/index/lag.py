@@ -15,7 +15,7 @@ from typing import Any
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata
+from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
 
 

@@ -20,20 +20,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from cachetools import LRUCache, cached
 from cachetools.keys import hashkey
-from pyiceberg.io.pyarrow import (
-    _get_column_projection_values,
-    _read_deletes,
-    _to_requested_schema,
-    pyarrow_to_schema,
-)
+from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema, prune_columns
 from pyiceberg.table import Table
 from pyiceberg.types import ListType, MapType, NestedField
 
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index import page_reads
 from airflow_iceberg_maint.index.parquet_files import ParquetHandle, opened_parquet
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch, read_position_deletes
 
 #: Names under which the row location travels next to the projected columns.
 FILE_COLUMN = "_file"
@@ -49,17 +46,21 @@ def arange(start: int, stop: int) -> pa.Array:
     return pc.add(pc.cumulative_sum(ones), start - 1)
 
 
-def _read_positions(handle: ParquetHandle, positions: Sequence[int], columns: list[str]) -> pa.Table:
-    """The rows at ``positions`` (sorted, unique), decoding each row group only up to the last one needed.
+def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], columns: list[str]) -> pa.Table:
+    """The rows at ``positions`` (sorted, unique): only the pages holding them when the file has an
+    offset index, else each row group decoded only up to the last one needed.
 
-    A row group is decoded as one batch ending at its last wanted row: Parquet pages decode
-    lazily, so the rows after it are never decompressed. The columns decode in parallel on
-    Arrow's thread pool (a fetch is mostly one row group's dictionary pages).
+    Without an offset index a row group is decoded as one batch ending at its last wanted row:
+    Parquet pages decode lazily, so the rows after it are never decompressed. The columns decode
+    in parallel on Arrow's thread pool (a fetch is mostly one row group's dictionary pages).
     """
     wanted: dict[int, list[int]] = {}
     for position in positions:
         group = bisect_right(handle.starts, position) - 1
         wanted.setdefault(group, []).append(position - handle.starts[group])
+    paged = page_reads.read_positions(handle, path, wanted, columns)
+    if paged is not None:
+        return paged
     pieces: list[pa.RecordBatch] = []
     for group, local in sorted(wanted.items()):
         offset = 0  # Arrow may still cut the batch short (a chunk of over 2 GB of strings)
@@ -119,9 +120,9 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     else:
         with opened_parquet(table.io, path) as handle:
             file_project_schema = _file_projection(table, path, handle.file, _projected_ids(tuple(schema.fields)))
-            raw = _read_positions(handle, positions, [c.name for c in file_project_schema.columns])
+            raw = _read_positions(handle, path, positions, [c.name for c in file_project_schema.columns])
         row_positions = pa.array(positions, type=pa.int64())
-    missing = _get_column_projection_values(
+    missing = missing_column_values(
         data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
     )
     raw = raw.combine_chunks()
@@ -147,9 +148,8 @@ def _project(path: str, schema: Schema, file_schema: Schema, batch: pa.RecordBat
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
         return pa.RecordBatch.from_arrays(batch.columns, schema=relabel)
-    projected = _to_requested_schema(
-        schema, file_schema, batch,
-        downcast_ns_timestamp_to_us=downcast, projected_missing_fields=missing, allow_timestamp_tz_mismatch=True,
+    projected = project_batch(
+        schema, file_schema, batch, downcast_ns_timestamp_to_us=downcast, projected_missing_fields=missing
     )
     if key is not None and _only_renames(schema, file_schema, batch.schema, projected.schema):
         with _relabels_lock:
@@ -172,7 +172,7 @@ _DELETES_CACHE_SIZE = 64
 def _read_position_deletes(table: Table, delete: DataFile) -> dict[str, pa.ChunkedArray]:
     """Data file path -> deleted positions, from a position delete file or a Puffin deletion vector."""
     try:
-        return _read_deletes(table.io, delete)
+        return read_position_deletes(table.io, delete)
     except Exception as exc:
         raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
 

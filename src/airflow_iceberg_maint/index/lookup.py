@@ -67,7 +67,7 @@ from airflow_iceberg_maint.index.live_rows import (
     plan_schema,
     read_rows,
 )
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, OrderingField
+from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import comparable
 from airflow_iceberg_maint.index.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot, resolve_snapshot

@@ -31,9 +31,11 @@ OPEN_FILES = 32
 
 @dataclass
 class ParquetHandle:
-    """An open Parquet file and the start row of each row group (plus the row count at the end)."""
+    """An open Parquet file, the stream it reads, and the start row of each row group (plus the row
+    count at the end)."""
 
     file: pq.ParquetFile
+    source: Any  # a pyarrow random-access file, or a file object: both seek and read
     starts: list[int]
     lock: Any = field(default_factory=RLock)  # threading.RLock is a factory, not a type
 
@@ -54,10 +56,11 @@ os.register_at_fork(after_in_child=_start_empty_after_fork)
 
 def _open(io: FileIO, path: str) -> ParquetHandle:
     # No pre-buffering: a kept reader would otherwise hold its last row group's bytes in memory.
-    parquet = pq.ParquetFile(io.new_input(path).open(), pre_buffer=False)
+    source = io.new_input(path).open()
+    parquet = pq.ParquetFile(source, pre_buffer=False)
     groups = parquet.metadata
     starts = [0, *accumulate(groups.row_group(i).num_rows for i in range(groups.num_row_groups))]
-    return ParquetHandle(parquet, starts)
+    return ParquetHandle(parquet, source, starts)
 
 
 @contextmanager

@@ -18,18 +18,17 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.fs.storage import storage_for
 from airflow_iceberg_maint.index.extract_files import region_file_paths
-from airflow_iceberg_maint.index.metadata import IndexMetadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.locations import PathEquivalence
-from airflow_iceberg_maint.referenced import ReferencedSet
-from airflow_iceberg_maint.storage import storage_for
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, resolve_cutoff
+from airflow_iceberg_maint.orphans.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MAX_CONCURRENT_DELETES = 8
-
 
 def extract_file_batches(table: Table, metadata: IndexMetadata) -> Iterator[list[str]]:
     """Per extract of ``metadata``: its tracking file and the region files that tracking file lists."""
@@ -56,8 +55,7 @@ def _index_batches(store: IndexStore, name: str) -> Iterator[list[str]]:
 def index_file_batches(table: Table) -> Iterator[list[str]]:
     """Every metadata, tracking and region file of every live extract of every index of the table.
 
-    Registered in ``airflow_iceberg_maint.referenced.REFERENCE_SOURCES``. Any failure raises
-    ``MetadataReadError`` so the orphan run deletes nothing (S2).
+    Any failure raises ``MetadataReadError`` so the orphan run deletes nothing (S2).
     """
     try:
         store = IndexStore(table)
@@ -127,9 +125,7 @@ def remove_unreferenced_index_files(
     All indexes of the table, or only ``name``. Every index is read before anything is deleted,
     so a read error deletes nothing (S2). The age cutoff protects files of builds still running.
     """
-    cutoff = older_than if older_than.tzinfo else older_than.replace(tzinfo=UTC)
-    if cutoff > (now or datetime.now(UTC)):
-        raise InvalidInputError(f"older_than {older_than.isoformat()}: is in the future")
+    cutoff = resolve_cutoff(None, older_than, now or datetime.now(UTC))
     store = IndexStore(table)
     report = UnreferencedReport(table.metadata.location, cutoff, dry_run)
     report.indexes = [name] if name is not None else store.names()
@@ -143,3 +139,16 @@ def remove_unreferenced_index_files(
     report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
     log.info("deleted %d unreferenced index files, %d failed", report.deleted_file_count, len(report.failed))
     return report
+
+
+class IndexFiles:
+    """The index package's ``ReferenceSource``: the orphan run keeps every file of every index (S1)."""
+
+    name = "indexes"
+
+    def path_batches(self, table: Table) -> Iterator[list[str]]:
+        return index_file_batches(table)
+
+
+#: The reference source every orphan run passes.
+INDEX_FILES: ReferenceSource = IndexFiles()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,8 @@ from pyiceberg.table.snapshots import Snapshot
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.build import EntryLayout, build_regions, entry_layout
 from airflow_iceberg_maint.index.extract_files import write_tracking_file
-from airflow_iceberg_maint.index.metadata import Extract, IndexMetadata, new_extract
+from airflow_iceberg_maint.index.metadata.builders import new_extract, with_extract_schema_for
+from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot, resolve_snapshot
 from airflow_iceberg_maint.index.store import CommitProgress, IndexStore
 
@@ -72,7 +73,7 @@ def refresh_target(table: Table, name: str, snapshot_id: int | None = None) -> R
     if snapshot is None:
         raise InvalidInputError(f"table {table.name()}: has no snapshot to index")
     # Raises with the field named when an indexed column was dropped: no extract can be created.
-    working, schema_id = metadata.with_extract_schema_for(table.metadata, snapshot.snapshot_id)
+    working, schema_id = with_extract_schema_for(metadata, table.metadata, snapshot.snapshot_id)
     return RefreshTarget(store, working, snapshot, entry_layout(working, working.schema_by_id(schema_id)))
 
 
@@ -95,6 +96,7 @@ def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> Ref
 def commit_extract(
     store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int,
     check: Callable[[IndexMetadata], None] | None = None, progress: CommitProgress | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> Extract:
     """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry.
 
@@ -106,8 +108,8 @@ def commit_extract(
     def update(current: IndexMetadata) -> IndexMetadata:
         if check is not None:
             check(current)
-        updated, schema_id = current.with_extract_schema_for(table.metadata, snapshot_id)
-        extract = new_extract(updated, snapshot_id, schema_id, tracking, size)
+        updated, schema_id = with_extract_schema_for(current, table.metadata, snapshot_id)
+        extract = new_extract(updated, snapshot_id, schema_id, tracking, size, properties)
         added[:] = [extract]
         return updated.with_extract(extract)
 

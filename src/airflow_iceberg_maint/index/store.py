@@ -3,8 +3,8 @@
 Each index of a table lives at ``<table-location>/index/<name>/``. Its metadata files are
 numbered: ``metadata/00001.metadata.json``, ``00002...``; the highest number is the current
 metadata. A commit writes version N+1 only if no file of that name exists (exclusive create on
-local disks, ``If-None-Match: *`` on S3 and Azure, ``ifGenerationMatch=0`` on GCS), so of two writers that started from
-version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
+local disks, ``If-None-Match: *`` on S3 and Azure, ``ifGenerationMatch=0`` on GCS), so of two
+writers that started from version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
 up to a limit, then gives up (S6). Nothing is ever overwritten.
 
 A create whose reply is lost (a dropped connection, or a client retry answered 412 because the
@@ -16,42 +16,39 @@ commit is known to have lost (``CommitProgress``; S9).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import random
 import re
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
+    IndexCommitConflictError,
+    IndexExistsError,
+    IndexNotFoundError,
     InvalidInputError,
-    MaintenanceError,
     MetadataReadError,
 )
-from airflow_iceberg_maint.index.metadata import (
-    IndexMetadata,
-    MetadataLogEntry,
+from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites, storage_for
+from airflow_iceberg_maint.index.metadata.builders import index_location
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata, MetadataLogEntry, now_ms
+from airflow_iceberg_maint.index.metadata.rules import (
     check_index_name,
-    index_location,
+    check_metadata,
+    check_properties,
     is_valid_promotion,
-    now_ms,
+    validate_against_table,
 )
-from airflow_iceberg_maint.locations import Uri, local_path
-from airflow_iceberg_maint.storage import GCS_SCHEMES, S3_SCHEMES, storage_for
 
 log = logging.getLogger(__name__)
 
 METADATA_DIR = "metadata"
 _VERSION_RE = re.compile(r"^(\d{5,})\.metadata\.json$")
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_MAX_SECONDS = 2.0
 RELOAD_ATTEMPTS = 3  # a listed version can vanish when a concurrent commit deletes old metadata
@@ -59,18 +56,6 @@ SETTLE_ATTEMPTS = 3  # read-backs of a version file whose create got no clear an
 #: What storage calls raise when the store is unreachable or answers with an error: botocore's
 #: connection errors (EndpointConnectionError, ConnectionClosedError, ...) are neither OSError nor ClientError.
 STORAGE_ERRORS: tuple[type[Exception], ...] = (OSError, ClientError, BotoCoreError)
-
-
-class IndexNotFoundError(InvalidInputError):
-    """The table has no index of that name."""
-
-
-class IndexExistsError(InvalidInputError):
-    """``create`` found an index of that name already."""
-
-
-class IndexCommitConflictError(MaintenanceError):
-    """Every commit attempt lost to a concurrent writer; nothing was committed."""
 
 
 class CommitProgress:
@@ -93,131 +78,6 @@ class CommitProgress:
 
 def version_file_name(version: int) -> str:
     return f"{version:05d}.metadata.json"
-
-
-class MetadataFiles(Protocol):
-    """The few storage operations the commit protocol needs."""
-
-    #: True when a create that returned False may have been created by this writer itself (a
-    #: client that retries a request whose first reply was lost); False when False is final.
-    create_may_retry: bool
-    #: What the calls below raise when the store is unreachable or refuses a request.
-    request_errors: tuple[type[Exception], ...]
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
-        ...
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        """Write a complete file only if none exists there; False when one already does."""
-        ...
-
-    def read(self, location: str) -> bytes:
-        ...
-
-    def delete(self, location: str) -> None:
-        ...
-
-
-class LocalMetadataFiles:
-    create_may_retry = False  # link() either makes the name or finds it taken: one answer, no retry
-    request_errors: tuple[type[Exception], ...] = (OSError,)
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        try:
-            with os.scandir(local_path(directory)) as entries:
-                items = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except FileNotFoundError:
-            return [], []
-        return [n for n, is_dir in items if not is_dir], [n for n, is_dir in items if is_dir]
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        path = local_path(location)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # Write a private temporary file, then hard-link it into place: link() fails if the
-        # name exists, and readers never see a partly written file.
-        temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(temporary)
-        return True
-
-    def read(self, location: str) -> bytes:
-        with open(local_path(location), "rb") as f:
-            return f.read()
-
-    def delete(self, location: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(local_path(location))
-
-
-class S3MetadataFiles:
-    create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
-    request_errors = STORAGE_ERRORS
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
-        uri = Uri.parse(directory.rstrip("/"))
-        prefix = uri.path.lstrip("/") + "/"
-        files: list[str] = []
-        dirs: list[str] = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=uri.authority, Prefix=prefix, Delimiter="/"):
-            files.extend(o["Key"][len(prefix) :] for o in page.get("Contents", []))
-            dirs.extend(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
-        return [f for f in files if f], [d for d in dirs if d]
-
-    def create_exclusive(self, location: str, data: bytes) -> bool:
-        uri = Uri.parse(location)
-        try:
-            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-            if code in _CONFLICT_CODES or status in _CONFLICT_CODES:
-                return False
-            raise
-        return True
-
-    def read(self, location: str) -> bytes:
-        uri = Uri.parse(location)
-        try:
-            body: bytes = self.client.get_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))["Body"].read()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise FileNotFoundError(location) from exc
-            raise
-        return body
-
-    def delete(self, location: str) -> None:
-        uri = Uri.parse(location)
-        self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
-
-
-def metadata_files_for(location: str, io_properties: Mapping[str, str]) -> MetadataFiles:
-    """Metadata file access for a table location, configured like the table's FileIO."""
-    uri = Uri.parse(location)
-    if uri.is_local:
-        return LocalMetadataFiles()
-    storage = storage_for(location, io_properties)  # refuses any other scheme
-    if uri.scheme in S3_SCHEMES:
-        return S3MetadataFiles(storage.client)  # type: ignore[attr-defined]
-    if uri.scheme in GCS_SCHEMES:
-        from airflow_iceberg_maint.storage.gcs import GcsMetadataFiles
-
-        return GcsMetadataFiles(storage)  # type: ignore[arg-type]
-    from airflow_iceberg_maint.storage.adls import AzureMetadataFiles
-
-    return AzureMetadataFiles(storage)  # type: ignore[arg-type]
 
 
 def _check_definition_unchanged(base: IndexMetadata, updated: IndexMetadata, name: str) -> None:
@@ -248,7 +108,7 @@ class IndexStore:
         self.table = table
         self.table_location = table.metadata.location.rstrip("/")
         self.root = f"{self.table_location}/index"
-        self.files = metadata_files_for(self.table_location, table.io.properties)
+        self.files: SupportsConditionalWrites = storage_for(self.table_location, table.io.properties)
 
     def index_dir(self, name: str) -> str:
         return index_location(self.table_location, check_index_name(name))
@@ -264,7 +124,7 @@ class IndexStore:
         directory = self.metadata_dir(name)
         try:
             names, _ = self.files.list_names(directory)
-        except self.files.request_errors as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index directory {directory!r}: cannot be listed ({exc})") from exc
         found = ((_VERSION_RE.match(n), n) for n in names)
         return {int(m.group(1)): f"{directory}/{n}" for m, n in found if m}
@@ -273,7 +133,7 @@ class IndexStore:
         """Names of the table's indexes: directories under ``index/`` holding at least one metadata file."""
         try:
             _, dirs = self.files.list_names(self.root)
-        except self.files.request_errors as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index root {self.root!r}: cannot be listed ({exc})") from exc
         valid = []
         for name in sorted(dirs):
@@ -292,11 +152,11 @@ class IndexStore:
             data = self.files.read(location)
         except FileNotFoundError:
             raise
-        except self.files.request_errors as exc:
+        except STORAGE_ERRORS as exc:
             raise MetadataReadError(f"index metadata {location!r}: cannot be read ({exc})") from exc
         metadata = IndexMetadata.from_bytes(data, location)
         try:
-            metadata.validate(self.table.metadata)
+            validate_against_table(metadata, self.table.metadata)
         except InvalidInputError as exc:
             raise InvalidInputError(f"index metadata {location}: {exc}") from exc
         return metadata
@@ -323,7 +183,7 @@ class IndexStore:
         """Write version 1 of a new index; fails cleanly if the index exists (even concurrently)."""
         if metadata.location.rstrip("/") != self.index_dir(name):
             raise InvalidInputError(f"index {name!r}: location {metadata.location!r} is not {self.index_dir(name)!r}")
-        metadata.validate(self.table.metadata)
+        validate_against_table(metadata, self.table.metadata)
         if self.versions(name):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         location = self.version_location(name, 1)
@@ -377,7 +237,7 @@ class IndexStore:
         try:
             if self.files.create_exclusive(location, data):
                 return True
-        except self.files.request_errors as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("index %s: no reply to the create of %s (%s); reading it back", name, location, exc)
             return self._settle(name, location, version, data, exc)
         if not self.files.create_may_retry:
@@ -395,7 +255,7 @@ class IndexStore:
                 found: bytes | None = self.files.read(location)
             except FileNotFoundError:
                 found = None
-            except self.files.request_errors as exc:
+            except STORAGE_ERRORS as exc:
                 last = exc
                 continue
             if found is not None:
@@ -414,7 +274,7 @@ class IndexStore:
             try:
                 if self.files.create_exclusive(location, data):
                     return True
-            except self.files.request_errors as exc:
+            except STORAGE_ERRORS as exc:
                 last = exc
         raise CommitOutcomeUnknownError(
             f"index {name!r}: the commit of {location} may or may not have landed ({last}); the files it "
@@ -434,9 +294,9 @@ class IndexStore:
             last_updated_ms=max(now_ms(), base.last_updated_ms + 1),
             metadata_log=log_entries[len(log_entries) - keep :] if keep else (),
         )
-        new.check()
-        new.check_properties()
-        new.validate(self.table.metadata)
+        check_metadata(new)
+        check_properties(new)
+        validate_against_table(new, self.table.metadata)
         return new
 
     def _delete_dropped_metadata(self, base: IndexMetadata, base_location: str, new: IndexMetadata) -> None:

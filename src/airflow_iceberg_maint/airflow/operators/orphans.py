@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_table, report_uri, write_report
+from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
 from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError, PrefixMismatchError
-from airflow_iceberg_maint.job_config import OrphanJobConfig, build_orphan_job
-from airflow_iceberg_maint.orphans import OrphanReport, remove_orphan_files
-from airflow_iceberg_maint.other_tables import TablePaths, catalog_table_paths, load_table_paths
-from airflow_iceberg_maint.policies import parse_orphan_removal_content
-from airflow_iceberg_maint.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
+from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
+from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+
+log = logging.getLogger(__name__)
 
 
 def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:
@@ -58,6 +63,36 @@ def cleanup_clock(context: Context, started: datetime) -> datetime:
     return min(logical_date, started) if isinstance(logical_date, datetime) else started
 
 
+class _SavedReport:
+    """The run's report on storage: written before anything is deleted, and again when the run ends or fails."""
+
+    def __init__(self, uri: str, io_properties: Mapping[str, str]) -> None:
+        self.uri = uri
+        self.io_properties = io_properties
+        self.last: dict[str, Any] | None = None  # the latest stage the engine reported
+
+    def write(self, body: Mapping[str, Any], stage: str, error: str | None = None) -> None:
+        write_report(self.uri, {**body, "stage": stage, "error": error}, self.io_properties)
+
+    def progress(self, report: OrphanReport, stage: str) -> None:
+        self.last = {**report.to_json(), "stage": stage}
+        if stage == "planned":
+            self.write(self.last, stage)
+
+    def failed(self, exc: Exception) -> str | None:
+        """Save what the run had found when it failed; the URI, or None when it failed before listing."""
+        found = exc.report if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport) else None
+        body = {**found.to_json(), "stage": "matched"} if found else self.last
+        if body is None:
+            return None
+        try:
+            self.write(body, body["stage"], f"{type(exc).__name__}: {exc}")
+        except Exception as write_error:  # never hide the run's own error behind the report's
+            log.warning("report %s not written: %s", self.uri, write_error)
+            return None
+        return self.uri
+
+
 class IcebergRemoveOrphanFilesOperator(BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
@@ -81,7 +116,9 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
     :param equal_schemes: scheme aliases, e.g. ``{"s3a": "s3"}`` or ``"s3a=s3,s3n=s3"``.
     :param equal_authorities: authority aliases.
     :param max_concurrent_deletes: parallel delete requests.
-    :param report_location: base URI of report files (default ``$AIRFLOW_HOME/iceberg_maint/reports``).
+    :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
+        option, else ``$AIRFLOW_HOME/iceberg_maint/reports``). Refused inside any location of the table
+        or of the other tables the run knows of. The report is written before anything is deleted.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
     :param policy: name of the policy this run applies, for the summary and logs.
     :param only_this_table: the location holds this table only: no catalog pass to find other
@@ -96,7 +133,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         "older_than",
         "allow_recent_files",
         "location",
-        "dry_run",
+        "is_dry_run",
         "prefix_mismatch_mode",
         "equal_schemes",
         "equal_authorities",
@@ -122,7 +159,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         prefix_mismatch_mode: str = "error",
         equal_schemes: Mapping[str, str] | str | None = None,
         equal_authorities: Mapping[str, str] | str | None = None,
-        max_concurrent_deletes: int | str = 8,
+        max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
         report_location: str | None = None,
         state_url: str | None = None,
         policy: str | None = None,
@@ -137,7 +174,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.older_than = older_than
         self.allow_recent_files = allow_recent_files
         self.location = location
-        self.dry_run = dry_run
+        # Not self.dry_run: that would shadow BaseOperator.dry_run(), which Airflow calls.
+        self.is_dry_run = dry_run
         self.prefix_mismatch_mode = prefix_mismatch_mode
         self.equal_schemes = equal_schemes
         self.equal_authorities = equal_authorities
@@ -152,17 +190,13 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         try:
             return self._run(context)
         except MaintenanceError as exc:
-            if isinstance(exc, MetadataReadError | CatalogListingError):
-                raise AirflowException(f"table {self.table}: {exc}") from exc  # may be transient: retry
-            # Misconfiguration (bad argument, missing table, refused location, gc.enabled=false):
-            # retrying cannot help.
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
 
     def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
         allow_recent_files = arguments.boolean(self.allow_recent_files, "allow_recent_files")
         body: dict[str, Any] = {
             "location": arguments.optional_str(self.location, "location"),
-            "dryRun": arguments.boolean(self.dry_run, "dry_run"),
+            "dryRun": arguments.boolean(self.is_dry_run, "dry_run"),
             "allowRecentFiles": allow_recent_files,
         }
         # Both cutoffs are checked against the floor here, with errors naming this operator's arguments.
@@ -197,7 +231,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
         base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
-        refuse_inside_table(base, table.metadata.location)
+        other_tables = self._other_tables(catalog)
+        refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *(other_tables or ())])
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {policy})" if policy else "")
         options = job.to_options(
             prefix_mismatch_mode=str(self.prefix_mismatch_mode),
@@ -205,23 +240,26 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
             only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
-            other_tables=self._other_tables(catalog),
+            other_tables=other_tables,
         )
         store = state_store_for(self.state_url)
         ti = context["ti"]
         uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
-        io_properties = {**catalog.properties, **table.io.properties}
+        saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
         try:
-            report = remove_orphan_files(table, options, now=now)
-        except MaintenanceError as exc:
-            self._record_failure(store, table, table_name, job, exc)
-            if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport):
-                write_report(uri, exc.report.to_json(), io_properties)
-                raise PrefixMismatchError(f"{exc} (every pair: {uri})", exc.conflicts, exc.report) from exc
+            report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES], progress=saved.progress)
+        except Exception as exc:
+            written = saved.failed(exc)
+            if isinstance(exc, MaintenanceError):
+                self._record_failure(store, table, table_name, job, exc, written)
+            if isinstance(exc, PrefixMismatchError):
+                raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
+            if written:
+                self.log.error("the files this run had planned to delete are in its report: %s", written)
             raise
-        write_report(uri, report.to_json(), io_properties)
+        saved.write(report.to_json(), "done")
         summary = report.summary()
-        record_orphan_run(store, summary, cleanup_clock(context, now))
+        record_orphan_run(store, summary, cleanup_clock(context, now), uri)
         self._log_report(report, uri)
         if report.failed:
             raise AirflowException(
@@ -242,7 +280,8 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             return None
 
     def _record_failure(
-        self, store: StateStore, table: Table, table_name: str, job: OrphanJobConfig, exc: Exception
+        self, store: StateStore, table: Table, table_name: str, job: OrphanJobConfig, exc: Exception,
+        report: str | None,
     ) -> None:
         record_attempt(
             store,
@@ -252,6 +291,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             dry_run=job.dry_run,
             succeeded=False,
             error=str(exc).splitlines()[0][:500],
+            report=report,
         )
 
     def _log_report(self, report: OrphanReport, uri: str) -> None:

@@ -13,8 +13,8 @@ from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.due import evaluate_due
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.evaluation import Evaluation
-from airflow_iceberg_maint.policies import Policy, load_policies, policy_for_table
+from airflow_iceberg_maint.policy.due import Evaluation
+from airflow_iceberg_maint.policy.policies import Policy, load_policies, policy_for_table
 
 
 class IcebergTableDueSensor(BaseSensorOperator):

@@ -10,7 +10,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.due import evaluate_due
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.policies import parse_policy
+from airflow_iceberg_maint.policy.policies import parse_policy
 
 
 class IcebergTableDueTrigger(BaseTrigger):

@@ -1,0 +1,1 @@
+"""Where tables live: location parsing and validation, listing and deleting files, conditional writes."""

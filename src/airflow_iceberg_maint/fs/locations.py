@@ -1,0 +1,202 @@
+"""Path identity and scan-location validation.
+
+Two rules keep deletes safe:
+- a listed file is referenced only when its exact string is referenced; normalised forms
+  (scheme aliases, authority aliases, collapsed ``//``) are used only to *protect* a file or
+  to report a conflict, never to make a file deletable (S4);
+- a scan location must be the table location or a path under it, checked on the raw and
+  on the percent-decoded form, before anything is listed (S3); on local disks an absolute
+  table location, and a scan location that reaches no symlink below the table location.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
+
+DEFAULT_EQUAL_SCHEMES: Mapping[str, str] = {"s3a": "s3", "s3n": "s3"}
+LOCAL_SCHEMES = frozenset({"", "file"})
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_SLASHES_RE = re.compile(r"/{2,}")
+
+
+@dataclass(frozen=True, slots=True)
+class Uri:
+    """A path split into scheme, authority and path, without decoding anything."""
+
+    scheme: str
+    authority: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> Uri:
+        match = _SCHEME_RE.match(text)
+        if not match:
+            return cls("", "", text)
+        scheme = match.group(1).lower()
+        rest = text[match.end() :]
+        if rest.startswith("//"):
+            rest = rest[2:]
+            slash = rest.find("/")
+            if slash < 0:
+                return cls(scheme, rest, "")
+            return cls(scheme, rest[:slash], rest[slash:])
+        return cls(scheme, "", rest)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme in LOCAL_SCHEMES
+
+
+def parse_equivalence_map(text: str) -> dict[str, str]:
+    """An ``equal_schemes`` / ``equal_authorities`` map written as ``a=b,c=d``."""
+    result: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise InvalidInputError(f"expected key=value pairs separated by commas, got {text!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _flatten(mapping: Mapping[str, str] | None) -> dict[str, str]:
+    """Expand comma-separated keys (``"s3a,s3n": "s3"``), as Iceberg does."""
+    flat: dict[str, str] = {}
+    for keys, value in (mapping or {}).items():
+        for key in str(keys).split(","):
+            if key.strip():
+                flat[key.strip()] = str(value).strip()
+    return flat
+
+
+@dataclass(frozen=True)
+class PathEquivalence:
+    """Which spellings of a path name the same file. User maps merge on top of the defaults."""
+
+    equal_schemes: Mapping[str, str] = field(default_factory=dict)
+    equal_authorities: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        schemes = {**DEFAULT_EQUAL_SCHEMES, **_flatten(self.equal_schemes)}
+        object.__setattr__(self, "equal_schemes", {k.lower(): v.lower() for k, v in schemes.items()})
+        object.__setattr__(self, "equal_authorities", _flatten(self.equal_authorities))
+
+    def scheme(self, scheme: str) -> str:
+        scheme = scheme.lower()
+        if scheme in LOCAL_SCHEMES:
+            return "file"
+        return self.equal_schemes.get(scheme, scheme)
+
+    def authority(self, authority: str) -> str:
+        return self.equal_authorities.get(authority, authority)
+
+    @staticmethod
+    def path_key(path: str) -> str:
+        """The path component with repeated ``/`` collapsed and no trailing ``/``."""
+        collapsed = _SLASHES_RE.sub("/", Uri.parse(path).path)
+        return collapsed.rstrip("/") or "/"
+
+    def equivalent(self, listed: str, referenced: str) -> bool:
+        """Whether a listed file and a referenced path are the same file under another spelling.
+
+        A referenced path with no scheme or no authority matches any (as Iceberg Java does).
+        """
+        a, b = Uri.parse(listed), Uri.parse(referenced)
+        if self.path_key(listed) != self.path_key(referenced):
+            return False
+        if b.scheme and self.scheme(a.scheme) != self.scheme(b.scheme):
+            return False
+        return not b.authority or self.authority(a.authority) == self.authority(b.authority)
+
+
+def _segments(path: str, what: str, original: str) -> list[str]:
+    """Resolve ``.``, ``..`` and empty segments; refuse a ``..`` that climbs above the root."""
+    stack: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                raise LocationRefusedError(f"location {original!r}: '..' climbs above the {what} root")
+            stack.pop()
+        else:
+            stack.append(part)
+    return stack
+
+
+def _refuse(location: str, table_location: str, why: str) -> LocationRefusedError:
+    return LocationRefusedError(
+        f"location {location!r}: {why}; expected the table location {table_location!r} or a path under it"
+    )
+
+
+def validate_location(
+    location: str | None,
+    table_location: str,
+    equivalence: PathEquivalence | None = None,
+) -> str:
+    """Return the location to scan, spelled like the table location, or raise ``LocationRefusedError``.
+
+    The one validation used by the job-configuration layer and again by execution (S3).
+    """
+    equivalence = equivalence or PathEquivalence()
+    requested = table_location if location is None or location.strip() == "" else location.strip()
+    if any(ch in requested for ch in "?#") or any(ord(ch) < 32 for ch in requested):
+        raise _refuse(requested, table_location, "contains a query, fragment or control character")
+    root, want = Uri.parse(table_location), Uri.parse(requested)
+    if equivalence.scheme(want.scheme) != equivalence.scheme(root.scheme):
+        raise _refuse(requested, table_location, f"scheme {want.scheme or 'file'!r} differs")
+    if equivalence.authority(want.authority) != equivalence.authority(root.authority):
+        raise _refuse(requested, table_location, f"authority {want.authority!r} differs")
+
+    if root.is_local and (root.authority or not root.path.startswith("/")):
+        raise LocationRefusedError(
+            f"table location {table_location!r}: is not an absolute local path, so the files it names depend on the "
+            "working directory of each reader; register the table with an absolute location"
+        )
+    root_segments = _segments(root.path, "table", table_location)
+    relative: list[str] | None = None
+    # Check the literal form and the percent-decoded form: both must stay inside (%2E%2E, %2F).
+    for decode in (False, True):
+        want_path = unquote(want.path) if decode else want.path
+        root_path = unquote(root.path) if decode else root.path
+        base = _segments(root_path, "table", table_location)
+        segments = _segments(want_path, "bucket" if not root.is_local else "filesystem", requested)
+        if segments[: len(base)] != base:
+            raise _refuse(requested, table_location, "is not under the table location")
+        if relative is None:
+            relative = segments[len(base) :]
+    if not root_segments:
+        raise _refuse(requested, table_location, "is a bucket or filesystem root")
+
+    scan = table_location.rstrip("/") + ("/" + "/".join(relative) if relative else "")
+    if root.is_local:
+        _check_symlinks(scan, table_location, requested)
+    return scan
+
+
+def local_path(uri: str) -> str:
+    """The filesystem path of a local URI (``file:///x`` or ``/x``)."""
+    parsed = Uri.parse(uri)
+    if not parsed.is_local:
+        raise ValueError(f"{uri!r} is not a local path")
+    return parsed.path
+
+
+def _check_symlinks(scan: str, table_location: str, requested: str) -> None:
+    """Below the table location, the scan location must be spelled as it lies on disk.
+
+    Listing through a symlink would spell live files in a way no referenced path does.
+    """
+    real_root = os.path.realpath(local_path(table_location))
+    real_scan = os.path.realpath(local_path(scan))
+    relative = os.path.relpath(os.path.normpath(local_path(scan)), os.path.normpath(local_path(table_location)))
+    expected = real_root if relative == "." else os.path.join(real_root, relative)
+    if real_scan != expected:
+        why = f"resolves through a symlink to {real_scan!r}; give the path as it lies on disk"
+        raise _refuse(requested, table_location, why)

@@ -1,0 +1,106 @@
+"""One storage layer for every store: the capabilities the project uses, and the backend of a location.
+
+Like Iceberg's FileIO capability interfaces: listing by prefix (orphan scans), bulk deletion,
+and conditional writes (the exclusive create of index commits).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import ModuleType
+from typing import Protocol
+
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.fs.locations import Uri
+
+GCS_SCHEMES = frozenset({"gs", "gcs"})
+AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+SUPPORTED = "file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs"
+
+#: Decides whether a path component (directory or file name) below the scan root is listed.
+KeepComponent = Callable[[str], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """A listed file. ``mtime`` is None when storage did not say; such a file is never a candidate."""
+
+    path: str
+    size: int
+    mtime: datetime | None
+
+
+@dataclass
+class DeleteOutcome:
+    deleted: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    requests: int = 0
+
+
+class SupportsPrefixListing(Protocol):
+    list_calls: int
+
+    def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
+        """Every regular file below ``root`` whose components below the root all pass ``keep``."""
+        ...
+
+
+class SupportsBulkDelete(Protocol):
+    def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
+        """Delete the files; a file already gone counts as deleted."""
+        ...
+
+
+class SupportsConditionalWrites(Protocol):
+    """What the index commit protocol needs: an exclusive create, reads, and directory listings."""
+
+    #: True when a create that returned False may have been created by this writer itself (a
+    #: client that retries a request whose first reply was lost); False when False is final.
+    create_may_retry: bool
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        """(file names, sub-directory names) directly in ``directory``; empty when it does not exist."""
+        ...
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        """Write a complete file only if none exists there; False when one already does."""
+        ...
+
+    def read(self, location: str) -> bytes:
+        ...
+
+    def delete(self, location: str) -> None:
+        ...
+
+
+class Storage(SupportsPrefixListing, SupportsBulkDelete, SupportsConditionalWrites, Protocol):
+    """Every operation the project needs from a store; what ``storage_for`` returns."""
+
+
+def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
+    """The storage backend for a location, configured from the table's FileIO properties."""
+    uri = Uri.parse(location)
+    if uri.is_local:
+        from airflow_iceberg_maint.fs.local import LocalStorage
+
+        return LocalStorage()
+    if uri.scheme in ("s3", "s3a", "s3n"):
+        from airflow_iceberg_maint.fs.s3_client import s3_storage
+
+        return s3_storage(location, io_properties)
+    if uri.scheme in GCS_SCHEMES:
+        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)  # type: ignore[no-any-return]
+    if uri.scheme in AZURE_SCHEMES:
+        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)  # type: ignore[no-any-return]
+    # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
+    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
+
+
+def _backend(module: str, extra: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"airflow_iceberg_maint.fs.{module}")
+    except ImportError as exc:
+        raise ImportError(f"{exc}: install the client with 'pip install airflow-iceberg-maint[{extra}]'") from exc

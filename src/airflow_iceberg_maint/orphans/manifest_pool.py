@@ -1,0 +1,92 @@
+"""Worker processes that decode manifest lists and manifests beside the main interpreter.
+
+Decoding Avro is CPU-bound Python, so one interpreter decodes on one core however many
+threads it runs. Tables with many manifest lists and manifests are read by a few worker
+processes instead. They start with ``forkserver``, so they come up clean even when the
+caller runs threads (an Airflow task does), and they return manifest paths or hashed path
+batches: never a partial result.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+
+import pyarrow as pa
+from pyiceberg.io import FileIO, load_file_io
+
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.path_hashes import PathHasher
+
+log = logging.getLogger(__name__)
+
+MIN_FILES = 400  # below this many manifest lists and manifests, starting workers costs more than it saves
+MAX_WORKERS = 8
+CHUNKS_PER_WORKER = 4  # several chunks a worker, so a slow chunk does not hold the others up
+
+IoSpec = tuple[tuple[tuple[str, str], ...], str]
+
+
+def worker_count(files: int, requested: int | None) -> int:
+    """How many worker processes to use; 0 means read in this process."""
+    if requested is not None:
+        return requested if requested > 1 else 0
+    cores = min(os.cpu_count() or 1, MAX_WORKERS)
+    return cores if cores > 1 and files >= MIN_FILES else 0
+
+
+@lru_cache(maxsize=8)
+def _file_io(spec: IoSpec) -> FileIO:
+    properties, location = spec
+    return load_file_io(dict(properties), location)
+
+
+def _read_lists(spec: IoSpec, manifest_lists: list[str]) -> list[str]:
+    return unique_manifest_paths(_file_io(spec), manifest_lists)
+
+
+def _hash_manifests(spec: IoSpec, manifests: list[str], equivalence: PathEquivalence) -> pa.RecordBatch:
+    io = _file_io(spec)
+    return PathHasher(equivalence).batch([p for m in manifests for p in live_file_paths(io, m)])
+
+
+def _chunks(items: list[str], parts: int) -> list[list[str]]:
+    """Deal items round-robin: later manifest lists are longer, so slices would be unbalanced."""
+    parts = max(1, min(parts, len(items)))
+    return [items[i::parts] for i in range(parts)]
+
+
+class ManifestPool:
+    """A pool of decoding workers for one table's files."""
+
+    def __init__(self, io: FileIO, location: str, workers: int) -> None:
+        self.spec: IoSpec = (tuple(sorted((str(k), str(v)) for k, v in io.properties.items())), location)
+        self.workers = workers
+        context = multiprocessing.get_context("forkserver")
+        # Workers fork from a server that has already imported the readers.
+        context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
+        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
+        for _ in range(workers):
+            self._executor.submit(_file_io, self.spec)
+
+    def close(self) -> None:
+        self._executor.shutdown(cancel_futures=True)
+
+    def manifests_of(self, manifest_lists: list[str]) -> list[str]:
+        """The unique manifests the manifest lists name, in first-seen order."""
+        chunks = _chunks(manifest_lists, self.workers * CHUNKS_PER_WORKER)
+        found: dict[str, None] = {}
+        for manifests in self._executor.map(_read_lists, [self.spec] * len(chunks), chunks):
+            found.update(dict.fromkeys(manifests))
+        return list(found)
+
+    def hash_batches(self, manifests: list[str], equivalence: PathEquivalence) -> Iterator[pa.RecordBatch]:
+        """Hashes of the live content files of the manifests, one batch a chunk."""
+        chunks = _chunks(manifests, self.workers * CHUNKS_PER_WORKER)
+        yield from self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [equivalence] * len(chunks))

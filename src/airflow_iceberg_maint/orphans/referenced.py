@@ -1,0 +1,227 @@
+"""The set of files a table references, held compactly, and the parallel walk that fills it.
+
+Every referenced path is kept as 64-bit hashes in Arrow arrays (32 bytes a path, 40 on local
+storage), not as Python strings. A hash collision can only make a listed file look referenced
+(kept) or look like a conflict (kept or reported): it never makes a file deletable.
+
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+
+from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
+from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
+from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.path_hashes import (
+    EMPTY,
+    HASH_SCHEMA,
+    PathHasher,
+    component_hash,
+    listed_identity,
+    path_hash,
+)
+
+log = logging.getLogger(__name__)
+
+REMOTE_READERS = 8  # concurrent manifest reads on object stores
+T = TypeVar("T")
+
+
+class ReferencedSet:
+    """Hashes of referenced paths: exact strings, path keys with their scheme and authority, file identities."""
+
+    def __init__(self, equivalence: PathEquivalence) -> None:
+        self.hasher = PathHasher(equivalence)
+        self._batches: list[pa.RecordBatch] = []
+        self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
+
+    def add(self, paths: Sequence[str]) -> None:
+        if paths:
+            self.add_hashes(self.hasher.batch(paths))
+
+    def add_hashes(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._batches.append(batch)
+            self._frozen = None
+
+    def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
+        """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
+        if self._frozen is None or self._batches:
+            added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
+            exact_parts = [added["exact"]]
+            key_parts = [added.select(["key", "scheme", "authority"])]
+            identity_parts = [added["identity"]]
+            if self._frozen is not None:
+                exact_parts.insert(0, pa.chunked_array([self._frozen[0]]))
+                key_parts.insert(0, self._frozen[1])
+                identity_parts.insert(0, pa.chunked_array([self._frozen[2]]))
+            exact = pc.unique(pa.chunked_array([c for p in exact_parts for c in p.chunks], pa.int64()))
+            keys = pa.concat_tables(key_parts).group_by(["key", "scheme", "authority"]).aggregate([])
+            identities = pc.unique(pa.chunked_array([c for p in identity_parts for c in p.chunks], pa.int64()))
+            identities = identities.filter(pc.not_equal(identities, EMPTY))
+            self._batches = []
+            self._frozen = (exact, keys.combine_chunks(), identities)
+        return self._frozen
+
+    def __len__(self) -> int:
+        return len(self._freeze()[0])
+
+    @property
+    def nbytes(self) -> int:
+        exact, keys, identities = self._freeze()
+        return exact.nbytes + keys.nbytes + identities.nbytes
+
+    def contains_exact(self, paths: Sequence[str]) -> list[bool]:
+        exact = self._freeze()[0]
+        return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
+
+    def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
+        """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
+
+        A local path whose file is one a referenced path names (same device and inode) is
+        ``equivalent`` too. Paths absent from the result share no path key and no file with any
+        referenced path.
+        """
+        if not paths:
+            return {}
+        _, keys, identities = self._freeze()
+        eq = self.hasher.equivalence
+        path_keys = [self.hasher.key(p) for p in paths]
+        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
+        scopes: dict[int, list[tuple[int, int]]] = {}
+        for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
+            scopes.setdefault(key, []).append((scheme, authority))
+        result: dict[str, str] = {}
+        local: list[str] = []
+        for path, key in zip(paths, path_keys, strict=True):
+            uri = Uri.parse(path)
+            if key not in scopes:
+                if uri.is_local and len(identities):
+                    local.append(path)
+                continue
+            mine = (component_hash(eq.scheme(uri.scheme)), component_hash(eq.authority(uri.authority)))
+            same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
+            result[path] = "equivalent" if same else "conflict"
+        if local:
+            listed = pa.array([listed_identity(local_path(p)) for p in local], pa.int64())
+            for path, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
+                if hit:
+                    result[path] = "equivalent"
+        return result
+
+
+def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:
+    """Metadata files, the version hint, and statistics files of the current metadata."""
+    paths = [metadata_location, f"{metadata.location.rstrip('/')}/metadata/version-hint.text"]
+    paths.extend(entry.metadata_file for entry in metadata.metadata_log)
+    paths.extend(stat.statistics_path for stat in metadata.statistics)
+    paths.extend(stat.statistics_path for stat in metadata.partition_statistics)
+    return paths
+
+
+# Reading manifests.
+
+
+@dataclass
+class ReferenceWalk:
+    """Reads manifest lists and manifests, each unique manifest once.
+
+    Decoding is CPU-bound Python. On local disks a large table is decoded by worker processes
+    (``processes``: None picks one a core when there are enough files, 0 or 1 reads here);
+    on object stores each read waits on the network, so reads overlap on threads.
+    ``seen`` holds the manifests read so far, so a later walk (the re-check) reads only new ones.
+    """
+
+    table: Table
+    equivalence: PathEquivalence
+    processes: int | None = None
+    snapshots: int = 0
+    manifests_read: int = 0
+
+    def __post_init__(self) -> None:
+        self.seen: set[str] = set()
+        self._local = Uri.parse(self.table.metadata.location).is_local
+        self._threads = None if self._local else ThreadPoolExecutor(max_workers=REMOTE_READERS)
+        self._workers: ManifestPool | None = None
+        self._workers_failed = False
+
+    def __enter__(self) -> ReferenceWalk:
+        self._start_workers(len(self.table.metadata.snapshots))  # one manifest list a snapshot
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()
+
+    def _map(self, fn: Callable[[str], Any], items: Iterable[str]) -> Iterator[Any]:
+        return self._threads.map(fn, items) if self._threads is not None else map(fn, items)
+
+    def _start_workers(self, files: int) -> None:
+        if self._workers is not None or self._workers_failed or not self._local:
+            return
+        count = worker_count(files, self.processes)
+        if count:
+            try:
+                self._workers = ManifestPool(self.table.io, self.table.metadata.location, count)
+            except (OSError, ValueError, RuntimeError) as exc:
+                log.info("decoding manifests in this process: no worker processes (%s)", exc)
+                self._workers_failed = True
+
+    def _pooled(self, pooled: Callable[[ManifestPool], Iterator[T]], here: Callable[[], Iterator[T]]) -> Iterator[T]:
+        """Run a stage on the workers; if they break, redo the whole stage here (sets ignore repeats)."""
+        if self._workers is not None:
+            try:
+                yield from pooled(self._workers)
+                return
+            except BrokenProcessPool as exc:
+                log.warning("manifest workers stopped (%s); reading in this process", exc)
+                self._workers.close()
+                self._workers, self._workers_failed = None, True
+        yield from here()
+
+    def hash_batches(
+        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset()
+    ) -> Iterator[pa.RecordBatch]:
+        """Hashes of every snapshot's manifest list, manifests and live content files.
+
+        Covers all branches, tags and staged snapshots.
+        """
+        io, hasher = self.table.io, PathHasher(self.equivalence)
+        snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
+        self.snapshots += len(snapshots)
+        lists = [s.manifest_list for s in snapshots if s.manifest_list]
+        yield hasher.batch(lists)
+        self._start_workers(len(lists))
+        found = self._pooled(
+            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
+        )
+        manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
+        self.seen.update(manifests)
+        yield hasher.batch(manifests)
+        yield from self._pooled(
+            lambda pool: pool.hash_batches(manifests, self.equivalence),
+            lambda: (hasher.batch(paths) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
+        )
+        self.manifests_read += len(manifests)
+
+    def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:
+        """The same walk as strings, read here (for the rare report of conflicting pairs)."""
+        io = self.table.io
+        lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
+        yield lists
+        manifests = unique_manifest_paths(io, lists, self._map)
+        yield manifests
+        yield from self._map(lambda m: live_file_paths(io, m), manifests)

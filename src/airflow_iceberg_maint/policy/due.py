@@ -1,0 +1,117 @@
+"""Trigger evaluation (the spec's strategy layer): is a table due for orphan-file removal?
+
+Trigger: ``days_since_last_cleanup >= minIntervalDays``; score: the days since. A table never
+cleaned is due with the highest score. Days are exact fractions of 24 hours, so a table
+cleaned 6.9 days ago is not due under a 7-day interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.policy.policies import (
+    DEFAULT_MIN_INTERVAL_DAYS,
+    ORPHAN_FILE_REMOVAL,
+    Policy,
+    policy_for_table,
+)
+from airflow_iceberg_maint.policy.state import CleanupState, StateStore
+
+#: Score of a table never cleaned: above any real "days since" (JSON has no infinity).
+NEVER_CLEANED_SCORE = 1_000_000.0
+
+_SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    table: str
+    table_uuid: str
+    policy: str | None
+    last_cleanup_at: datetime | None
+    days_since_last_cleanup: float | None
+    min_interval_days: float
+    due: bool
+    score: float
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "table_uuid": self.table_uuid,
+            "policy": self.policy,
+            "last_cleanup_at": self.last_cleanup_at.isoformat() if self.last_cleanup_at else None,
+            "days_since_last_cleanup": self.days_since_last_cleanup,
+            "min_interval_days": self.min_interval_days,
+            "due": self.due,
+            "score": self.score,
+            "reason": self.reason,
+        }
+
+
+def _days(value: float) -> str:
+    return f"{value:g} day" + ("" if value == 1 else "s")
+
+
+def evaluate(
+    table: str,
+    table_uuid: str,
+    policy: Policy | None,
+    state: CleanupState | None,
+    now: datetime,
+) -> Evaluation:
+    """Evaluate one table against its policy (or the default interval when ``policy`` is None)."""
+    if now.tzinfo is None:
+        raise InvalidInputError(f"evaluation time {now!r}: must be timezone-aware")
+    interval = policy.min_interval_days if policy else DEFAULT_MIN_INTERVAL_DAYS
+    last = state.last_success_at if state else None
+    days = None if last is None else (now - last).total_seconds() / _SECONDS_PER_DAY
+
+    def result(due: bool, score: float, reason: str) -> Evaluation:
+        return Evaluation(table, table_uuid, policy.name if policy else None, last, days, interval, due, score, reason)
+
+    if policy is not None and not policy.enabled:
+        return result(False, 0.0, f"policy {policy.name!r} is disabled")
+    if last is None or days is None:
+        return result(True, NEVER_CLEANED_SCORE, "never cleaned: due")
+    if days < 0:
+        # A clock stepped back, or state written by a host ahead of ours: wait rather than guess.
+        return result(False, 0.0, f"last cleanup at {last.isoformat()} is in the future: not due")
+    if days >= interval:
+        return result(True, days, f"last cleaned {_days(round(days, 2))} ago, interval {_days(interval)}: due")
+    return result(False, days, f"last cleaned {_days(round(days, 2))} ago, interval {_days(interval)}: not due")
+
+
+def unattached(table: str, table_uuid: str, source: str) -> Evaluation:
+    """The result for a table that no policy of ``source`` attaches to: never due."""
+    return Evaluation(
+        table=table,
+        table_uuid=table_uuid,
+        policy=None,
+        last_cleanup_at=None,
+        days_since_last_cleanup=None,
+        min_interval_days=DEFAULT_MIN_INTERVAL_DAYS,
+        due=False,
+        score=0.0,
+        reason=f"no orphan-removal policy in {source} attaches to {table}: not due",
+    )
+
+
+def evaluate_table(
+    table: str,
+    table_uuid: str,
+    policies: Sequence[Policy] | None,
+    store: StateStore,
+    now: datetime,
+    source: str = "the policies",
+) -> Evaluation:
+    """Find the table's policy (None: no policies given, default interval) and evaluate it."""
+    policy = policy_for_table(policies, table) if policies is not None else None
+    if policies is not None and policy is None:
+        return unattached(table, table_uuid, source)
+    state = store.get(table_uuid, policy.type if policy else ORPHAN_FILE_REMOVAL)
+    return evaluate(table, table_uuid, policy, state, now)

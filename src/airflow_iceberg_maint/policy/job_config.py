@@ -1,0 +1,91 @@
+"""Job configuration (the spec's adapter layer): policy content plus evaluation time become
+the exact options of one orphan-removal run.
+
+``olderThanDays`` becomes an absolute UTC cutoff, and ``location`` is validated against the
+table location here, before anything is submitted; the engine validates it again (S3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, resolve_cutoff
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
+from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, Policy, attached_tables, policy_for_table
+from airflow_iceberg_maint.policy.state import StateStore
+
+
+@dataclass(frozen=True)
+class OrphanJobConfig:
+    table: str
+    older_than: datetime
+    location: str
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "older_than": self.older_than.isoformat(),
+            "location": self.location,
+            "dry_run": self.dry_run,
+        }
+
+    def to_options(self, **engine: Any) -> OrphanOptions:
+        """Engine options for this job; ``engine`` adds the tuning knobs (prefix mismatch mode, ...)."""
+        return OrphanOptions(older_than=self.older_than, location=self.location, dry_run=self.dry_run, **engine)
+
+
+def build_orphan_job(
+    table: str,
+    table_location: str,
+    content: OrphanRemovalContent,
+    now: datetime,
+    *,
+    older_than: datetime | None = None,
+    equal_schemes: Mapping[str, str] | None = None,
+    equal_authorities: Mapping[str, str] | None = None,
+) -> OrphanJobConfig:
+    """Resolve the cutoff and validate the scan location; ``older_than`` overrides ``olderThanDays``."""
+    if now.tzinfo is None:
+        raise InvalidInputError(f"job time {now!r}: must be timezone-aware")
+    equivalence = PathEquivalence(equal_schemes or {}, equal_authorities or {})
+    return OrphanJobConfig(
+        table=table,
+        older_than=resolve_cutoff(content.older_than_days, older_than, now).astimezone(UTC),
+        location=validate_location(content.location, table_location, equivalence),
+        dry_run=content.dry_run,
+    )
+
+
+@dataclass(frozen=True)
+class OrphanPlan:
+    """Every attached table's evaluation, and a job for each due one, highest score first."""
+
+    evaluations: list[Evaluation]
+    jobs: list[tuple[OrphanJobConfig, str]]  # (job, policy name)
+
+
+def plan_orphan_jobs(
+    catalog: Catalog, policies: list[Policy], store: StateStore, now: datetime, source: str = "the policies"
+) -> OrphanPlan:
+    """Evaluate each table the policies attach and configure a job for the due ones."""
+    evaluations: list[Evaluation] = []
+    jobs: list[tuple[OrphanJobConfig, str, float]] = []
+    for name in attached_tables(catalog, policies):
+        table = load_table(catalog, name)
+        evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now, source)
+        evaluations.append(evaluation)
+        policy = policy_for_table(policies, name)
+        if evaluation.due and policy is not None:
+            job = build_orphan_job(name, table.metadata.location, policy.content, now)
+            jobs.append((job, policy.name, evaluation.score))
+    jobs.sort(key=lambda entry: entry[2], reverse=True)
+    return OrphanPlan(evaluations, [(job, policy_name) for job, policy_name, _ in jobs])

@@ -1,0 +1,274 @@
+"""Maintenance policies: what to run on which tables, declared as configuration.
+
+A policy has the REST body shape of the orphan-removal design (section 5.2.5) plus two
+top-level fields shared by every policy type: ``minIntervalDays`` (the minimum interval
+between runs) and ``tables`` (exact names or globs the policy attaches to). Policies load
+from JSON or YAML; every unknown field, wrong type or negative number is refused with an
+error naming it (S7).
+
+Policies drive unattended runs, so their ``olderThanDays`` has the floor of Iceberg's Spark
+procedure, 1 day: files younger than that may belong to a write still in progress. A smaller
+value is refused when the policy is validated, unless the content opts in with
+``allowRecentFiles: true``. The command line's own ``--older-than-days`` has no such floor.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchNamespaceError
+
+from airflow_iceberg_maint.catalog import parse_identifier
+from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
+from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS
+
+ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
+DEFAULT_MIN_INTERVAL_DAYS = 7.0
+#: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
+RECENT_FILES_FLOOR_DAYS = 1.0
+
+_POLICY_FIELDS = frozenset({"name", "type", "comment", "enabled", "minIntervalDays", "tables", "content"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class OrphanRemovalContent:
+    """Content of a ``system_iceberg_orphan_file_removal`` policy."""
+
+    older_than_days: float = DEFAULT_OLDER_THAN_DAYS
+    location: str | None = None
+    dry_run: bool = False
+    allow_recent_files: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "olderThanDays": self.older_than_days, "location": self.location, "dryRun": self.dry_run
+        }
+        # Shown only when set, so the output for every policy that does not opt in stays as it was.
+        if self.allow_recent_files:
+            body["allowRecentFiles"] = True
+        return body
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    type: str
+    content: OrphanRemovalContent
+    comment: str | None = None
+    enabled: bool = True
+    min_interval_days: float = DEFAULT_MIN_INTERVAL_DAYS
+    tables: tuple[str, ...] = field(default_factory=tuple)
+
+    def attaches_exactly(self, table: str) -> bool:
+        return table in self.tables
+
+    def attaches(self, table: str) -> bool:
+        """Whether a table name matches one of the policy's exact names or globs."""
+        return any(fnmatch.fnmatchcase(table, pattern) for pattern in self.tables)
+
+    @property
+    def exact_tables(self) -> tuple[str, ...]:
+        """The attached names that are not globs: each must exist in the catalog."""
+        return tuple(t for t in self.tables if not _GLOB_CHARS & set(t))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "comment": self.comment,
+            "enabled": self.enabled,
+            "minIntervalDays": self.min_interval_days,
+            "tables": list(self.tables),
+            "content": self.content.to_json(),
+        }
+
+
+def _where(source: str, index: int | None, name: str | None) -> str:
+    if name:
+        return f"{source}: policy {name!r}"
+    return f"{source}: policy #{index}" if index is not None else f"{source}: policy"
+
+
+def _number(value: Any, what: str) -> float:
+    # bool is an int subclass in Python; a policy saying `olderThanDays: true` is a mistake.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(f"{what}: expected a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInputError(f"{what}: must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _boolean(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{what}: expected true or false, got {value!r}")
+    return value
+
+
+def _optional_string(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what}: expected a string, got {value!r}")
+    return value
+
+
+def _unknown_fields(body: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidInputError(f"{what}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
+    """Parse and validate the content of an orphan-file removal policy."""
+    if body is None:
+        body = {}
+    if not isinstance(body, Mapping):
+        raise InvalidInputError(f"{what}: content must be an object, got {body!r}")
+    _unknown_fields(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles"}), f"{what} content")
+    location = _optional_string(body.get("location"), f"{what} content.location")
+    if location is not None and not location.strip():
+        raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
+    days = _number(body.get("olderThanDays", DEFAULT_OLDER_THAN_DAYS), f"{what} content.olderThanDays")
+    allow_recent_files = _boolean(body.get("allowRecentFiles", False), f"{what} content.allowRecentFiles")
+    if days < RECENT_FILES_FLOOR_DAYS and not allow_recent_files:
+        raise InvalidInputError(
+            f"{what} content.olderThanDays: expected a number of days >= 1, got {days:g} (files younger than "
+            "1 day may belong to writes in progress; set content.allowRecentFiles: true to allow down to 0)"
+        )
+    return OrphanRemovalContent(
+        older_than_days=days,
+        location=location,
+        dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
+        allow_recent_files=allow_recent_files,
+    )
+
+
+#: Content parser for each known policy type; a new built-in type registers here.
+CONTENT_PARSERS: Mapping[str, Callable[[Any, str], OrphanRemovalContent]] = {
+    ORPHAN_FILE_REMOVAL: parse_orphan_removal_content,
+}
+
+
+def _tables(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInputError(f"{what}.tables: expected a list of table names or globs, got {value!r}")
+    for pattern in value:
+        if not isinstance(pattern, str) or "." not in pattern or pattern.startswith(".") or pattern.endswith("."):
+            raise InvalidInputError(f"{what}.tables: {pattern!r} is not 'namespace.table' or a glob such as 'sales.*'")
+    return tuple(value)
+
+
+def parse_policy(body: Any, source: str = "policy", index: int | None = None) -> Policy:
+    """Validate one policy object (REST body shape) and return it."""
+    if not isinstance(body, Mapping):
+        raise InvalidInputError(f"{_where(source, index, None)}: expected an object, got {body!r}")
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(f"{_where(source, index, None)}.name: expected a non-empty string, got {name!r}")
+    what = _where(source, index, name)
+    _unknown_fields(body, _POLICY_FIELDS, what)
+    policy_type = body.get("type")
+    if not isinstance(policy_type, str) or policy_type not in CONTENT_PARSERS:
+        raise InvalidInputError(
+            f"{what}.type: unknown policy type {policy_type!r} (known: {', '.join(sorted(CONTENT_PARSERS))})"
+        )
+    return Policy(
+        name=name,
+        type=policy_type,
+        content=CONTENT_PARSERS[policy_type](body.get("content"), what),
+        comment=_optional_string(body.get("comment"), f"{what}.comment"),
+        enabled=_boolean(body.get("enabled", True), f"{what}.enabled"),
+        min_interval_days=_number(body.get("minIntervalDays", DEFAULT_MIN_INTERVAL_DAYS), f"{what}.minIntervalDays"),
+        tables=_tables(body.get("tables"), what),
+    )
+
+
+def parse_policies(document: Any, source: str = "policy") -> list[Policy]:
+    """Validate a document holding one policy object or a list of them; names must be unique."""
+    bodies = document if isinstance(document, list) else [document]
+    policies = [parse_policy(body, source, i) for i, body in enumerate(bodies)]
+    seen: set[str] = set()
+    for policy in policies:
+        if policy.name in seen:
+            raise InvalidInputError(f"{source}: policy name {policy.name!r} is used twice")
+        seen.add(policy.name)
+    return policies
+
+
+def load_policies(path: str | Path) -> list[Policy]:
+    """Load policies from a ``.json`` file, or a YAML file (any other extension)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"policy file {str(path)!r}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        document = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        detail = str(exc).replace("\n", " ")
+        raise InvalidInputError(f"policy file {str(path)!r}: not valid {path.suffix or 'YAML'}: {detail}") from exc
+    if document is None:
+        raise InvalidInputError(f"policy file {str(path)!r}: is empty")
+    return parse_policies(document, source=f"policy file {str(path)!r}")
+
+
+def policy_for_table(policies: Iterable[Policy], table: str, policy_type: str = ORPHAN_FILE_REMOVAL) -> Policy | None:
+    """The policy of a type that governs a table: an exact-name attachment wins over a glob,
+    otherwise the first in file order. Disabled policies count, so that evaluation can say so."""
+    candidates = [p for p in policies if p.type == policy_type and p.attaches(table)]
+    exact = [p for p in candidates if p.attaches_exactly(table)]
+    chosen = exact or candidates
+    return chosen[0] if chosen else None
+
+
+def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[str]:
+    """Every table in one namespace, or in all namespaces (nested ones too) when ``namespace`` is None."""
+    if namespace is not None:
+        try:
+            return [".".join(ident) for ident in catalog.list_tables(namespace)]
+        except NoSuchNamespaceError:
+            return []
+    names: list[str] = []
+    pending = [tuple(ns) for ns in catalog.list_namespaces()]
+    while pending:
+        ns = pending.pop()
+        names += _catalog_tables(catalog, ns)
+        pending += [tuple(child) for child in catalog.list_namespaces(ns) if tuple(child) != ns]
+    return names
+
+
+def attached_tables(catalog: Catalog, policies: Iterable[Policy], policy_type: str = ORPHAN_FILE_REMOVAL) -> list[str]:
+    """The tables that enabled policies of a type attach to, sorted.
+
+    An exact name that is not in the catalog is an error naming it; a glob may match nothing.
+    A glob with a literal namespace lists only that namespace.
+    """
+    wanted = [p for p in policies if p.enabled and p.type == policy_type]
+    names: set[str] = set()
+    listed: dict[tuple[str, ...] | None, list[str]] = {}
+    for policy in wanted:
+        for pattern in policy.tables:
+            namespace_part = pattern.rsplit(".", 1)[0]
+            if pattern in policy.exact_tables:
+                if not catalog.table_exists(parse_identifier(pattern)):
+                    raise TableNotFoundError(
+                        f"policy {policy.name!r} attaches table {pattern!r}, which is not in catalog {catalog.name!r}"
+                    )
+                names.add(pattern)
+                continue
+            scope = None if _GLOB_CHARS & set(namespace_part) else tuple(namespace_part.split("."))
+            if scope not in listed:
+                listed[scope] = _catalog_tables(catalog, scope)
+            names.update(name for name in listed[scope] if fnmatch.fnmatchcase(name, pattern))
+    return sorted(names)

@@ -1,0 +1,213 @@
+"""Per-table maintenance state: when a job last succeeded, and what its last attempt did.
+
+State is keyed by the table UUID (so dropping and recreating a table resets it) and by the
+policy type, and kept outside the table: bookkeeping never makes an Iceberg commit. Only a
+successful non-dry run moves ``last_success_at``; dry runs and failures record an attempt.
+
+The store is pluggable (``StateStore``): ``SqlStateStore`` here serves the CLI (a SQLite
+file by default, or any SQLAlchemy URL); the Airflow layer adds one backed by Airflow's
+metadata database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
+
+STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
+
+SUCCESS = "success"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CleanupState:
+    table_uuid: str
+    job: str
+    table: str
+    last_success_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    last_attempt_status: str | None = None
+    last_attempt_dry_run: bool | None = None
+    last_attempt_counts: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+    last_report: str | None = None  # URI of the last attempt's full report, when one was written
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table_uuid": self.table_uuid,
+            "job": self.job,
+            "table": self.table,
+            "last_success_at": _iso(self.last_success_at),
+            "last_attempt_at": _iso(self.last_attempt_at),
+            "last_attempt_status": self.last_attempt_status,
+            "last_attempt_dry_run": self.last_attempt_dry_run,
+            "last_attempt_counts": dict(self.last_attempt_counts),
+            "last_error": self.last_error,
+            "last_report": self.last_report,
+        }
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> CleanupState:
+        return cls(
+            table_uuid=body["table_uuid"],
+            job=body["job"],
+            table=body["table"],
+            last_success_at=_parse_time(body.get("last_success_at")),
+            last_attempt_at=_parse_time(body.get("last_attempt_at")),
+            last_attempt_status=body.get("last_attempt_status"),
+            last_attempt_dry_run=body.get("last_attempt_dry_run"),
+            last_attempt_counts={k: int(v) for k, v in (body.get("last_attempt_counts") or {}).items()},
+            last_error=body.get("last_error"),
+            last_report=body.get("last_report"),
+        )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat() if moment else None
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text).astimezone(UTC) if text else None
+
+
+class StateStore(Protocol):
+    def get(self, table_uuid: str, job: str = ORPHAN_FILE_REMOVAL) -> CleanupState | None: ...
+
+    def put(self, state: CleanupState) -> None: ...
+
+
+def record_attempt(
+    store: StateStore,
+    *,
+    table_uuid: str,
+    table: str,
+    at: datetime,
+    dry_run: bool,
+    succeeded: bool,
+    counts: dict[str, int] | None = None,
+    error: str | None = None,
+    job: str = ORPHAN_FILE_REMOVAL,
+    report: str | None = None,
+) -> CleanupState:
+    """Record one run. The clock (``last_success_at``) moves only for a successful real run."""
+    if at.tzinfo is None:
+        raise InvalidInputError(f"attempt time {at!r}: must be timezone-aware")
+    previous = store.get(table_uuid, job) or CleanupState(table_uuid=table_uuid, job=job, table=table)
+    state = replace(
+        previous,
+        table=table,
+        last_success_at=at.astimezone(UTC) if succeeded and not dry_run else previous.last_success_at,
+        last_attempt_at=at.astimezone(UTC),
+        last_attempt_status=SUCCESS if succeeded else FAILED,
+        last_attempt_dry_run=dry_run,
+        last_attempt_counts=dict(counts or {}),
+        last_error=None if succeeded else error,
+        last_report=report,
+    )
+    store.put(state)
+    return state
+
+
+def record_orphan_run(
+    store: StateStore, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed orphan-removal run from its report summary (``OrphanReport.summary()``).
+
+    A run where some deletes failed did not finish the cleanup, so it does not move the clock.
+    """
+    failed = len(summary.get("failed") or [])
+    return record_attempt(
+        store,
+        table_uuid=str(summary["table_uuid"]),
+        table=str(summary["table"]),
+        at=at,
+        dry_run=bool(summary["dry_run"]),
+        succeeded=failed == 0,
+        counts={
+            "orphan_file_count": int(summary["orphan_file_count"]),
+            "orphan_bytes": int(summary["orphan_bytes"]),
+            "deleted_file_count": int(summary["deleted_file_count"]),
+            "failed_count": failed,
+        },
+        error=f"{failed} deletes failed" if failed else None,
+        report=report,
+    )
+
+
+def default_state_url() -> str:
+    """``$ICEBERG_MAINT_STATE_URL``, else a SQLite file under the user's state directory."""
+    url = os.environ.get(STATE_URL_ENV)
+    if url:
+        return url
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return f"sqlite:///{base / 'iceberg-maint' / 'state.db'}"
+
+
+_METADATA = sa.MetaData()
+_TABLE = sa.Table(
+    "iceberg_maint_state",
+    _METADATA,
+    sa.Column("table_uuid", sa.String(36), primary_key=True),
+    sa.Column("job", sa.String(128), primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+)
+
+
+class SqlStateStore:
+    """State in one SQL table (``iceberg_maint_state``), created on first use."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_state_url()
+        try:
+            self._engine = sa.create_engine(self.url)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise InvalidInputError(f"state store URL {self.url!r}: {exc}") from exc
+        if self._engine.dialect.name == "sqlite" and self._engine.url.database:
+            Path(self._engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _METADATA.create_all(self._engine)
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: Exception) -> MaintenanceError:
+        return MaintenanceError(f"state store {self._engine.url.render_as_string()}: {exc}".splitlines()[0])
+
+    def get(self, table_uuid: str, job: str = ORPHAN_FILE_REMOVAL) -> CleanupState | None:
+        query = sa.select(_TABLE.c.body).where(_TABLE.c.table_uuid == table_uuid, _TABLE.c.job == job)
+        try:
+            with self._engine.connect() as conn:
+                body = conn.execute(query).scalar_one_or_none()
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
+        return CleanupState.from_json(json.loads(body)) if body else None
+
+    def all(self, job: str = ORPHAN_FILE_REMOVAL) -> list[CleanupState]:
+        """Every table's state for one job, in one query (the status page's read)."""
+        query = sa.select(_TABLE.c.body).where(_TABLE.c.job == job)
+        try:
+            with self._engine.connect() as conn:
+                bodies = conn.execute(query).scalars().all()
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
+        return [CleanupState.from_json(json.loads(body)) for body in bodies]
+
+    def put(self, state: CleanupState) -> None:
+        body = json.dumps(state.to_json())
+        key = (_TABLE.c.table_uuid == state.table_uuid) & (_TABLE.c.job == state.job)
+        try:
+            with self._engine.begin() as conn:
+                if conn.execute(sa.update(_TABLE).where(key).values(body=body)).rowcount == 0:
+                    conn.execute(sa.insert(_TABLE).values(table_uuid=state.table_uuid, job=state.job, body=body))
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc

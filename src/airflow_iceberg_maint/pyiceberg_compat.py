@@ -1,0 +1,108 @@
+"""The one door to pyiceberg's internals: every private or undocumented pyiceberg API the project uses.
+
+pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
+of a file's columns onto a table schema (with the values of columns a file lacks), reading
+position deletes, the Avro block decoder, and the filesystem a FileIO reads through. Each is
+called here with keyword arguments, so a renamed or reordered parameter fails at once instead
+of passing a value to the wrong place.
+``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
+runs the tests that go through this module against the newest pyiceberg release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.avro.codecs import KNOWN_CODECS
+from pyiceberg.avro.codecs.codec import Codec
+from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _to_requested_schema
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+
+#: Avro ``avro.codec`` name -> its decompressor (None for ``null``).
+AVRO_CODECS: dict[str, type[Codec] | None] = dict(KNOWN_CODECS)  # type: ignore[arg-type]
+
+__all__ = [
+    "AVRO_CODECS",
+    "BinaryDecoder",
+    "avro_decoder",
+    "bounds_may_match",
+    "missing_column_values",
+    "project_batch",
+    "read_position_deletes",
+]
+
+
+def bounds_may_match(schema: Schema, expression: BooleanExpression) -> Callable[[DataFile], bool]:
+    """Whether a data file's column bounds may hold rows matching ``expression`` (pyiceberg's own pruning)."""
+    return _InclusiveMetricsEvaluator(schema=schema, expr=expression, case_sensitive=True).eval
+
+
+def missing_column_values(
+    data_file: DataFile,
+    projected_schema: Schema,
+    table_schema: Schema,
+    partition_spec: PartitionSpec | None,
+    file_field_ids: set[int],
+) -> dict[int, Any]:
+    """Values of projected columns the file lacks (identity partition values, initial defaults)."""
+    return _get_column_projection_values(
+        file=data_file,
+        projected_schema=projected_schema,
+        table_schema=table_schema,
+        partition_spec=partition_spec,
+        file_project_field_ids=file_field_ids,
+    )
+
+
+def project_batch(
+    requested_schema: Schema,
+    file_schema: Schema,
+    batch: pa.RecordBatch,
+    *,
+    downcast_ns_timestamp_to_us: bool,
+    projected_missing_fields: dict[int, Any],
+) -> pa.RecordBatch:
+    """A batch read from a data file, projected on the requested schema as pyiceberg's scans do."""
+    return _to_requested_schema(
+        requested_schema=requested_schema,
+        file_schema=file_schema,
+        batch=batch,
+        downcast_ns_timestamp_to_us=downcast_ns_timestamp_to_us,
+        projected_missing_fields=projected_missing_fields,
+        allow_timestamp_tz_mismatch=True,
+    )
+
+
+def read_position_deletes(io: FileIO, delete_file: DataFile) -> dict[str, pa.ChunkedArray]:
+    """Data file path -> deleted positions, from a position delete file or a deletion vector."""
+    return _read_deletes(io=io, data_file=delete_file)
+
+
+def avro_decoder(data: bytes) -> BinaryDecoder:
+    """pyiceberg's fastest Avro binary decoder over ``data``."""
+    return new_decoder(data)
+
+
+def file_io_filesystem(io: FileIO, scheme: str, authority: str) -> Any | None:
+    """The fsspec filesystem ``io`` reads ``scheme://authority/...`` through (pyarrow's seen through fsspec).
+
+    None for a FileIO of another kind.
+    """
+    from pyiceberg.io.fsspec import FsspecFileIO
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if isinstance(io, PyArrowFileIO):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(io.fs_by_scheme(scheme, authority))
+    if isinstance(io, FsspecFileIO):
+        return io.get_fs(scheme)
+    return None

@@ -1,0 +1,42 @@
+"""Which core errors let Airflow retry a task: faults that may pass, never bad input or refusals."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_iceberg_maint import errors
+from airflow_iceberg_maint.airflow.task_errors import task_exception
+
+RETRYABLE = [
+    errors.MetadataReadError, errors.StorageError, errors.CatalogListingError,
+    errors.CommitOutcomeUnknownError, errors.IndexCommitConflictError,
+]
+FINAL = [
+    errors.InvalidInputError, errors.LocationRefusedError, errors.GcDisabledError, errors.TableNotFoundError,
+    errors.IndexNotFoundError, errors.IndexExistsError,
+]
+
+
+@pytest.mark.parametrize("kind", RETRYABLE)
+def test_faults_that_may_pass_are_retried(kind: type[errors.MaintenanceError]) -> None:
+    raised = task_exception("table db.t", kind("the store did not answer"))
+    assert type(raised) is AirflowException
+    assert str(raised) == "table db.t: the store did not answer"
+
+
+@pytest.mark.parametrize("kind", FINAL)
+def test_bad_input_and_refusals_fail_without_retry(kind: type[errors.MaintenanceError]) -> None:
+    raised = task_exception("table db.t", kind("bad"))
+    assert type(raised) is AirflowFailException
+    assert str(raised) == "table db.t: bad"
+
+
+def test_a_prefix_mismatch_fails_without_retry() -> None:
+    raised = task_exception("table db.t", errors.PrefixMismatchError("2 conflicts", conflicts=[]))
+    assert type(raised) is AirflowFailException
+
+
+def test_every_error_class_is_classified() -> None:
+    classes = {c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.MaintenanceError)}
+    assert classes - {errors.MaintenanceError, errors.PrefixMismatchError} == set(RETRYABLE) | set(FINAL)

@@ -1,0 +1,110 @@
+"""Cleanup state: keyed by table UUID and job, the clock moves only for successful real runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.policy.state import (
+    CleanupState,
+    SqlStateStore,
+    default_state_url,
+    record_attempt,
+    record_orphan_run,
+)
+
+T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+UUID = "0b8a6f52-6a4c-4bfb-9d0e-3c1e2f8f1a01"
+
+
+def summary(*, dry_run: bool, failed: int = 0, table_uuid: str = UUID) -> dict:
+    return {
+        "table": "db.t",
+        "table_uuid": table_uuid,
+        "dry_run": dry_run,
+        "orphan_file_count": 4,
+        "orphan_bytes": 400,
+        "deleted_file_count": 0 if dry_run else 4 - failed,
+        "failed": [{"path": f"file:///x/{i}", "error": "denied"} for i in range(failed)],
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqlStateStore:
+    return SqlStateStore(f"sqlite:///{tmp_path}/nested/state.db")
+
+
+def test_empty_store_knows_nothing(store: SqlStateStore) -> None:
+    assert store.get(UUID) is None
+
+
+def test_successful_real_run_sets_the_clock(store: SqlStateStore) -> None:
+    state = record_orphan_run(store, summary(dry_run=False), T0)
+    assert store.get(UUID) == state
+    assert state.last_success_at == T0
+    assert state.last_attempt_status == "success"
+    assert state.last_attempt_counts == {
+        "orphan_file_count": 4, "orphan_bytes": 400, "deleted_file_count": 4, "failed_count": 0,
+    }
+
+
+def test_dry_runs_and_failures_do_not_reset_the_clock(store: SqlStateStore) -> None:
+    record_orphan_run(store, summary(dry_run=False), T0)
+    later = T0 + timedelta(days=3)
+    dry = record_orphan_run(store, summary(dry_run=True), later)
+    assert dry.last_success_at == T0
+    assert dry.last_attempt_at == later and dry.last_attempt_dry_run is True
+    partial = record_orphan_run(store, summary(dry_run=False, failed=1), later + timedelta(hours=1))
+    assert partial.last_success_at == T0
+    assert partial.last_attempt_status == "failed"
+    assert partial.last_error == "1 deletes failed"
+    failed = record_attempt(store, table_uuid=UUID, table="db.t", at=later + timedelta(hours=2), dry_run=False,
+                            succeeded=False, error="table db.t: gc.enabled=false")
+    assert store.get(UUID).last_success_at == T0
+    assert store.get(UUID).last_error == failed.last_error == "table db.t: gc.enabled=false"
+
+
+def test_state_is_per_uuid_and_per_job(store: SqlStateStore) -> None:
+    other_uuid = "7d1d2f40-0000-4000-8000-000000000000"
+    record_orphan_run(store, summary(dry_run=False), T0)
+    assert store.get(other_uuid) is None
+    assert store.get(UUID, job="system_iceberg_compaction") is None
+
+
+def test_state_survives_a_new_store_on_the_same_url(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    record_orphan_run(SqlStateStore(url), summary(dry_run=False), T0)
+    assert SqlStateStore(url).get(UUID).last_success_at == T0
+
+
+def test_json_round_trip() -> None:
+    state = CleanupState(UUID, "system_iceberg_orphan_file_removal", "db.t", T0, T0, "success", False, {"a": 1})
+    assert CleanupState.from_json(state.to_json()) == state
+
+
+def test_naive_time_is_refused(store: SqlStateStore) -> None:
+    with pytest.raises(InvalidInputError, match="timezone-aware"):
+        record_orphan_run(store, summary(dry_run=False), datetime(2026, 1, 1))
+
+
+def test_default_url_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", "sqlite:////elsewhere/s.db")
+    assert default_state_url() == "sqlite:////elsewhere/s.db"
+    monkeypatch.delenv("ICEBERG_MAINT_STATE_URL")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_state_url() == f"sqlite:///{tmp_path}/iceberg-maint/state.db"
+
+
+def test_bad_url_is_named() -> None:
+    with pytest.raises(InvalidInputError, match="state store URL 'not a url'"):
+        SqlStateStore("not a url")
+
+
+def test_unusable_database_is_a_maintenance_error(tmp_path: Path) -> None:
+    directory = tmp_path / "a-directory.db"
+    directory.mkdir()
+    with pytest.raises(MaintenanceError, match="state store sqlite:///"):
+        SqlStateStore(f"sqlite:///{directory}")
