@@ -106,6 +106,9 @@ def listener() -> Iterator[socket.socket]:
 def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TEST_PG_URL", "TEST_S3_ENDPOINT", "TMPDIR")}
     env.update(TEST_PG_PORT=str(pg_port), TEST_S3_PORT=str(s3_port), VENV=str(venv))
+    # Free ports for the emulators too, and the project's Azurite install rather than one a checkout.
+    env.update(TEST_AZURITE_PORT=str(free_port()), TEST_GCS_PORT=str(free_port()),
+               TEST_FAKE_GCS_PORT=str(free_port()), AZURITE_PREFIX=str(SCRIPT.parents[1] / ".services" / "node"))
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
     return env
@@ -139,7 +142,8 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert not answers(pg_port) and not answers(s3_port)
     logs = checkout / ".services" / f"{pg_port}-{s3_port}"
     assert sorted(p.name for p in logs.iterdir()) == [
-        "moto.log", "pg-createdb.log", "pg-ctl.log", "pg-initdb.log", "pg-server.log"]
+        "azurite.log", "fake-gcs.log", "gcs.log", "moto.log", "pg-createdb.log", "pg-ctl.log", "pg-initdb.log",
+        "pg-server.log"]
 
 
 @needs_root

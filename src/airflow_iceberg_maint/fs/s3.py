@@ -1,7 +1,7 @@
 """S3 listing (paginated, spread over prefixes) and bulk deletion (``DeleteObjects``).
 
 One retry policy per kind of failure: botocore retries whole requests (connection errors,
-500/503, SlowDown) with its adaptive mode; this module only retries the keys a successful
+500/503, SlowDown) with its adaptive mode; ``storage.batches`` only retries the keys a successful
 ``DeleteObjects`` reply lists as throttled, which botocore cannot see. A request that still
 fails surfaces as ``StorageError`` (listing) or as per-file failures (deletion), never as a raw
 botocore exception.
@@ -10,7 +10,6 @@ botocore exception.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
+from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
@@ -103,81 +103,31 @@ class S3Storage:
 
     # Deletion
 
-    def _delete_batch(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
-        deleted: list[str] = []
-        failed: list[tuple[str, str]] = []
-        requests = 0
-        todo = keys
-        for attempt in range(self.max_attempts):
-            if attempt:
-                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
-            retry: list[str] = []
-            try:
-                requests += 1
-                response = self.client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in todo], "Quiet": True}
-                )
-            except REQUEST_ERRORS as exc:
-                # botocore has already retried. The request may still have taken effect (its reply lost):
-                # ask which keys are gone rather than report them all as failed.
-                gone, kept = self._settle_deletes(bucket, todo, _error_text(exc))
-                return deleted + gone, failed + kept, requests
-            errors = {e["Key"]: e for e in response.get("Errors", [])}
-            for key in todo:
-                error = errors.get(key)
-                if error is None or error.get("Code") in NOT_FOUND_CODES:
-                    deleted.append(key)
-                elif error.get("Code") in RETRY_KEY_CODES:
-                    retry.append(key)
-                else:
-                    failed.append((key, f"{error.get('Code')}: {error.get('Message', '')}"))
-            if not retry:
-                return deleted, failed, requests
-            todo = retry
-        return deleted, failed + [(k, "SlowDown: still throttled after retries") for k in todo], requests
+    def _send_delete(self, bucket: str, keys: list[str]) -> dict[str, str | None]:
+        objects = [{"Key": k} for k in keys]
+        response = self.client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+        verdicts: dict[str, str | None] = dict.fromkeys(keys)
+        for error in response.get("Errors", []):
+            code = error.get("Code")
+            if code in RETRY_KEY_CODES:
+                verdicts[error["Key"]] = RETRY
+            elif code not in NOT_FOUND_CODES:
+                verdicts[error["Key"]] = f"{code}: {error.get('Message', '')}"
+        return verdicts
 
-    def _settle_deletes(self, bucket: str, keys: list[str], reason: str) -> tuple[list[str], list[tuple[str, str]]]:
-        """After a DeleteObjects with no reply: keys now absent are deleted, the others failed.
-
-        Stops asking at the first key that cannot be checked (the store is unreachable); that key
-        and the rest are reported failed with the outcome unknown.
-        """
-        deleted: list[str] = []
-        failed: list[tuple[str, str]] = []
-        for i, key in enumerate(keys):
-            try:
-                self.client.head_object(Bucket=bucket, Key=key)
-            except ClientError as exc:
-                if _status(exc) == "404" or _code(exc) in NOT_FOUND_CODES:
-                    deleted.append(key)
-                    continue
-                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
-                break
-            except BotoCoreError:
-                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
-                break
-            else:
-                failed.append((key, f"{reason}; not deleted"))
-        return deleted, failed
+    def _exists(self, bucket: str, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) == "404" or _code(exc) in NOT_FOUND_CODES:
+                return False
+            raise
+        return True
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        outcome = DeleteOutcome()
-        by_bucket: dict[tuple[str, str], list[str]] = {}
-        for path in paths:
-            uri = Uri.parse(path)
-            by_bucket.setdefault((f"{uri.scheme}://{uri.authority}/", uri.authority), []).append(uri.path[1:])
-        batches = [
-            (head, bucket, keys[i : i + MAX_KEYS_PER_DELETE])
-            for (head, bucket), keys in by_bucket.items()
-            for i in range(0, len(keys), MAX_KEYS_PER_DELETE)
-        ]
-        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-            results = pool.map(lambda b: (b[0], *self._delete_batch(b[1], b[2])), batches)
-            for head, deleted, failed, requests in results:
-                outcome.deleted.extend(head + k for k in deleted)
-                outcome.failed.extend((head + k, err) for k, err in failed)
-                outcome.requests += requests
-        return outcome
+        deleter = BatchDeleter(self._send_delete, self._exists, REQUEST_ERRORS, _error_text, MAX_KEYS_PER_DELETE,
+                               self.max_attempts, self.backoff_seconds)
+        return deleter.delete_files(paths, max_concurrency)
 
 
     # Conditional writes (index commits)

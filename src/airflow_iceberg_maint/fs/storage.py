@@ -6,13 +6,19 @@ and conditional writes (the exclusive create of index commits).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import ModuleType
 from typing import Protocol
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import Uri
+
+GCS_SCHEMES = frozenset({"gs", "gcs"})
+AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+SUPPORTED = "file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs"
 
 #: Decides whether a path component (directory or file name) below the scan root is listed.
 KeepComponent = Callable[[str], bool]
@@ -85,5 +91,16 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
         from airflow_iceberg_maint.fs.s3_client import s3_storage
 
         return s3_storage(location, io_properties)
+    if uri.scheme in GCS_SCHEMES:
+        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)  # type: ignore[no-any-return]
+    if uri.scheme in AZURE_SCHEMES:
+        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)  # type: ignore[no-any-return]
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
-    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected file or s3)")
+    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
+
+
+def _backend(module: str, extra: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"airflow_iceberg_maint.fs.{module}")
+    except ImportError as exc:
+        raise ImportError(f"{exc}: install the client with 'pip install airflow-iceberg-maint[{extra}]'") from exc
