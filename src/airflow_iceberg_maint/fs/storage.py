@@ -92,9 +92,9 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
 
         return s3_storage(location, io_properties)
     if uri.scheme in GCS_SCHEMES:
-        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)  # type: ignore[no-any-return]
+        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)
     if uri.scheme in AZURE_SCHEMES:
-        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)  # type: ignore[no-any-return]
+        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
     raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
 
