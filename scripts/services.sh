@@ -2,7 +2,8 @@
 # Start the real services the tests use (PostgreSQL from Debian's packages, moto's
 # standalone S3-protocol server, both on 127.0.0.1), run a command, stop them.
 #   scripts/services.sh run -- CMD ...
-# TEST_PG_PORT / TEST_S3_PORT choose the ports; the command sees TEST_PG_URL and TEST_S3_ENDPOINT.
+# TEST_PG_PORT / TEST_S3_PORT choose the ports; the command sees TEST_PG_URL and TEST_S3_ENDPOINT,
+# and TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
 # PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
 # server runs as the postgres user, which cannot enter a checkout below a 0700 folder such as /root.
@@ -128,6 +129,22 @@ stop_s3() {
   MOTO_PID=""
 }
 
+# Debian's chromium, driven headless by Playwright's Python package in the browser test; Playwright's
+# own browser downloads are never used.
+find_chromium() {
+  local chromium
+  chromium=$(command -v chromium || true)
+  if [ -z "$chromium" ]; then
+    say "installing chromium from Debian's packages (log: $DIR/apt-chromium.log)"
+    local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      >"$DIR/apt-chromium.log" 2>&1 || fail "installing chromium (apt-get install chromium)" "" "$DIR/apt-chromium.log"
+    chromium=$(command -v chromium) || fail "installing chromium" "no chromium on PATH after the install" \
+      "$DIR/apt-chromium.log"
+  fi
+  export TEST_CHROMIUM="$chromium" PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+}
+
 cleanup() {
   local rc=$?
   trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
@@ -160,6 +177,7 @@ case "${1:-}" in
     trap 'exit 129' HUP
     start_pg
     start_s3
+    find_chromium
     say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT"
     "$@"
     ;;

@@ -13,7 +13,9 @@ EVENT = "iceberg_index_maintenance_event_triggered"
 SCHEDULED = "iceberg_index_maintenance_scheduled"
 WRITER = "iceberg_demo_writer"
 TASKS = {"tables_to_maintain", "create_missing_indexes", "check_index_lag", "commit_index_extract",
-         "indexes_to_expire", "expire_index_extracts", "evaluate_orphan_removal", "remove_orphan_files"}
+         "indexes_to_shard", "plan_index_shards", "build_index_shard", "sharded_builds_to_commit",
+         "commit_sharded_extract", "indexes_to_expire", "expire_index_extracts", "evaluate_orphan_removal",
+         "remove_orphan_files"}
 
 
 def test_new_dags_import_without_errors() -> None:
@@ -55,7 +57,7 @@ def test_provider_lists_the_index_modules() -> None:
     info = ProvidersManager().providers["airflow-iceberg-maint"].data
     listed = {section: {m for entry in info[section] for m in entry["python-modules"]}
               for section in ("operators", "sensors", "triggers")}
-    assert {"airflow_iceberg_maint.airflow.operators.index",
+    assert {"airflow_iceberg_maint.airflow.operators.index", "airflow_iceberg_maint.airflow.operators.index_shards",
             "airflow_iceberg_maint.airflow.operators.orphan_planning"} <= listed["operators"]
     assert "airflow_iceberg_maint.airflow.sensors.index_lag" in listed["sensors"]
     assert {"airflow_iceberg_maint.airflow.triggers.index_lag",

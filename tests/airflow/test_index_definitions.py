@@ -27,6 +27,7 @@ def test_the_sample_definitions() -> None:
     assert by_id.threshold == LagThreshold(snapshots=0)
     assert by_kind.ordering == ("bucket(4, kind)", "kind")
     assert by_kind.threshold == LagThreshold(snapshots=2, added_files=10)
+    assert (by_id.shards, by_kind.shards) == (1, 2)
 
 
 @pytest.mark.parametrize(("document", "message"), [

@@ -12,6 +12,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.operators.index import (
     EXPIRE_KEY,
     LAGS_KEY,
+    SHARDED_KEY,
     IcebergCommitIndexExtractOperator,
     IcebergCreateMissingIndexesOperator,
     IcebergExpireIndexExtractsOperator,
@@ -62,7 +63,8 @@ def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, contex
     events_table(catalog)
     create(context)
     snapshot = catalog.load_table(TABLE).current_snapshot().snapshot_id
-    assert plan(context) == [{"table": TABLE, "index": "events_by_id"}, {"table": TABLE, "index": "events_by_kind"}]
+    assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
+    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
     lags = context["ti"].pushed[LAGS_KEY]
     assert [(lag["index"], lag["extract_snapshot_id"], lag["reasons"]) for lag in lags] == [
         ("events_by_id", None, ["no extract yet"]), ("events_by_kind", None, ["no extract yet"])]
@@ -82,7 +84,8 @@ def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, contex
             "table": TABLE, "index": "events_by_id", "requested_mode": "full" if full else "incremental",
             "extract_id": extract_id, "source_table_snapshot_id": snapshot, "mode": None, "committed": False}
     assert extract_snapshots(catalog, "events_by_id") == [snapshot]
-    assert plan(context) == [{"table": TABLE, "index": "events_by_kind"}]
+    assert plan(context) == []
+    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 17, 39, 40])
 
 
@@ -99,7 +102,8 @@ def test_thresholds_come_from_the_definitions(catalog: SqlCatalog, context: dict
     assert [lag["reasons"] for lag in context["ti"].pushed[LAGS_KEY]] == [
         ["2 snapshot(s) behind > 0"], []]
     append(catalog, 5)
-    assert plan(context) == [{"table": TABLE, "index": "events_by_id"}, {"table": TABLE, "index": "events_by_kind"}]
+    assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
+    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
     assert context["ti"].pushed[LAGS_KEY][1]["reasons"] == ["3 snapshot(s) behind > 2"]
 
 
@@ -184,3 +188,40 @@ def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: di
     assert (third["requested_mode"], third["mode"], third["entries"], third["region_files_reused"]) == (
         "full", "full", 50, 0)
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 40, 44, 45, 49, 50])
+
+
+def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog, context: dict) -> None:
+    from airflow_iceberg_maint.airflow.operators.index_shards import (
+        COMMITS_KEY,
+        IcebergBuildIndexShardOperator,
+        IcebergPlanIndexShardsOperator,
+    )
+
+    events_table(catalog, 80)
+    create(context)
+    shards = IcebergPlanIndexShardsOperator(
+        task_id="plan_shards", indexes=[{"table": TABLE, "index": "events_by_id", "shards": 3}]).execute(context)
+    [to_commit] = context["ti"].pushed[COMMITS_KEY]
+    assert [s["shard"] for s in shards] == [0, 1, 2] and to_commit["index"] == "events_by_id"
+    results = [IcebergBuildIndexShardOperator(task_id="shard", **s).execute(context) for s in shards]
+    assert sorted(r["entries"] for r in results) == [26, 27, 27]
+
+    class Pulling:  # the shard results, as XCom gives them (None for a failed shard)
+        def __init__(self) -> None:
+            self.pulled: list = []
+
+        def xcom_pull(self, task_ids: str) -> list:
+            assert task_ids == "build_index_shard"
+            return self.pulled
+
+    ti = Pulling()
+    ti.pulled = [results[0], None, results[2]]
+    with pytest.raises(AirflowFailException, match=r"no successful result of shard\(s\) \[1\]; nothing committed"):
+        commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
+    assert extract_ids(catalog, "events_by_id") == []
+    ti.pulled = results
+    first = commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
+    again = commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
+    assert (first["committed"], first["shards"], first["entries"], again["committed"]) == (True, 3, 80, False)
+    assert first["extract_id"] == again["extract_id"] == extract_ids(catalog, "events_by_id")[0]
+    assert_lookups_exact(catalog, "events_by_id", "id", [0, 26, 27, 53, 79, 80])

@@ -9,7 +9,7 @@ boundaries, and ``write_regions`` writes region files and returns their tracking
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -88,17 +88,20 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 def entries_for_files(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
+    ``keep`` filters each file's entries as soon as they are read (a sharded build keeps one key range).
     """
     table_schema = table_schema or plan_schema(table, plan)
     table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
     read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
     def entries(path: str) -> pa.Table:
-        return _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+        found = _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+        return found if keep is None else keep(found)
 
     # Decoding Parquet releases the GIL: files are read side by side, results kept in path order.
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
@@ -188,11 +191,32 @@ def target_rows(entries: pa.Table, target_bytes: int) -> int:
     return max(int(target_bytes / per_entry), 1)
 
 
+def target_rows_without_dictionaries(entries: pa.Table, target_bytes: int) -> int:
+    """Entries per region for a target size, like ``target_rows`` but not counting dictionary values.
+
+    A full build amortises the few ``_file`` paths over every entry; a part of the entries (one
+    rewritten region, one shard's sample) would not, and would be cut smaller than a full build.
+    """
+    if entries.num_rows == 0:
+        return 1
+    size = 0
+    for column in entries.columns:
+        if pa.types.is_dictionary(column.type):
+            size += sum(chunk.indices.nbytes for chunk in column.chunks)
+        else:
+            size += column.nbytes
+    return max(int(target_bytes / max(size / entries.num_rows, 1.0)), 1)
+
+
 def write_regions(
     io: FileIO, location: str, entries: pa.Table, keys: Sequence[pa.Array], regions: Sequence[tuple[int, int]],
-    layout: EntryLayout,
+    layout: EntryLayout, directory: str | None = None,
 ) -> list[RegionEntry]:
-    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order."""
+    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order.
+
+    Files go to ``directory`` (default: the index's ``data/`` directory under ``location``).
+    """
+    directory = (directory or f"{location.rstrip('/')}/data").rstrip("/")
     stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
 
     def write(bounds: tuple[int, int]) -> RegionEntry:
@@ -206,7 +230,7 @@ def write_regions(
                 values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
             elif column.field_id not in values:
                 values[column.field_id] = rows.column(stored[column.field_id])
-        path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
+        path = f"{directory}/region-{uuid.uuid4()}.parquet"
         size = write_region_file(io, path, rows, layout.region_schema)
         return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
@@ -215,12 +239,20 @@ def write_regions(
         return list(pool.map(write, regions))
 
 
-def build_regions(table: Table, plan: SnapshotFiles, layout: EntryLayout) -> tuple[list[RegionEntry], int]:
-    """All region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count."""
-    entries = entries_for_files(table, plan, sorted(plan.data_files), layout)
+def build_regions(
+    table: Table, plan: SnapshotFiles, layout: EntryLayout, *, paths: Sequence[str] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None, rows_per_region: int | None = None,
+    directory: str | None = None,
+) -> tuple[list[RegionEntry], int]:
+    """Region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count.
+
+    A sharded build passes one key range: the data files that may hold it (``paths``), the filter
+    keeping its entries (``keep``), the region size planned for every shard, and its own directory.
+    """
+    entries = entries_for_files(table, plan, sorted(plan.data_files) if paths is None else paths, layout, keep=keep)
     entries, keys = sort_entries(entries, layout)
     metadata = layout.metadata
-    regions = cut_regions(keys, target_rows(entries, metadata.region_target_size_bytes()),
-                          metadata.allow_key_spanning())
-    return write_regions(table.io, metadata.location, entries, keys, regions, layout), entries.num_rows
+    rows = rows_per_region or target_rows(entries, metadata.region_target_size_bytes())
+    regions = cut_regions(keys, rows, metadata.allow_key_spanning())
+    return write_regions(table.io, metadata.location, entries, keys, regions, layout, directory), entries.num_rows
 

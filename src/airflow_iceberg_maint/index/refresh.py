@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,7 @@ def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> Ref
 def commit_extract(
     store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int,
     check: Callable[[IndexMetadata], None] | None = None, progress: CommitProgress | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> Extract:
     """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry.
 
@@ -108,7 +109,7 @@ def commit_extract(
         if check is not None:
             check(current)
         updated, schema_id = with_extract_schema_for(current, table.metadata, snapshot_id)
-        extract = new_extract(updated, snapshot_id, schema_id, tracking, size)
+        extract = new_extract(updated, snapshot_id, schema_id, tracking, size, properties)
         added[:] = [extract]
         return updated.with_extract(extract)
 

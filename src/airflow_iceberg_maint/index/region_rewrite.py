@@ -32,7 +32,13 @@ import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.build import EntryLayout, cut_regions, sort_entries, write_regions
+from airflow_iceberg_maint.index.build import (
+    EntryLayout,
+    cut_regions,
+    sort_entries,
+    target_rows_without_dictionaries,
+    write_regions,
+)
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
 from airflow_iceberg_maint.index.ordering import comparable
@@ -239,7 +245,7 @@ def rewrite_regions(
     file_field = next(f for f, s in layout.source_ids.items() if s == FILE_COLUMN_ID)
     file_hits = _file_hits(regions, file_field, sorted(change.removed_files))
     drop = _Dropper(layout, RegionChange(additions, change.removed_files, removed_entries))
-    target = _target_rows(additions, metadata.region_target_size_bytes())
+    target = target_rows_without_dictionaries(additions, metadata.region_target_size_bytes())
 
     units = _units(bounds, spanning)
     tail_start = cuts[-1] if cuts else 0
@@ -267,23 +273,6 @@ def rewrite_regions(
         )
 
 
-def _target_rows(entries: pa.Table, target_bytes: int) -> int:
-    """Entries per region for a target size, like ``build.target_rows`` but not counting dictionary values.
-
-    A full build amortises the few ``_file`` paths over every entry; a single rewritten region
-    would not, and would be cut smaller than the full build cuts it.
-    """
-    if entries.num_rows == 0:
-        return 1
-    size = 0
-    for column in entries.columns:
-        if pa.types.is_dictionary(column.type):
-            size += sum(chunk.indices.nbytes for chunk in column.chunks)
-        else:
-            size += column.nbytes
-    return max(int(target_bytes / max(size / entries.num_rows, 1.0)), 1)
-
-
 def _reuse(result: RegionRewrite, regions: Sequence[RegionEntry]) -> None:
     result.entries.extend(regions)
     result.reused.extend(regions)
@@ -293,7 +282,7 @@ def _write(io: FileIO, layout: EntryLayout, entries: pa.Table, result: RegionRew
     if entries.num_rows == 0:
         return  # every entry of the unit was removed: it has no region any more
     entries, keys = sort_entries(entries.unify_dictionaries(), layout)
-    target = _target_rows(entries, layout.metadata.region_target_size_bytes())
+    target = target_rows_without_dictionaries(entries, layout.metadata.region_target_size_bytes())
     written = write_regions(io, layout.metadata.location, entries, keys, cut_regions(keys, target, spanning), layout)
     result.entries.extend(written)
     result.written.extend(written)

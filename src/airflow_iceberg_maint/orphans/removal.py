@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -420,8 +420,16 @@ def report_undecodable(report: OrphanReport, paths: Sequence[str]) -> None:
                     "exactly (first: %s)", len(paths), report.kept_undecodable[0])
 
 
+#: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
+#: (the final list, just before anything is deleted), so a caller can save what a run would delete
+#: before a later failure or a crash can lose it.
+Progress = Callable[[OrphanReport, str], None]
+
+
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
     report.orphan_files = [o.path for o in orphans]
+    report.orphan_bytes = 0
+    report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
     for info in orphans:
         kind = report.by_kind[file_kind(info.path)]
         kind["count"] += 1
@@ -458,6 +466,7 @@ def settle(
     protected: list[ProtectedLocation],
     phases: Phases,
     known: frozenset[int] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """After matching: keep other tables' locations, report conflicts, re-check, then delete (or not).
 
@@ -477,6 +486,9 @@ def settle(
         if options.prefix_mismatch_mode == "delete":
             orphans = orphans + conflicts
     phases.done("match")
+    if progress:
+        _tally(report, orphans)
+        progress(report, "matched")
 
     before = len(orphans)
     orphans = recheck(orphans, walk, sources, known)
@@ -498,6 +510,8 @@ def settle(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
+    if progress:
+        progress(report, "planned")
     if not options.dry_run and orphans:
         outcome = storage.delete_files(report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
@@ -518,6 +532,7 @@ def remove_orphan_files(
     *,
     sources: Sequence[ReferenceSource],
     now: datetime | None = None,
+    progress: Progress | None = None,
 ) -> OrphanReport:
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
@@ -558,5 +573,5 @@ def remove_orphan_files(
         report_undecodable(report, [u.path for u in undecodable])
         protected = protected_locations(table, root, listed.metadata_files, refs, setup.others, equivalence)
         del candidates, refs
-        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases)
+        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases, progress=progress)
     return report

@@ -49,6 +49,7 @@ from airflow_iceberg_maint.orphans.removal import (
     OrphanOptions,
     OrphanReport,
     Phases,
+    Progress,
     keep_filter,
     match_candidates,
     partition_field_names,
@@ -390,6 +391,7 @@ def finish_sharded_scan(
     io_properties: Mapping[str, str],
     *,
     sources: Sequence[ReferenceSource],
+    progress: Progress | None = None,
 ) -> OrphanReport:
     """Gather the shards' unmatched files, then re-check against reloaded metadata and delete, as a single run does."""
     store = Scratch(scratch, io_properties)
@@ -434,7 +436,7 @@ def finish_sharded_scan(
         protected = protected_locations(table, root, listed_metadata, own, others, equivalence)
         storage = storage_for(root, table.io.properties)
         settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases,
-               known=frozenset(plan["known_snapshots"]))
+               known=frozenset(plan["known_snapshots"]), progress=progress)
     return report
 
 

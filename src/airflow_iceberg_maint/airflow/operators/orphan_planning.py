@@ -18,6 +18,7 @@ from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.index_definitions import table_names
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.airflow.status_records import record_policy_tables
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
 from airflow_iceberg_maint.policy.due import evaluate_table
@@ -65,17 +66,16 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
-            policies = load_policies(self.policy_file)
-            catalog = catalog_for(self.iceberg_conn_id)
-            plan = plan_orphan_jobs(
-                catalog,
-                policies,
-                state_store_for(self.state_url),
-                datetime.now(UTC),
-                source=str(self.policy_file),
-            )
+            return self._plan(context)
         except MaintenanceError as exc:
             raise AirflowFailException(str(exc)) from exc
+
+    def _plan(self, context: Context) -> list[dict[str, Any]]:
+        policies = load_policies(self.policy_file)
+        catalog = catalog_for(self.iceberg_conn_id)
+        now = datetime.now(UTC)
+        plan = plan_orphan_jobs(catalog, policies, state_store_for(self.state_url), now, source=str(self.policy_file))
+        record_policy_tables(self.state_url, {e.table: e.table_uuid for e in plan.evaluations}, now, self.log)
         for evaluation in plan.evaluations:
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
@@ -160,6 +160,9 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
         self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))
         if jobs:
             ti = context["ti"]
-            uri = share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location, self.log)
+            try:
+                uri = share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location, self.log)
+            except MaintenanceError as exc:  # a report location inside a table
+                raise AirflowFailException(str(exc)) from exc
             jobs = [({**job, "other_tables_uri": uri}, score) for job, score in jobs]
         return [job for job, _ in sorted(jobs, key=lambda j: j[1], reverse=True)]

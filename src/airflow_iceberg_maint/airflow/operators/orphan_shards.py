@@ -49,9 +49,10 @@ class IcebergPlanOrphanShardsOperator(IcebergRemoveOrphanFilesOperator):
     def _run(self, context: Context) -> dict[str, Any]:
         run = self._prepare(context)
         shards = arguments.positive_int(self.shards, "shards")
-        with failures_recorded(run):
-            plan = plan_sharded_scan(run.table, run.options, shards=shards, scratch=run.uri.removesuffix(".json") +
-                                     ".shards", io_properties=run.io_properties, sources=[INDEX_FILES], now=run.now)
+        scratch = run.uri.removesuffix(".json") + ".shards"  # beside the report, outside every table
+        with failures_recorded(run, self.log):
+            plan = plan_sharded_scan(run.table, run.options, shards=shards, scratch=scratch,
+                                     io_properties=run.saved.io_properties, sources=[INDEX_FILES], now=run.now)
         self.log.info("table %s: planned %s", run.table_name, plan.to_json())
         return {"table": run.table_name, "policy": run.policy, **plan.to_json()}
 
@@ -136,9 +137,10 @@ class IcebergFinishOrphanShardsOperator(BaseOperator):
             catalog = catalog_for(self.iceberg_conn_id)
             table = load_table(catalog, self.table)
             run = prepare_run(context, catalog, table, self.table, self.report_location, self.state_url, self.policy,
-                              datetime.now(UTC))
-            with failures_recorded(run):
-                report = finish_sharded_scan(run.table, self.scratch, run.io_properties, sources=[INDEX_FILES])
+                              datetime.now(UTC), ())
+            with failures_recorded(run, self.log):
+                report = finish_sharded_scan(run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES],
+                                             progress=run.saved.progress)
             return publish_report(context, run, report, self.log)
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table}", exc) from exc
