@@ -128,14 +128,18 @@ class _Lister:
             if info.mtime is not None and info.mtime < self.cutoff:  # no modification time: never a candidate
                 self._held.append(info)
                 if len(self._held) >= LIST_BATCH:
-                    self.flush()
+                    self._bucket()
             if is_listed_metadata_file(info.path):
                 self.metadata_files.append(info.path)
 
-    def flush(self) -> None:
+    def _bucket(self) -> None:
+        """Hand the held files to the writer, which writes parts once it holds ``FLUSH_ROWS`` rows."""
         if self._held:
             self.writer.add(*_candidates(self._held, self.hasher))
             self._held = []
+
+    def flush(self) -> None:
+        self._bucket()
         self.writer.flush()
 
 
