@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -82,3 +83,23 @@ def pg_catalog(warehouse: Path) -> SqlCatalog:
     catalog = SqlCatalog(f"pg_{uuid.uuid4().hex[:8]}", uri=url, warehouse=f"file://{warehouse}")
     catalog.create_namespace("db")
     return catalog
+
+
+@pytest.fixture
+def glue_catalog(s3_endpoint: str, s3_bucket: str) -> Any:
+    """pyiceberg's Glue catalog against the Glue API of the local server (the one serving S3), with a
+    database of its own (``glue_catalog.test_namespace``): the server's Glue data lives as long as it does."""
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    catalog = GlueCatalog("glue", **glue_properties(s3_endpoint, s3_bucket))
+    namespace = f"db_{uuid.uuid4().hex[:10]}"
+    catalog.create_namespace(namespace, {"location": f"s3://{s3_bucket}/warehouse/{namespace}"})
+    catalog.test_namespace = namespace  # type: ignore[attr-defined]
+    return catalog
+
+
+def glue_properties(s3_endpoint: str, s3_bucket: str) -> dict[str, str]:
+    """The catalog properties of a Glue catalog on the local server (also an ``iceberg`` connection's extra)."""
+    return {"type": "glue", "glue.endpoint": s3_endpoint, "glue.region": "us-east-1",
+            "glue.access-key-id": "testing", "glue.secret-access-key": "testing",
+            "s3.endpoint": s3_endpoint, **S3_PROPS, "warehouse": f"s3://{s3_bucket}/warehouse"}

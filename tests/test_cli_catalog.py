@@ -135,6 +135,42 @@ def test_conn_id_json_variable_orphans_dry_run(my_conn: tuple[Table, dict], tmp_
     assert orphan.exists()
 
 
+def prod_connection(tmp_path: Path, **extra: object) -> dict[str, str]:
+    """The connection ``iceberg_default`` to the SQLite catalog whose tables were registered as ``prod``."""
+    connection = {"conn_type": "iceberg", "host": f"sqlite:///{tmp_path}/catalog.db",
+                  "extra": {"type": "sql", "warehouse": f"file://{tmp_path}/warehouse", **extra}}
+    return clean_env(tmp_path, AIRFLOW_CONN_ICEBERG_DEFAULT=json.dumps(connection))
+
+
+def test_conn_id_catalog_name_finds_tables_registered_under_another_name(tmp_path: Path) -> None:
+    table = table_with_rows(sql_catalog("prod", tmp_path))
+    orphan = Path(table.location().removeprefix("file://")) / "data" / "stray.parquet"
+    orphan.write_bytes(b"x")
+    old = time.time() - 10 * 86_400
+    os.utime(orphan, (old, old))
+
+    missing = one_line_error(cli(prod_connection(tmp_path), tmp_path, "--conn-id", "iceberg_default", "orphans",
+                                 "db.t", "--dry-run"))
+    assert missing == "iceberg-maint orphans: table 'db.t': not found in catalog 'iceberg_default'"
+
+    env = prod_connection(tmp_path, catalog_name="prod")
+    report = run_json(env, tmp_path, "--conn-id", "iceberg_default", "orphans", "db.t")
+    assert report["orphan_files"] == [f"file://{orphan}"] and report["deleted_file_count"] == 1
+    assert not orphan.exists()
+    created = run_json(env, tmp_path, "--conn-id", "iceberg_default", "index", "create", "db.t", "by_id",
+                       "--ordering", "id")
+    assert IndexStore(sql_catalog("prod", tmp_path).load_table("db.t")).load("by_id")[1] == \
+        created["metadata_location"]
+
+
+def test_conn_id_catalog_name_must_be_a_name(tmp_path: Path) -> None:
+    table_with_rows(sql_catalog("prod", tmp_path))
+    done = cli(prod_connection(tmp_path, catalog_name=7), tmp_path, "--conn-id", "iceberg_default", "index", "list",
+               "db.t")
+    assert one_line_error(done) == ("iceberg-maint index: connection 'iceberg_default': extra 'catalog_name' must be "
+                                    "a non-empty string, got 7")
+
+
 def test_conn_id_uri_variable(tmp_path: Path) -> None:
     table_with_rows(sql_catalog("uri_conn", tmp_path))
     query = f"type=sql&uri={quote(f'sqlite:///{tmp_path}/catalog.db', safe='')}&warehouse=" + quote(

@@ -190,6 +190,19 @@ def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: di
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 40, 44, 45, 49, 50])
 
 
+def test_refresh_logs_its_phases_in_the_task_log(catalog: SqlCatalog, context: dict,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    events_table(catalog)
+    create(context)
+    capsys.readouterr()
+    result = commit(context, "events_by_id")
+    files = len(catalog.load_table(TABLE).inspect.files())
+    out = capsys.readouterr().out
+    assert f"reading data files: 0 of {files}, started" in out
+    assert f"reading data files: {files} of {files}, done" in out
+    assert f"building regions: {result['region_files_written']} of {result['region_files_written']}, done" in out
+
+
 def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog, context: dict) -> None:
     from airflow_iceberg_maint.airflow.operators.index_shards import (
         COMMITS_KEY,

@@ -49,6 +49,17 @@ def test_removal_deletes_exactly_the_old_orphan(
     assert state.last_success_at is not None and state.last_attempt_counts["deleted_file_count"] == 1
 
 
+def test_removal_logs_its_phases_in_the_task_log(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = remover(state_url, tmp_path, table="demo.orders").execute(context)
+    out = capsys.readouterr().out
+    listed = summary["files_listed"]
+    for line in ["listing: 0, started", f"listing: {listed}, done", "reading manifests: 0, started",
+                 "deleting: 0 of 1, started", "deleting: 1 of 1, done"]:
+        assert line in out, line
+
+
 def test_retry_is_safe(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
     first = remover(state_url, tmp_path, table="demo.orders").execute(context)
     again = remover(state_url, tmp_path, table="demo.orders").execute(context)

@@ -91,7 +91,7 @@ def test_report_is_saved_before_anything_is_deleted(demo_tables: dict, catalog: 
     def progress(report: OrphanReport, stage: str) -> None:
         seen.append((stage, list(report.orphan_files), planted["old"].exists()))
 
-    remove_orphan_files(table, sources=[INDEX_FILES], progress=progress)
+    remove_orphan_files(table, sources=[INDEX_FILES], on_stage=progress)
     assert seen == [("matched", [planted["old_uri"]], True), ("planned", [planted["old_uri"]], True)]
     assert not planted["old"].exists()
 

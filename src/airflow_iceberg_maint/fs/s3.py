@@ -9,19 +9,17 @@ botocore exception.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
 from airflow_iceberg_maint.fs.locations import Uri
+from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
@@ -35,18 +33,13 @@ REQUEST_ERRORS = (ClientError, BotoCoreError)
 SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
 
 
-def _property(props: Mapping[str, str], *names: str) -> str | None:
-    for name in names:
-        if props.get(name):
-            return props[name]
-    return None
-
-
 class S3Storage:
     create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
 
-    def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2) -> None:
+    def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2,
+                 put_arguments: Mapping[str, str] | None = None) -> None:
         self.client = client
+        self.put_arguments = dict(put_arguments or {})  # server-side encryption of the files written
         self.list_workers = list_workers
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
@@ -54,18 +47,9 @@ class S3Storage:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> S3Storage:
-        """A client configured like the table's pyiceberg FileIO (``s3.*`` / ``client.*`` properties)."""
-        client = boto3.client(
-            "s3",
-            endpoint_url=_property(props, "s3.endpoint"),
-            aws_access_key_id=_property(props, "s3.access-key-id", "client.access-key-id"),
-            aws_secret_access_key=_property(props, "s3.secret-access-key", "client.secret-access-key"),
-            aws_session_token=_property(props, "s3.session-token", "client.session-token"),
-            region_name=_property(props, "s3.region", "client.region"),
-            config=Config(retries=_retries(), max_pool_connections=32),
-        )
-        return cls(client)
+    def from_properties(cls, props: Mapping[str, Any]) -> S3Storage:
+        """A client with the identity and settings of the table's pyiceberg FileIO (see ``fs.s3_client``)."""
+        return cls(s3_client(props), put_arguments=put_arguments(props))
 
     # Listing
 
@@ -226,7 +210,8 @@ class S3Storage:
     def create_exclusive(self, location: str, data: bytes) -> bool:
         uri = Uri.parse(location)
         try:
-            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
+            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*",
+                                   **self.put_arguments)
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
@@ -248,17 +233,6 @@ class S3Storage:
     def delete(self, location: str) -> None:
         uri = Uri.parse(location)
         self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
-
-
-def _retries() -> dict[str, Any]:
-    """botocore's adaptive mode with 8 retries, unless the standard AWS_RETRY_MODE / AWS_MAX_ATTEMPTS say otherwise."""
-    retries: dict[str, Any] = {}
-    # botocore reads those variables only for what this leaves unset.
-    if not os.environ.get("AWS_RETRY_MODE"):
-        retries["mode"] = "adaptive"
-    if not os.environ.get("AWS_MAX_ATTEMPTS"):
-        retries["max_attempts"] = 8
-    return retries
 
 
 def _code(exc: ClientError) -> str:

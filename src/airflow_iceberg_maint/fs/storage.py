@@ -91,8 +91,8 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
 
         return LocalStorage()
     if uri.scheme in ("s3", "s3a", "s3n"):
-        from airflow_iceberg_maint.fs.s3 import S3Storage
+        from airflow_iceberg_maint.fs.s3_client import s3_storage
 
-        return S3Storage.from_properties(io_properties)
+        return s3_storage(location, io_properties)
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
     raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected file or s3)")

@@ -26,6 +26,7 @@ from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
@@ -89,12 +90,14 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 def entries_for_files(
     table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
     keep: Callable[[pa.Table], pa.Table] | None = None,
+    progress: Phase | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
     ``keep`` filters each file's entries as soon as they are read (a sharded build keeps one key range).
+    ``progress`` advances by one a file read.
     """
     table_schema = table_schema or plan_schema(table, plan)
     table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
@@ -104,8 +107,12 @@ def entries_for_files(
         return found if keep is None else keep(found)
 
     # Decoding Parquet releases the GIL: files are read side by side, results kept in path order.
+    parts = []
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        parts = list(pool.map(entries, paths))
+        for part in pool.map(entries, paths):
+            parts.append(part)
+            if progress is not None:
+                progress.advance()
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
@@ -210,11 +217,12 @@ def target_rows_without_dictionaries(entries: pa.Table, target_bytes: int) -> in
 
 def write_regions(
     io: FileIO, location: str, entries: pa.Table, keys: Sequence[pa.Array], regions: Sequence[tuple[int, int]],
-    layout: EntryLayout, directory: str | None = None,
+    layout: EntryLayout, directory: str | None = None, progress: Phase | None = None,
 ) -> list[RegionEntry]:
     """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order.
 
-    Files go to ``directory`` (default: the index's ``data/`` directory under ``location``).
+    Files go to ``directory`` (default: the index's ``data/`` directory under ``location``);
+    ``progress`` advances by one a region file written.
     """
     directory = (directory or f"{location.rstrip('/')}/data").rstrip("/")
     stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
@@ -235,8 +243,13 @@ def write_regions(
         return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
     # Parquet encoding releases the GIL: regions are written side by side, results kept in order.
+    written = []
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        return list(pool.map(write, regions))
+        for entry in pool.map(write, regions):
+            written.append(entry)
+            if progress is not None:
+                progress.advance()
+    return written
 
 
 def build_regions(
@@ -249,10 +262,15 @@ def build_regions(
     A sharded build passes one key range: the data files that may hold it (``paths``), the filter
     keeping its entries (``keep``), the region size planned for every shard, and its own directory.
     """
-    entries = entries_for_files(table, plan, sorted(plan.data_files) if paths is None else paths, layout, keep=keep)
-    entries, keys = sort_entries(entries, layout)
-    metadata = layout.metadata
-    rows = rows_per_region or target_rows(entries, metadata.region_target_size_bytes())
-    regions = cut_regions(keys, rows, metadata.allow_key_spanning())
-    return write_regions(table.io, metadata.location, entries, keys, regions, layout, directory), entries.num_rows
+    files = sorted(plan.data_files) if paths is None else paths
+    with Phase("reading data files", total=len(files)) as reading:
+        entries = entries_for_files(table, plan, files, layout, keep=keep, progress=reading)
+    with Phase("building regions") as building:  # sorting and cutting first: its total is known after
+        entries, keys = sort_entries(entries, layout)
+        metadata = layout.metadata
+        rows = rows_per_region or target_rows(entries, metadata.region_target_size_bytes())
+        regions = cut_regions(keys, rows, metadata.allow_key_spanning())
+        building.set_total(len(regions))
+        written = write_regions(table.io, metadata.location, entries, keys, regions, layout, directory, building)
+    return written, entries.num_rows
 

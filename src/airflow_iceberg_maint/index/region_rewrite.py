@@ -42,6 +42,7 @@ from airflow_iceberg_maint.index.build import (
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
 from airflow_iceberg_maint.index.ordering import comparable
+from airflow_iceberg_maint.progress import Phase
 
 #: Positions are packed with the file's dictionary index into one int64 (``index << 40 | pos``).
 _POS_BITS = 40
@@ -228,11 +229,12 @@ class _Dropper:
 
 def rewrite_regions(
     io: FileIO, layout: EntryLayout, regions: Sequence[RegionEntry], bounds: Sequence[Key], change: RegionChange,
-    result: RegionRewrite,
+    result: RegionRewrite, progress: Phase | None = None,
 ) -> None:
     """Fill ``result`` with the regions of the new extract: touched units rewritten, the others reused.
 
     ``result`` is the caller's, so the files already written can be deleted if this raises.
+    ``progress`` advances by the base regions of each unit as it is taken up.
     """
     metadata = layout.metadata
     spanning = metadata.allow_key_spanning()
@@ -252,6 +254,8 @@ def rewrite_regions(
     merge_tail = bool(units) and tail_start < additions.num_rows and \
         sum(regions[i].record_count for i in units[-1]) < target // 2
     for position, unit in enumerate(units):
+        if progress is not None:
+            progress.advance(len(unit))
         start = cuts[unit[0] - 1] if unit[0] else 0
         stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
         touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)

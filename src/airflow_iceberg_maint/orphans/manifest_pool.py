@@ -86,7 +86,8 @@ class ManifestPool:
             found.update(dict.fromkeys(manifests))
         return list(found)
 
-    def hash_batches(self, manifests: list[str], equivalence: PathEquivalence) -> Iterator[pa.RecordBatch]:
-        """Hashes of the live content files of the manifests, one batch a chunk."""
+    def hash_batches(self, manifests: list[str], equivalence: PathEquivalence) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Hashes of the live content files of the manifests, one batch a chunk, each with its manifest count."""
         chunks = _chunks(manifests, self.workers * CHUNKS_PER_WORKER)
-        yield from self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [equivalence] * len(chunks))
+        batches = self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [equivalence] * len(chunks))
+        yield from zip((len(c) for c in chunks), batches, strict=True)

@@ -31,6 +31,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     listed_identity,
     path_hash,
 )
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -203,18 +204,23 @@ class ReferenceWalk:
         snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
-        yield hasher.batch(lists)
-        self._start_workers(len(lists))
-        found = self._pooled(
-            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
-        )
-        manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
-        self.seen.update(manifests)
-        yield hasher.batch(manifests)
-        yield from self._pooled(
-            lambda pool: pool.hash_batches(manifests, self.equivalence),
-            lambda: (hasher.batch(paths) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
-        )
+        # One phase for the run: the re-check's walk continues the count of the first.
+        with Phase("reading manifests", done=self.manifests_read) as reading:
+            yield hasher.batch(lists)
+            self._start_workers(len(lists))
+            found = self._pooled(
+                lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
+            )
+            manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
+            self.seen.update(manifests)
+            reading.set_total(self.manifests_read + len(manifests))
+            yield hasher.batch(manifests)
+            for count, batch in self._pooled(
+                lambda pool: pool.hash_batches(manifests, self.equivalence),
+                lambda: ((1, hasher.batch(paths)) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
+            ):
+                reading.advance(count)
+                yield batch
         self.manifests_read += len(manifests)
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:

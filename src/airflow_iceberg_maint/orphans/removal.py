@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain
@@ -35,7 +36,7 @@ from airflow_iceberg_maint.errors import (
     PrefixMismatchError,
 )
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, SupportsBulkDelete, storage_for
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, SupportsBulkDelete, storage_for
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -51,6 +52,7 @@ from airflow_iceberg_maint.orphans.referenced import (
     metadata_level_paths,
 )
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ DEFAULT_MAX_CONCURRENT_DELETES = 8
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+LIST_STEP = 1_000  # listed files a progress update
+DELETE_STEP_PER_WORKER = 5_000  # files a delete worker gets between progress updates (5 S3 requests)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -256,14 +260,18 @@ class _Listing:
 
 def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
     result = _Listing([], 0, [])
-    for info in storage.list_files(root, keep):
-        result.listed += 1
-        if info.mtime is not None and info.mtime < cutoff:
-            result.candidates.append(info)
-        if is_listed_metadata_file(info.path):
-            result.metadata_files.append(info.path)
-        if result.listed % 100_000 == 0:
-            log.info("listed %d files under %s", result.listed, root)
+    with Phase("listing") as listing:
+        for info in storage.list_files(root, keep):
+            result.listed += 1
+            if info.mtime is not None and info.mtime < cutoff:
+                result.candidates.append(info)
+            if is_listed_metadata_file(info.path):
+                result.metadata_files.append(info.path)
+            if result.listed % LIST_STEP == 0:
+                listing.advance(LIST_STEP)
+                if result.listed % 100_000 == 0:
+                    log.info("listed %d files under %s", result.listed, root)
+        listing.advance(result.listed - listing.done)
     return result
 
 
@@ -423,7 +431,7 @@ def report_undecodable(report: OrphanReport, paths: Sequence[str]) -> None:
 #: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
 #: (the final list, just before anything is deleted), so a caller can save what a run would delete
 #: before a later failure or a crash can lose it.
-Progress = Callable[[OrphanReport, str], None]
+StageHook = Callable[[OrphanReport, str], None]
 
 
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
@@ -447,6 +455,21 @@ class ScanSetup:
     others: Sequence[TablePaths]
 
 
+def _delete(storage: SupportsBulkDelete, paths: list[str], max_concurrency: int) -> DeleteOutcome:
+    """Delete in steps that keep every worker busy, reporting progress after each."""
+    outcome = DeleteOutcome()
+    step = max_concurrency * DELETE_STEP_PER_WORKER
+    with Phase("deleting", total=len(paths)) as deleting:
+        for start in range(0, len(paths), step):
+            chunk = paths[start : start + step]
+            part = storage.delete_files(chunk, max_concurrency)
+            outcome.deleted += part.deleted
+            outcome.failed += part.failed
+            outcome.requests += part.requests
+            deleting.advance(len(chunk))
+    return outcome
+
+
 def scan_setup(table: Table, options: OrphanOptions, now: datetime) -> ScanSetup:
     check_options(options)
     cutoff = resolve_cutoff(options.older_than_days, options.older_than, now)
@@ -466,7 +489,7 @@ def settle(
     protected: list[ProtectedLocation],
     phases: Phases,
     known: frozenset[int] | None = None,
-    progress: Progress | None = None,
+    on_stage: StageHook | None = None,
 ) -> None:
     """After matching: keep other tables' locations, report conflicts, re-check, then delete (or not).
 
@@ -486,9 +509,9 @@ def settle(
         if options.prefix_mismatch_mode == "delete":
             orphans = orphans + conflicts
     phases.done("match")
-    if progress:
+    if on_stage:
         _tally(report, orphans)
-        progress(report, "matched")
+        on_stage(report, "matched")
 
     before = len(orphans)
     orphans = recheck(orphans, walk, sources, known)
@@ -510,10 +533,10 @@ def settle(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
-    if progress:
-        progress(report, "planned")
+    if on_stage:
+        on_stage(report, "planned")
     if not options.dry_run and orphans:
-        outcome = storage.delete_files(report.orphan_files, options.max_concurrent_deletes)
+        outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
         report.delete_requests = outcome.requests
@@ -532,7 +555,7 @@ def remove_orphan_files(
     *,
     sources: Sequence[ReferenceSource],
     now: datetime | None = None,
-    progress: Progress | None = None,
+    on_stage: StageHook | None = None,
 ) -> OrphanReport:
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
@@ -558,7 +581,9 @@ def remove_orphan_files(
     refs = ReferencedSet(equivalence)
     with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
-            listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), setup.cutoff)
+            # In a copy of this context, so the listing reports to this run's progress reporter.
+            listing = lister.submit(copy_context().run, _list_candidates, storage, root, hidden_filter(table),
+                                    setup.cutoff)
             _collect(refs, walk, sources)
             listed = listing.result()
         candidates, report.files_listed = listed.candidates, listed.listed
@@ -573,5 +598,5 @@ def remove_orphan_files(
         report_undecodable(report, [u.path for u in undecodable])
         protected = protected_locations(table, root, listed.metadata_files, refs, setup.others, equivalence)
         del candidates, refs
-        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases, progress=progress)
+        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases, on_stage=on_stage)
     return report

@@ -49,7 +49,7 @@ from airflow_iceberg_maint.orphans.removal import (
     OrphanOptions,
     OrphanReport,
     Phases,
-    Progress,
+    StageHook,
     keep_filter,
     match_candidates,
     partition_field_names,
@@ -395,7 +395,7 @@ def finish_sharded_scan(
     io_properties: Mapping[str, str],
     *,
     sources: Sequence[ReferenceSource],
-    progress: Progress | None = None,
+    on_stage: StageHook | None = None,
 ) -> OrphanReport:
     """Gather the shards' unmatched files, then re-check against reloaded metadata and delete, as a single run does."""
     store = Scratch(scratch, io_properties)
@@ -440,7 +440,7 @@ def finish_sharded_scan(
         protected = protected_locations(table, root, listed_metadata, own, others, equivalence)
         storage = storage_for(root, table.io.properties)
         settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases,
-               known=frozenset(plan["known_snapshots"]), progress=progress)
+               known=frozenset(plan["known_snapshots"]), on_stage=on_stage)
     return report
 
 

@@ -44,6 +44,7 @@ from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, ShardResult, commit_sharded_build
 from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 EXPIRE_KEY = "expire"
 LAGS_KEY = "lags"
@@ -297,7 +298,8 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
             return {**summary, "extract_id": extract.extract_id, "source_table_snapshot_id": snapshot.snapshot_id,
                     "mode": None, "committed": False}
         started = time.monotonic()
-        result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
+        with reporting(LoggingReporter(self.log)):
+            result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
         seconds = round(time.monotonic() - started, 3)
         body = result.to_json()
         self.log.info(

@@ -27,6 +27,7 @@ from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, build_shard, plan_sharded_build
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 COMMITS_KEY = "commits"
 
@@ -110,7 +111,9 @@ class IcebergBuildIndexShardOperator(BaseOperator):
         try:
             plan = ShardedBuildPlan.from_json(self.build)
             shard = int(arguments.optional_number(self.shard, "shard") or 0)
-            result = build_shard(load_table(catalog_for(self.iceberg_conn_id), table_name), plan, shard)
+            table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+            with reporting(LoggingReporter(self.log)):
+                result = build_shard(table, plan, shard)
         except MaintenanceError as exc:
             raise task_exception(f"table {table_name} index build shard {self.shard}", exc) from exc
         self.log.info("%s index %s shard %d of %d: %d entries in %d region files", table_name, plan.index, shard,

@@ -140,7 +140,7 @@ class IcebergFinishOrphanShardsOperator(BaseOperator):
                               datetime.now(UTC), ())
             with failures_recorded(run, self.log):
                 report = finish_sharded_scan(run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES],
-                                             progress=run.saved.progress)
+                                             on_stage=run.saved.stage)
             return publish_report(context, run, report, self.log)
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table}", exc) from exc

@@ -38,6 +38,7 @@ from airflow_iceberg_maint.orphans.removal import (
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _SavedReport:
     def write(self, body: Mapping[str, Any], stage: str, error: str | None = None) -> None:
         write_report(self.uri, {**body, "stage": stage, "error": error}, self.io_properties)
 
-    def progress(self, report: OrphanReport, stage: str) -> None:
+    def stage(self, report: OrphanReport, stage: str) -> None:
         self.last = {**report.to_json(), "stage": stage}
         if stage == "planned":
             self.write(self.last, stage)
@@ -260,9 +261,9 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
 
     def _run(self, context: Context) -> dict[str, Any]:
         run = self._prepare(context)
-        with failures_recorded(run, self.log):
+        with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
             report = remove_orphan_files(run.table, run.options, now=run.now, sources=[INDEX_FILES],
-                                         progress=run.saved.progress)
+                                         on_stage=run.saved.stage)
         return publish_report(context, run, report, self.log)
 
     def _other_tables(self, catalog: Catalog) -> list[TablePaths] | None:
