@@ -35,6 +35,8 @@ class TaskLog(Protocol):
 
     def warning(self, msg: str, /, *args: Any) -> Any: ...
 
+    def error(self, msg: str, /, *args: Any) -> Any: ...
+
 def default_report_base() -> str:
     """``[iceberg_maint] report_location``, else ``$AIRFLOW_HOME/iceberg_maint/reports`` as a ``file://`` URI."""
     return config.report_location()

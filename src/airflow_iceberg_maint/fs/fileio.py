@@ -68,6 +68,30 @@ class FileIOStorage:
             if all(keep(part) for part in name[len(base) + 1 :].split("/")):
                 yield FileInfo(f"{self.scheme}://{name}", int(info.get("size") or 0), _mtime(info))
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        base = self._name(directory.rstrip("/"))
+        try:
+            entries = self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            entries = []
+        except OSError as exc:
+            raise StorageError(f"{directory}: cannot be listed ({type(exc).__name__}: {exc})") from exc
+        self.list_calls += 1
+        files: list[FileInfo] = []
+        dirs: list[str] = []
+        for entry in entries:
+            name = entry["name"].rstrip("/")
+            if not name.startswith(base + "/"):
+                continue
+            child = name[len(base) + 1 :]
+            if "/" in child or not keep(child):
+                continue
+            if entry.get("type") == "directory":
+                dirs.append(child)
+            elif entry.get("type") == "file":
+                files.append(FileInfo(f"{self.scheme}://{name}", int(entry.get("size") or 0), _mtime(entry)))
+        return files, dirs
+
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
         outcome = DeleteOutcome()
 

@@ -41,6 +41,26 @@ class LocalStorage:
             except FileNotFoundError:
                 continue  # removed while listing; nothing under it to consider
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        prefix = directory.rstrip("/")
+        files: list[FileInfo] = []
+        dirs: list[str] = []
+        try:
+            with os.scandir(local_path(prefix)) as entries:
+                self.list_calls += 1
+                for entry in entries:
+                    if entry.is_symlink() or not keep(entry.name):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry.name)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        files.append(FileInfo(f"{prefix}/{entry.name}", st.st_size,
+                                              datetime.fromtimestamp(st.st_mtime, UTC)))
+        except FileNotFoundError:
+            pass  # removed since it was listed: nothing under it to consider
+        return files, dirs
+
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
         outcome = DeleteOutcome()
 

@@ -101,6 +101,20 @@ class S3Storage:
                         depth_of[sub] = depth - 1
                         pending.append(sub)
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        bucket, prefix = uri.authority, uri.path.lstrip("/") + "/"
+        head = f"{uri.scheme}://{bucket}/"
+        objects, prefixes = self._list_prefix(bucket, prefix, 1)
+        files = [
+            FileInfo(head + obj["Key"], int(obj.get("Size", 0)), obj.get("LastModified"))
+            for obj in objects
+            if not obj["Key"].endswith("/") and keep(obj["Key"][len(prefix) :])
+        ]
+        names = [p[len(prefix) : -1] for p in prefixes]  # each ends with the delimiter
+        dirs = [name for name in names if not name or keep(name)]
+        return files, dirs
+
     # Deletion
 
     def _send_delete(self, bucket: str, keys: list[str]) -> dict[str, str | None]:

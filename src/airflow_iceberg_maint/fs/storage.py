@@ -47,6 +47,15 @@ class SupportsPrefixListing(Protocol):
         """Every regular file below ``root`` whose components below the root all pass ``keep``."""
         ...
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        """The files directly in ``directory``, spelled as ``list_files`` spells them, and the names of its
+        sub-directories (``""`` for an S3 prefix ending in ``//``).
+
+        Names that fail ``keep`` and symlinks are left out; a sharded scan lists each
+        sub-directory with ``list_files`` on its own.
+        """
+        ...
+
 
 class SupportsBulkDelete(Protocol):
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
