@@ -200,7 +200,8 @@ def test_refresh_logs_its_phases_in_the_task_log(catalog: SqlCatalog, context: d
     out = capsys.readouterr().out
     assert f"reading data files: 0 of {files}, started" in out
     assert f"reading data files: {files} of {files}, done" in out
-    assert f"building regions: {result['region_files_written']} of {result['region_files_written']}, done" in out
+    # The number of regions is known only once the merge ends: no total.
+    assert f"building regions: {result['region_files_written']}, done" in out
 
 
 def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog, context: dict) -> None:
