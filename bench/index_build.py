@@ -61,7 +61,7 @@ def make_table(root: Path, kind: str, rows: int, file_rows: int) -> None:
         pq.write_table(pa.table({name: _keys(kind, min(file_rows, rows - start), number + 1)}), path)
         paths.append(f"file://{path}")
     for at in range(0, len(paths), 50):
-        table.add_files(paths[at:at + 50])
+        table.add_files(paths[at : at + 50])
 
 
 def _load(root: Path) -> Any:
@@ -88,8 +88,14 @@ def child_build(root: Path, kind: str, budget: int | None, engine: str) -> dict[
     else:
         entries, regions, tracking = _duckdb_build(table, name, budget, root)
     seconds = time.perf_counter() - started
-    return {"seconds": round(seconds, 1), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "rss_after_imports_mib": baseline // 1024, "entries": entries, "regions": regions, "tracking": tracking}
+    return {
+        "seconds": round(seconds, 1),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "rss_after_imports_mib": baseline // 1024,
+        "entries": entries,
+        "regions": regions,
+        "tracking": tracking,
+    }
 
 
 def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tuple[int, int, str]:
@@ -135,8 +141,11 @@ def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tupl
         size += entry_bytes(entries)
         rows += entries.num_rows
         con.register("part", part)
-        con.execute("INSERT INTO entries SELECT * FROM part" if rows > entries.num_rows
-                    else "CREATE TABLE entries AS SELECT * FROM part")
+        con.execute(
+            "INSERT INTO entries SELECT * FROM part"
+            if rows > entries.num_rows
+            else "CREATE TABLE entries AS SELECT * FROM part"
+        )
         con.unregister("part")
     order = ", ".join(f"k{i} ASC NULLS FIRST" for i in range(len(layout.ordering)))
     columns = ", ".join(f'"{f.name}"' for f in layout.region_schema)

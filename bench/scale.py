@@ -64,13 +64,19 @@ class CountingProxy(FaultProxy):
 
 
 def _s3(endpoint: str):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                        region_name="us-east-1")
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
 
 
 def catalog(work: Path, endpoint: str) -> SqlCatalog:
-    return SqlCatalog("scale", uri=f"sqlite:///{work}/catalog.db", warehouse=f"s3://{BUCKET}/wh",
-                      **{"s3.endpoint": endpoint, **CREDS})
+    return SqlCatalog(
+        "scale", uri=f"sqlite:///{work}/catalog.db", warehouse=f"s3://{BUCKET}/wh", **{"s3.endpoint": endpoint, **CREDS}
+    )
 
 
 def build(work: Path, endpoint: str, files: int, orphans: int, snapshots: int) -> None:
@@ -108,14 +114,31 @@ def build(work: Path, endpoint: str, files: int, orphans: int, snapshots: int) -
     for s in range(snapshots):
         with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
             for path in keys[s * per : (s + 1) * per]:
-                append.append_data_file(DataFile.from_args(
-                    content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-                    partition=Record(), record_count=1, file_size_in_bytes=1))
+                append.append_data_file(
+                    DataFile.from_args(
+                        content=DataFileContent.DATA,
+                        file_path=path,
+                        file_format=FileFormat.PARQUET,
+                        partition=Record(),
+                        record_count=1,
+                        file_size_in_bytes=1,
+                    )
+                )
     s3.put_object(Bucket=BUCKET, Key=marker, Body=b"")
     (work / marker).touch()
-    print(json.dumps({"build": {"files": files, "orphans": orphans, "snapshots": snapshots,
-                                "put_seconds": round(put_seconds, 1),
-                                "total_seconds": round(time.perf_counter() - started, 1)}}))
+    print(
+        json.dumps(
+            {
+                "build": {
+                    "files": files,
+                    "orphans": orphans,
+                    "snapshots": snapshots,
+                    "put_seconds": round(put_seconds, 1),
+                    "total_seconds": round(time.perf_counter() - started, 1),
+                }
+            }
+        )
+    )
 
 
 def step(args: argparse.Namespace) -> None:
@@ -133,8 +156,9 @@ def step(args: argparse.Namespace) -> None:
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])
         out = {"orphans": report.orphan_file_count, "listed": report.files_listed}
     elif args.step == "plan":
-        out = plan_sharded_scan(table, options, shards=args.shards, scratch=scratch, io_properties=io,
-                                sources=[INDEX_FILES]).to_json()
+        out = plan_sharded_scan(
+            table, options, shards=args.shards, scratch=scratch, io_properties=io, sources=[INDEX_FILES]
+        ).to_json()
     elif args.step == "shard":
         out = run_shard(table, scratch, args.index, io)
     elif args.step == "match":
@@ -150,8 +174,23 @@ def step(args: argparse.Namespace) -> None:
 def measure(args: argparse.Namespace, proxy: CountingProxy, name: str, *extra: str) -> dict:
     before = Counter(proxy.kinds)
     started = time.perf_counter()
-    command = [sys.executable, __file__, "--work", args.work, "--endpoint", proxy.url, "--cutoff", args.cutoff,
-               "--run", args.run, "--shards", str(args.shards), "--step", name, *extra]
+    command = [
+        sys.executable,
+        __file__,
+        "--work",
+        args.work,
+        "--endpoint",
+        proxy.url,
+        "--cutoff",
+        args.cutoff,
+        "--run",
+        args.run,
+        "--shards",
+        str(args.shards),
+        "--step",
+        name,
+        *extra,
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": "src"})
     out = child.stdout.read() if child.stdout else b""
     status = child.wait()
@@ -159,8 +198,13 @@ def measure(args: argparse.Namespace, proxy: CountingProxy, name: str, *extra: s
         raise SystemExit(f"step {name} {extra} failed ({status})")
     requests = {k: v - before.get(k, 0) for k, v in proxy.kinds.items() if v - before.get(k, 0)}
     found = json.loads(out.decode().strip().splitlines()[-1])
-    result = {"step": name + (f" {extra[1]}" if extra else ""), "seconds": round(time.perf_counter() - started, 2),
-              "peak_rss_mb": found.pop("peak_rss_mb"), "requests": requests, "result": found}
+    result = {
+        "step": name + (f" {extra[1]}" if extra else ""),
+        "seconds": round(time.perf_counter() - started, 2),
+        "peak_rss_mb": found.pop("peak_rss_mb"),
+        "requests": requests,
+        "result": found,
+    }
     print(json.dumps(result), flush=True)
     return result
 
@@ -183,8 +227,11 @@ def main() -> None:
         return
     server = None
     if not args.endpoint:
-        server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-p", "31999"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "moto_server"), "-p", "31999"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         args.endpoint = "http://127.0.0.1:31999"
         time.sleep(3)
     try:
@@ -203,15 +250,24 @@ def main() -> None:
         total: Counter[str] = Counter()
         for s in sharded:
             total.update(s["requests"])
-        print(json.dumps({"summary": {
-            "files": args.files, "orphans": args.orphans, "shards": args.shards,
-            "single_seconds": steps[0]["seconds"], "single_peak_rss_mb": steps[0]["peak_rss_mb"],
-            "single_requests": steps[0]["requests"],
-            "sharded_critical_path_seconds": round(sum(max(s["seconds"] for s in by[n]) for n in by), 2),
-            "sharded_task_seconds": round(sum(s["seconds"] for s in sharded), 2),
-            "sharded_peak_rss_mb_per_task": max(s["peak_rss_mb"] for s in sharded),
-            "sharded_requests": dict(total),
-        }}))
+        print(
+            json.dumps(
+                {
+                    "summary": {
+                        "files": args.files,
+                        "orphans": args.orphans,
+                        "shards": args.shards,
+                        "single_seconds": steps[0]["seconds"],
+                        "single_peak_rss_mb": steps[0]["peak_rss_mb"],
+                        "single_requests": steps[0]["requests"],
+                        "sharded_critical_path_seconds": round(sum(max(s["seconds"] for s in by[n]) for n in by), 2),
+                        "sharded_task_seconds": round(sum(s["seconds"] for s in sharded), 2),
+                        "sharded_peak_rss_mb_per_task": max(s["peak_rss_mb"] for s in sharded),
+                        "sharded_requests": dict(total),
+                    }
+                }
+            )
+        )
     finally:
         if server is not None:
             server.terminate()

@@ -32,21 +32,52 @@ def _prepare(root: Path, tables: int) -> None:
     now = datetime.now(UTC)
     names = [f"bench.t{i:05d}" for i in range(tables)]
     for i, name in enumerate(names):
-        record_attempt(states, table_uuid=f"00000000-0000-0000-0000-{i:012d}", table=name,
-                       at=now - timedelta(days=i % 10), dry_run=i % 3 == 0, succeeded=True,
-                       counts={"orphan_file_count": i, "orphan_bytes": i * 1000, "deleted_file_count": i,
-                               "failed_count": 0},
-                       report=f"s3://ops/reports/iceberg_orphan_cleanup_scheduled/run/{name}.json")
-        lag = {"snapshots_behind": i % 4, "lag_seconds": float(i % 4 * 60), "lagging": i % 4 > 1, "reasons": [],
-               "checked_at": now.isoformat()}
-        records.put(index_lag_key(name), {"table": name, "indexes": {"by_id": {"index": "by_id", **lag},
-                                                                      "by_kind": {"index": "by_kind", **lag}}}, "")
-    (root / "policies.yaml").write_text(yaml.safe_dump([{
-        "name": "weekly", "type": "system_iceberg_orphan_file_removal", "minIntervalDays": 7,
-        "tables": ["bench.*"], "content": {"olderThanDays": 3}}]))
-    (root / "indexes.yaml").write_text(yaml.safe_dump([
-        {"table": name, "indexes": [{"name": "by_id", "ordering": "id"}, {"name": "by_kind", "ordering": "kind"}]}
-        for name in names]))
+        record_attempt(
+            states,
+            table_uuid=f"00000000-0000-0000-0000-{i:012d}",
+            table=name,
+            at=now - timedelta(days=i % 10),
+            dry_run=i % 3 == 0,
+            succeeded=True,
+            counts={"orphan_file_count": i, "orphan_bytes": i * 1000, "deleted_file_count": i, "failed_count": 0},
+            report=f"s3://ops/reports/iceberg_orphan_cleanup_scheduled/run/{name}.json",
+        )
+        lag = {
+            "snapshots_behind": i % 4,
+            "lag_seconds": float(i % 4 * 60),
+            "lagging": i % 4 > 1,
+            "reasons": [],
+            "checked_at": now.isoformat(),
+        }
+        records.put(
+            index_lag_key(name),
+            {"table": name, "indexes": {"by_id": {"index": "by_id", **lag}, "by_kind": {"index": "by_kind", **lag}}},
+            "",
+        )
+    (root / "policies.yaml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "weekly",
+                    "type": "system_iceberg_orphan_file_removal",
+                    "minIntervalDays": 7,
+                    "tables": ["bench.*"],
+                    "content": {"olderThanDays": 3},
+                }
+            ]
+        )
+    )
+    (root / "indexes.yaml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "table": name,
+                    "indexes": [{"name": "by_id", "ordering": "id"}, {"name": "by_kind", "ordering": "kind"}],
+                }
+                for name in names
+            ]
+        )
+    )
     os.environ["AIRFLOW__ICEBERG_MAINT__STATE_URL"] = url
     os.environ["AIRFLOW__ICEBERG_MAINT__POLICY_FILE"] = str(root / "policies.yaml")
     os.environ["AIRFLOW__ICEBERG_MAINT__INDEX_DEFINITIONS_FILE"] = str(root / "indexes.yaml")
@@ -72,8 +103,10 @@ def main() -> None:
                 first = elapsed  # parses the definition files
             else:
                 seconds.append(elapsed)
-        print(f"status page, {args.tables} tables: first view {first:.3f} s (parses the files), "
-              f"then median {statistics.median(seconds):.3f} s over {args.repeat} views, {size / 1e6:.2f} MB of HTML")
+        print(
+            f"status page, {args.tables} tables: first view {first:.3f} s (parses the files), "
+            f"then median {statistics.median(seconds):.3f} s over {args.repeat} views, {size / 1e6:.2f} MB of HTML"
+        )
 
 
 if __name__ == "__main__":

@@ -27,13 +27,19 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 def gcs_props(endpoint: str) -> dict[str, str]:
     """gcs.* properties for an emulator. Any token will do; without one pyarrow's filesystem asks the
     metadata server for credentials and hangs."""
-    return {"gcs.service.host": endpoint, "gcs.project-id": "test", "gcs.oauth2.token": "test",
-            "gcs.oauth2.token-expires-at": str(int(time.time() + 86400) * 1000)}
+    return {
+        "gcs.service.host": endpoint,
+        "gcs.project-id": "test",
+        "gcs.oauth2.token": "test",
+        "gcs.oauth2.token-expires-at": str(int(time.time() + 86400) * 1000),
+    }
 
 
 def azure_props(blob_endpoint: str) -> dict[str, str]:
-    conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={blob_endpoint};")
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint={blob_endpoint};"
+    )
     return {"adls.connection-string": conn, "adls.account-name": AZURITE_ACCOUNT}
 
 
@@ -75,8 +81,13 @@ def s3_endpoint() -> str:
 def s3_bucket(s3_endpoint: str) -> Iterator[str]:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     yield bucket
@@ -118,9 +129,16 @@ def glue_catalog(s3_endpoint: str, s3_bucket: str) -> Any:
 
 def glue_properties(s3_endpoint: str, s3_bucket: str) -> dict[str, str]:
     """The catalog properties of a Glue catalog on the local server (also an ``iceberg`` connection's extra)."""
-    return {"type": "glue", "glue.endpoint": s3_endpoint, "glue.region": "us-east-1",
-            "glue.access-key-id": "testing", "glue.secret-access-key": "testing",
-            "s3.endpoint": s3_endpoint, **S3_PROPS, "warehouse": f"s3://{s3_bucket}/warehouse"}
+    return {
+        "type": "glue",
+        "glue.endpoint": s3_endpoint,
+        "glue.region": "us-east-1",
+        "glue.access-key-id": "testing",
+        "glue.secret-access-key": "testing",
+        "s3.endpoint": s3_endpoint,
+        **S3_PROPS,
+        "warehouse": f"s3://{s3_bucket}/warehouse",
+    }
 
 
 def _gcs_catalog(tmp_path: Path, endpoint: str) -> tuple[SqlCatalog, dict[str, str]]:

@@ -28,8 +28,10 @@ from tests.orphans.scenario import SCHEMA, rows
 SCRIPT = Path(sys.executable).with_name("iceberg-maint")
 CUTOFF = "2024-06-01T00:00:00+00:00"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-ZERO_DAYS = ("WARNING airflow_iceberg_maint.orphans.removal: older_than_days is 0: every unreferenced file is "
-             "eligible, including files of in-flight writes")
+ZERO_DAYS = (
+    "WARNING airflow_iceberg_maint.orphans.removal: older_than_days is 0: every unreferenced file is "
+    "eligible, including files of in-flight writes"
+)
 
 
 @pytest.fixture
@@ -63,8 +65,13 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def _on_terminals(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """Run with stdout and stderr each on a pseudo-terminal; their text with the terminal's CRLF undone."""
     masters, slaves = zip(*(pty.openpty() for _ in range(2)), strict=True)
-    process = subprocess.Popen([str(SCRIPT), *args], env={**env, "TERM": "xterm", "COLUMNS": "120"},
-                               stdin=subprocess.DEVNULL, stdout=slaves[0], stderr=slaves[1])
+    process = subprocess.Popen(
+        [str(SCRIPT), *args],
+        env={**env, "TERM": "xterm", "COLUMNS": "120"},
+        stdin=subprocess.DEVNULL,
+        stdout=slaves[0],
+        stderr=slaves[1],
+    )
     for fd in slaves:
         os.close(fd)
     outputs: list[bytes] = [b"", b""]
@@ -165,8 +172,11 @@ def test_forced_display_shows_phases_and_leaves_stdout_alone(env, table):
     _same_report({**json.loads(dry.stdout), "dry_run": False, "deleted_file_count": 1, "delete_requests": 1}, report)
     shown = ANSI.sub("", real.stderr)
     listed, manifests = report["files_listed"], report["manifests_read"]
-    for name, done, total in [("listing", listed, listed), ("reading manifests", manifests, manifests),
-                              ("deleting", 1, 1)]:
+    for name, done, total in [
+        ("listing", listed, listed),
+        ("reading manifests", manifests, manifests),
+        ("deleting", 1, 1),
+    ]:
         assert _bar(name, done, total).search(shown), (name, shown)
 
 
@@ -191,8 +201,14 @@ def test_forced_display_shows_index_refresh_phases(env, table):
 
 def test_auto_display_is_off_when_only_stderr_is_a_terminal(env, table):
     master, slave = pty.openpty()
-    done = subprocess.run([str(SCRIPT), "orphans", "db.t", "--older-than", CUTOFF, "--dry-run"], env=env,
-                          stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
+    done = subprocess.run(
+        [str(SCRIPT), "orphans", "db.t", "--older-than", CUTOFF, "--dry-run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        timeout=120,
+    )
     os.close(slave)
     try:
         err = os.read(master, 65536)

@@ -51,8 +51,9 @@ def test_orphan_removal_dry_run_then_real(glue_catalog: GlueCatalog) -> None:
 def test_other_glue_tables_under_the_location_are_kept(glue_catalog: GlueCatalog) -> None:
     outer = glue_table(glue_catalog, "outer")
     inner_id = f"{glue_catalog.test_namespace}.inner"
-    inner = glue_catalog.create_table(inner_id, pa.schema([("id", pa.int64())]),
-                                      location=f"{outer.location()}/data/nested")
+    inner = glue_catalog.create_table(
+        inner_id, pa.schema([("id", pa.int64())]), location=f"{outer.location()}/data/nested"
+    )
     inner.append(pa.table({"id": [9]}))
     files = Files(outer)
     inner_files = files.all_files(inner.location())

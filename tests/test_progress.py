@@ -60,7 +60,9 @@ def test_orphan_run_reports_listing_manifests_and_deleting(sqlite_catalog, caplo
     # The re-check's walk continues the phase: 3 manifests (one an append), none new.
     assert report.manifests_read == 3
     assert _lines(caplog, "reading manifests") == [
-        "reading manifests: 0, started", "reading manifests: 3 of 3, done", "reading manifests: 3 of 3, done"
+        "reading manifests: 0, started",
+        "reading manifests: 3 of 3, done",
+        "reading manifests: 3 of 3, done",
     ]
     assert _lines(caplog, "deleting") == ["deleting: 0 of 2, started", "deleting: 2 of 2, done"]
 
@@ -71,14 +73,18 @@ def test_deletes_in_steps_report_each_step(sqlite_catalog, caplog, monkeypatch):
     monkeypatch.setattr(removal, "DELETE_STEP_PER_WORKER", 1)  # one file a step with one worker
     caplog.set_level(logging.INFO, LOGGER)
     with reporting(LoggingReporter(logging.getLogger(LOGGER), interval=0)):
-        report = remove_orphan_files(table, OrphanOptions(only_this_table=True, max_concurrent_deletes=1),
-                                     sources=[INDEX_FILES])
+        report = remove_orphan_files(
+            table, OrphanOptions(only_this_table=True, max_concurrent_deletes=1), sources=[INDEX_FILES]
+        )
 
     assert report.deleted_file_count == 3 and report.failed == [] and report.delete_requests == 3
     assert not any(os.path.exists(p.removeprefix("file://")) for p in orphans)
     assert _lines(caplog, "deleting") == [
-        "deleting: 0 of 3, started", "deleting: 1 of 3, in progress", "deleting: 2 of 3, in progress",
-        "deleting: 3 of 3, in progress", "deleting: 3 of 3, done",
+        "deleting: 0 of 3, started",
+        "deleting: 1 of 3, in progress",
+        "deleting: 2 of 3, in progress",
+        "deleting: 3 of 3, in progress",
+        "deleting: 3 of 3, done",
     ]
 
 
@@ -97,7 +103,9 @@ def test_full_and_incremental_refresh_report_data_files_and_regions(sqlite_catal
         f"reading data files: {files} of {files}, done",
     ]
     assert _lines(caplog, "building regions") == [
-        "building regions: 0, started", "building regions: 1, in progress", "building regions: 1, done",
+        "building regions: 0, started",
+        "building regions: 1, in progress",
+        "building regions: 1, done",
     ]
 
     caplog.clear()
@@ -105,10 +113,11 @@ def test_full_and_incremental_refresh_report_data_files_and_regions(sqlite_catal
     with reporting(LoggingReporter(logging.getLogger(LOGGER), interval=3600)):
         incremental = refresh_index(table, "ix")
     assert incremental.mode == "incremental"
-    assert _lines(caplog, "reading data files") == ["reading data files: 0 of 1, started",
-                                                    "reading data files: 1 of 1, done"]
-    assert _lines(caplog, "building regions") == ["building regions: 0 of 1, started",
-                                                  "building regions: 1 of 1, done"]
+    assert _lines(caplog, "reading data files") == [
+        "reading data files: 0 of 1, started",
+        "reading data files: 1 of 1, done",
+    ]
+    assert _lines(caplog, "building regions") == ["building regions: 0 of 1, started", "building regions: 1 of 1, done"]
 
 
 def test_without_a_reporter_phases_report_nothing(caplog):

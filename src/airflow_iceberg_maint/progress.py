@@ -80,15 +80,13 @@ class Phase:
 class InfoLogger(Protocol):
     """A ``logging.Logger``, or a task's logger in Airflow (structlog), which formats the same way."""
 
-    def info(self, message: Any, /, *args: Any) -> Any:
-        ...
+    def info(self, message: Any, /, *args: Any) -> Any: ...
 
 
 class LoggingReporter:
     """Logs each phase when it starts and ends, and its count at most every ``interval`` seconds in between."""
 
-    def __init__(self, logger: InfoLogger, interval: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, logger: InfoLogger, interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.logger, self.interval, self.clock = logger, interval, clock
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()

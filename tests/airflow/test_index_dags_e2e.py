@@ -41,8 +41,13 @@ def asset_events(uri: str) -> list[tuple[str | None, str | None]]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-                .filter(AssetModel.uri == uri).order_by(AssetEvent.id).all())
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == uri)
+            .order_by(AssetEvent.id)
+            .all()
+        )
         return [(row.source_dag_id, row.source_run_id) for row in rows]
 
 
@@ -52,16 +57,23 @@ def queued_for(dag_id: str) -> list[str]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = (session.query(AssetModel.uri).join(AssetDagRunQueue, AssetDagRunQueue.asset_id == AssetModel.id)
-                .filter(AssetDagRunQueue.target_dag_id == dag_id).all())
+        rows = (
+            session.query(AssetModel.uri)
+            .join(AssetDagRunQueue, AssetDagRunQueue.asset_id == AssetModel.id)
+            .filter(AssetDagRunQueue.target_dag_id == dag_id)
+            .all()
+        )
         return [uri for (uri,) in rows]
 
 
 def lag_watcher(dag: object) -> IcebergIndexLagEventTrigger:
     """The events_by_id lag watcher of the DAG's table asset, inflated from its serialized form."""
     [asset] = dag.timetable.asset_condition.objects
-    [watcher] = [w.trigger for w in asset.watchers
-                 if isinstance(w.trigger, IcebergIndexLagEventTrigger) and w.trigger.indexes == ["events_by_id"]]
+    [watcher] = [
+        w.trigger
+        for w in asset.watchers
+        if isinstance(w.trigger, IcebergIndexLagEventTrigger) and w.trigger.indexes == ["events_by_id"]
+    ]
     _, kwargs = watcher.serialize()
     return IcebergIndexLagEventTrigger(**{**kwargs, "poll_interval": 0.05})
 
@@ -106,14 +118,21 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
     # and runs (finding nothing to delete).
     run_id, states = maintain(dags, EVENT)
     assert states == {
-        ("tables_to_maintain", -1): "success", ("create_missing_indexes", -1): "success",
-        ("check_index_lag", -1): "success", ("commit_index_extract", 0): "success",
-        ("indexes_to_shard", -1): "success", ("plan_index_shards", -1): "success",
-        ("build_index_shard", 0): "success", ("build_index_shard", 1): "success",
-        ("sharded_builds_to_commit", -1): "success", ("commit_sharded_extract", 0): "success",
+        ("tables_to_maintain", -1): "success",
+        ("create_missing_indexes", -1): "success",
+        ("check_index_lag", -1): "success",
+        ("commit_index_extract", 0): "success",
+        ("indexes_to_shard", -1): "success",
+        ("plan_index_shards", -1): "success",
+        ("build_index_shard", 0): "success",
+        ("build_index_shard", 1): "success",
+        ("sharded_builds_to_commit", -1): "success",
+        ("commit_sharded_extract", 0): "success",
         ("indexes_to_expire", -1): "success",
-        ("expire_index_extracts", 0): "success", ("expire_index_extracts", 1): "success",
-        ("evaluate_orphan_removal", -1): "success", ("remove_orphan_files", 0): "success",
+        ("expire_index_extracts", 0): "success",
+        ("expire_index_extracts", 1): "success",
+        ("evaluate_orphan_removal", -1): "success",
+        ("remove_orphan_files", 0): "success",
     }
     assert [r["created"] for r in xcom(EVENT, run_id, "create_missing_indexes")] == [True, True]
     assert xcom(EVENT, run_id, "remove_orphan_files", map_index=0)["orphan_file_count"] == 0
@@ -121,7 +140,12 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
         assert extract_snapshots(catalog, index) == [first["snapshot_id"]]
     sharded = xcom(EVENT, run_id, "commit_sharded_extract", map_index=0)
     assert {k: sharded[k] for k in ("index", "shards", "mode", "committed", "entries")} == {
-        "index": "events_by_kind", "shards": 2, "mode": "full", "committed": True, "entries": 40}
+        "index": "events_by_kind",
+        "shards": 2,
+        "mode": "full",
+        "committed": True,
+        "entries": 40,
+    }
     assert sorted(xcom(EVENT, run_id, "build_index_shard", map_index=i)["entries"] for i in (0, 1)) == [20, 20]
     assert_lookups_exact(catalog, "events_by_kind", "kind", ["click", "view", "purchase", "signup"])
     assert_only_referenced_build_files(catalog, "events_by_kind")
@@ -154,7 +178,11 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
     assert xcom(EVENT, run_id, "check_index_lag") == [{"table": TABLE, "index": "events_by_id"}]
     commit = xcom(EVENT, run_id, "commit_index_extract", map_index=0)
     assert (commit["index"], commit["source_table_snapshot_id"], commit["entries"], commit["committed"]) == (
-        "events_by_id", second, 65, True)
+        "events_by_id",
+        second,
+        65,
+        True,
+    )
     assert (commit["requested_mode"], commit["mode"]) == ("incremental", "incremental")
     assert states[("remove_orphan_files", -1)] == "skipped"
     assert xcom(EVENT, run_id, "evaluate_orphan_removal", key="evaluations")[0]["due"] is False
@@ -168,8 +196,12 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
     # Once more: a third extract makes the expiry (retain_last 2) drop the oldest one.
     write(dags, 5)
     run_id, _ = maintain(dags, EVENT)
-    expired = {xcom(EVENT, run_id, "expire_index_extracts", map_index=i)["index"]:
-               len(xcom(EVENT, run_id, "expire_index_extracts", map_index=i)["expired_extract_ids"]) for i in (0, 1)}
+    expired = {
+        xcom(EVENT, run_id, "expire_index_extracts", map_index=i)["index"]: len(
+            xcom(EVENT, run_id, "expire_index_extracts", map_index=i)["expired_extract_ids"]
+        )
+        for i in (0, 1)
+    }
     assert expired == {"events_by_id": 1, "events_by_kind": 0}
     assert len(extract_snapshots(catalog, "events_by_id")) == 2
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 64, 69, 70])

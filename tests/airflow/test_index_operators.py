@@ -37,7 +37,8 @@ POLICIES = str(DAGS / "iceberg_maint_policies.yaml")
 
 def create(context: dict, **kwargs: object) -> list[dict]:
     return IcebergCreateMissingIndexesOperator(task_id="create", definitions_file=DEFINITIONS, **kwargs).execute(
-        context)
+        context
+    )
 
 
 def plan(context: dict) -> list[dict]:
@@ -51,10 +52,14 @@ def commit(context: dict, index: str, **kwargs: object) -> dict:
 def test_create_missing_indexes_once_and_skips_missing_tables(catalog: SqlCatalog, context: dict) -> None:
     assert create(context) == []  # the table does not exist yet
     events_table(catalog)
-    assert create(context) == [{"table": TABLE, "index": "events_by_id", "created": True},
-                               {"table": TABLE, "index": "events_by_kind", "created": True}]
-    assert create(context, tables=TABLE) == [{"table": TABLE, "index": "events_by_id", "created": False},
-                                             {"table": TABLE, "index": "events_by_kind", "created": False}]
+    assert create(context) == [
+        {"table": TABLE, "index": "events_by_id", "created": True},
+        {"table": TABLE, "index": "events_by_kind", "created": True},
+    ]
+    assert create(context, tables=TABLE) == [
+        {"table": TABLE, "index": "events_by_id", "created": False},
+        {"table": TABLE, "index": "events_by_kind", "created": False},
+    ]
     assert create(context, tables=["other.table"]) == []
     assert IndexStore(catalog.load_table(TABLE)).names() == ["events_by_id", "events_by_kind"]
 
@@ -67,22 +72,40 @@ def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, contex
     assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
     lags = context["ti"].pushed[LAGS_KEY]
     assert [(lag["index"], lag["extract_snapshot_id"], lag["reasons"]) for lag in lags] == [
-        ("events_by_id", None, ["no extract yet"]), ("events_by_kind", None, ["no extract yet"])]
-    assert context["ti"].pushed[EXPIRE_KEY] == [{"table": TABLE, "index": "events_by_id", "retain_last": 2},
-                                                {"table": TABLE, "index": "events_by_kind", "retain_last": 2}]
+        ("events_by_id", None, ["no extract yet"]),
+        ("events_by_kind", None, ["no extract yet"]),
+    ]
+    assert context["ti"].pushed[EXPIRE_KEY] == [
+        {"table": TABLE, "index": "events_by_id", "retain_last": 2},
+        {"table": TABLE, "index": "events_by_kind", "retain_last": 2},
+    ]
 
     first = commit(context, "events_by_id")
     assert first.pop("seconds") >= 0
     [extract_id] = extract_ids(catalog, "events_by_id")
-    assert first == {"table": TABLE, "index": "events_by_id", "requested_mode": "incremental",
-                     "extract_id": extract_id,
-                     "source_table_snapshot_id": snapshot, "mode": "full", "entries": 40,
-                     "region_files_written": 1, "region_files_reused": 0, "committed": True}
+    assert first == {
+        "table": TABLE,
+        "index": "events_by_id",
+        "requested_mode": "incremental",
+        "extract_id": extract_id,
+        "source_table_snapshot_id": snapshot,
+        "mode": "full",
+        "entries": 40,
+        "region_files_written": 1,
+        "region_files_reused": 0,
+        "committed": True,
+    }
     # A retry of a try that committed (or a full rebuild request for the same snapshot) commits nothing.
     for full in (False, True):
         assert commit(context, "events_by_id", full=full) == {
-            "table": TABLE, "index": "events_by_id", "requested_mode": "full" if full else "incremental",
-            "extract_id": extract_id, "source_table_snapshot_id": snapshot, "mode": None, "committed": False}
+            "table": TABLE,
+            "index": "events_by_id",
+            "requested_mode": "full" if full else "incremental",
+            "extract_id": extract_id,
+            "source_table_snapshot_id": snapshot,
+            "mode": None,
+            "committed": False,
+        }
     assert extract_snapshots(catalog, "events_by_id") == [snapshot]
     assert plan(context) == []
     assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
@@ -99,8 +122,7 @@ def test_thresholds_come_from_the_definitions(catalog: SqlCatalog, context: dict
     append(catalog, 5)
     # events_by_id lags at any new snapshot; events_by_kind only beyond 2 snapshots or 10 files.
     assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
-    assert [lag["reasons"] for lag in context["ti"].pushed[LAGS_KEY]] == [
-        ["2 snapshot(s) behind > 0"], []]
+    assert [lag["reasons"] for lag in context["ti"].pushed[LAGS_KEY]] == [["2 snapshot(s) behind > 0"], []]
     append(catalog, 5)
     assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
     assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
@@ -134,8 +156,13 @@ def test_expire_keeps_the_newest_and_a_retry_finds_nothing(catalog: SqlCatalog, 
     assert len(snapshots) == len(set(snapshots)) == 4
     expire = IcebergExpireIndexExtractsOperator(task_id="expire", table=TABLE, index="events_by_id", retain_last="2")
     result = expire.execute(context)
-    assert result == {"table": TABLE, "index": "events_by_id", "expired_extract_ids": ids[:2],
-                      "deleted_files": 4, "failed_count": 0}
+    assert result == {
+        "table": TABLE,
+        "index": "events_by_id",
+        "expired_extract_ids": ids[:2],
+        "deleted_files": 4,
+        "failed_count": 0,
+    }
     assert extract_snapshots(catalog, "events_by_id") == snapshots[2:]
     assert expire.execute(context)["expired_extract_ids"] == []
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 48, 49])
@@ -149,22 +176,27 @@ def test_bad_input_fails_without_retry(catalog: SqlCatalog, context: dict, tmp_p
     bad.write_text("- table: demo.events\n  indexes:\n    - name: by_x\n      ordering: nope\n")
     with pytest.raises(AirflowFailException, match=r"nope"):
         IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(bad)).execute(context)
-    bad.write_text("- table: demo.events\n  indexes:\n    - name: by_id\n      ordering: id\n"
-                   "      lag: {max_snapshot: 1}\n")
+    bad.write_text(
+        "- table: demo.events\n  indexes:\n    - name: by_id\n      ordering: id\n      lag: {max_snapshot: 1}\n"
+    )
     with pytest.raises(AirflowFailException, match=r"by_id\) lag: unknown key\(s\) max_snapshot"):
         IcebergIndexLagPlanOperator(task_id="p", definitions_file=str(bad)).execute(context)
     with pytest.raises(AirflowFailException, match=r"give --retain-last N, --older-than TIMESTAMP, or both"):
         create(context)
         IcebergExpireIndexExtractsOperator(task_id="e", table=TABLE, index="events_by_id").execute(context)
     with pytest.raises(AirflowFailException, match=r"argument older_than: timestamp .* needs a time zone"):
-        IcebergExpireIndexExtractsOperator(task_id="e", table=TABLE, index="events_by_id",
-                                           older_than="2026-01-01T00:00:00").execute(context)
+        IcebergExpireIndexExtractsOperator(
+            task_id="e", table=TABLE, index="events_by_id", older_than="2026-01-01T00:00:00"
+        ).execute(context)
 
 
 def test_orphan_evaluation_of_named_tables(catalog: SqlCatalog, context: dict) -> None:
     events_table(catalog)
-    jobs = IcebergOrphanDueTablesOperator(task_id="o", tables=[TABLE, "demo.missing"], policy_file=POLICIES,
-                                          ).execute(context)
+    jobs = IcebergOrphanDueTablesOperator(
+        task_id="o",
+        tables=[TABLE, "demo.missing"],
+        policy_file=POLICIES,
+    ).execute(context)
     assert len(jobs) == 1
     job = jobs[0]
     assert (job["table"], job["policy"], job["dry_run"]) == (TABLE, "remove_orphans_weekly", False)
@@ -186,12 +218,17 @@ def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: di
     append(catalog, 5)
     third = commit(context, "events_by_id", full="True")
     assert (third["requested_mode"], third["mode"], third["entries"], third["region_files_reused"]) == (
-        "full", "full", 50, 0)
+        "full",
+        "full",
+        50,
+        0,
+    )
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 40, 44, 45, 49, 50])
 
 
-def test_refresh_logs_its_phases_in_the_task_log(catalog: SqlCatalog, context: dict,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_refresh_logs_its_phases_in_the_task_log(
+    catalog: SqlCatalog, context: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     events_table(catalog)
     create(context)
     capsys.readouterr()
@@ -214,7 +251,8 @@ def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog,
     events_table(catalog, 80)
     create(context)
     shards = IcebergPlanIndexShardsOperator(
-        task_id="plan_shards", indexes=[{"table": TABLE, "index": "events_by_id", "shards": 3}]).execute(context)
+        task_id="plan_shards", indexes=[{"table": TABLE, "index": "events_by_id", "shards": 3}]
+    ).execute(context)
     [to_commit] = context["ti"].pushed[COMMITS_KEY]
     assert [s["shard"] for s in shards] == [0, 1, 2] and to_commit["index"] == "events_by_id"
     results = [IcebergBuildIndexShardOperator(task_id="shard", **s).execute(context) for s in shards]

@@ -22,8 +22,9 @@ def _dags() -> dict:
     return bag.dags
 
 
-def test_manual_dag_with_shards_previews_then_deletes_what_one_task_would(demo_tables: dict,
-                                                                          catalog: SqlCatalog) -> None:
+def test_manual_dag_with_shards_previews_then_deletes_what_one_task_would(
+    demo_tables: dict, catalog: SqlCatalog
+) -> None:
     dag = _dags()[MANUAL]
     orders = demo_tables["demo.orders"]
     single = dag.test(run_conf={"table": "demo.orders"})
@@ -34,7 +35,8 @@ def test_manual_dag_with_shards_previews_then_deletes_what_one_task_would(demo_t
     states = task_states(MANUAL, preview.run_id)
     assert states[("remove_orphan_files", -1)] == "skipped"
     assert {k: v for k, v in states.items() if k[0] in ("scan_orphan_shard", "match_orphan_shard")} == {
-        (task, i): "success" for task in ("scan_orphan_shard", "match_orphan_shard") for i in range(3)}
+        (task, i): "success" for task in ("scan_orphan_shard", "match_orphan_shard") for i in range(3)
+    }
     sharded = xcom(MANUAL, preview.run_id, "finish_orphan_shards")
     for key in ("orphan_file_count", "orphan_bytes", "deleted_file_count", "files_listed", "dry_run"):
         assert sharded[key] == one[key]
@@ -68,16 +70,22 @@ def test_a_failed_shard_fails_the_manual_run_and_deletes_nothing(demo_tables: di
     assert demo_tables["demo.orders"]["old"].exists()
 
 
-def test_scheduled_dag_with_shards_cleans_each_due_table(demo_tables: dict, catalog: SqlCatalog,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scheduled_dag_with_shards_cleans_each_due_table(
+    demo_tables: dict, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ICEBERG_MAINT_ORPHAN_SHARDS", "2")
     run = _dags()[SCHEDULED].test()
     assert run.state == "success"
     states = task_states(SCHEDULED, run.run_id)
     assert {k for k, v in states.items() if v == "success"} == {
-        ("plan_due_tables", -1), ("plan_orphan_shards", 0), ("plan_orphan_shards", 1), ("shard_items", -1),
+        ("plan_due_tables", -1),
+        ("plan_orphan_shards", 0),
+        ("plan_orphan_shards", 1),
+        ("shard_items", -1),
         *((task, i) for task in ("scan_orphan_shard", "match_orphan_shard") for i in range(4)),
-        ("remove_orphan_files", 0), ("remove_orphan_files", 1)}
+        ("remove_orphan_files", 0),
+        ("remove_orphan_files", 1),
+    }
     summaries = [xcom(SCHEDULED, run.run_id, "remove_orphan_files", map_index=i) for i in range(2)]
     assert {s["table"] for s in summaries} == {"demo.orders", "demo.events"}
     for summary in summaries:

@@ -21,36 +21,74 @@ from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
-POLICIES = parse_policies([
-    {"name": "weekly", "type": "system_iceberg_orphan_file_removal", "minIntervalDays": 7,
-     "tables": ["demo.*", "sales.orders"], "content": {}},
-])
+POLICIES = parse_policies(
+    [
+        {
+            "name": "weekly",
+            "type": "system_iceberg_orphan_file_removal",
+            "minIntervalDays": 7,
+            "tables": ["demo.*", "sales.orders"],
+            "content": {},
+        },
+    ]
+)
 
 
 def test_rows_come_from_records_and_files_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     store = SqlStateStore(url)
-    record_attempt(store, table_uuid="u-events", table="demo.events", at=NOW - timedelta(days=8), dry_run=False,
-                   succeeded=True, counts={"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2,
-                                           "failed_count": 0}, report="s3://ops/r/demo.events.json")
-    record_attempt(store, table_uuid="u-manual", table="other.t", at=NOW - timedelta(days=1), dry_run=True,
-                   succeeded=False, error="table 'other.t': gc.enabled=false")
+    record_attempt(
+        store,
+        table_uuid="u-events",
+        table="demo.events",
+        at=NOW - timedelta(days=8),
+        dry_run=False,
+        succeeded=True,
+        counts={"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2, "failed_count": 0},
+        report="s3://ops/r/demo.events.json",
+    )
+    record_attempt(
+        store,
+        table_uuid="u-manual",
+        table="other.t",
+        at=NOW - timedelta(days=1),
+        dry_run=True,
+        succeeded=False,
+        error="table 'other.t': gc.enabled=false",
+    )
     records = SqlRecords(url)
-    lag = {"index": "events_by_id", "snapshots_behind": 3, "lag_seconds": 42.0, "lagging": True,
-           "reasons": ["3 snapshot(s) behind > 0"], "checked_at": NOW.isoformat()}
+    lag = {
+        "index": "events_by_id",
+        "snapshots_behind": 3,
+        "lag_seconds": 42.0,
+        "lagging": True,
+        "reasons": ["3 snapshot(s) behind > 0"],
+        "checked_at": NOW.isoformat(),
+    }
     records.put(index_lag_key("demo.events"), {"table": "demo.events", "indexes": {"events_by_id": lag}}, "")
-    records.put("iceberg_maint.policy_tables", {"checked_at": NOW.isoformat(),
-                                                "tables": {"demo.events": "u-events", "demo.orders": "u-orders"}}, "")
-    rows = table_rows(POLICIES, load_index_definitions(DAGS / "iceberg_indexes.yaml"),
-                      Records.build(store.all(), records.items()), NOW)
+    records.put(
+        "iceberg_maint.policy_tables",
+        {"checked_at": NOW.isoformat(), "tables": {"demo.events": "u-events", "demo.orders": "u-orders"}},
+        "",
+    )
+    rows = table_rows(
+        POLICIES,
+        load_index_definitions(DAGS / "iceberg_indexes.yaml"),
+        Records.build(store.all(), records.items()),
+        NOW,
+    )
     body = {r.table: r.to_json() for r in rows}
     assert list(body) == ["demo.events", "demo.orders", "other.t", "sales.orders"]
     events = body["demo.events"]
     assert (events["policy"], events["due"], events["days_since_last_cleanup"]) == ("weekly", True, 8.0)
-    assert events["last_run"] == {"at": (NOW - timedelta(days=8)).isoformat(), "dry_run": False, "status": "success",
-                                  "counts": {"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2,
-                                             "failed_count": 0},
-                                  "error": None, "report": "s3://ops/r/demo.events.json"}
+    assert events["last_run"] == {
+        "at": (NOW - timedelta(days=8)).isoformat(),
+        "dry_run": False,
+        "status": "success",
+        "counts": {"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2, "failed_count": 0},
+        "error": None,
+        "report": "s3://ops/r/demo.events.json",
+    }
     assert events["indexes"] == [{"name": "events_by_id", "lag": lag}, {"name": "events_by_kind", "lag": None}]
     assert (body["demo.orders"]["due"], body["demo.orders"]["reason"]) == (True, "never cleaned: due")
     assert body["other.t"]["policy"] is None and body["other.t"]["due"] is False
@@ -59,8 +97,12 @@ def test_rows_come_from_records_and_files_only(tmp_path: Path) -> None:
 
 
 def test_a_hand_edited_record_is_skipped() -> None:
-    records = Records.from_variables([("iceberg_maint.index_lag.demo.events", "{not json"),
-                                      ("iceberg_maint.state.system_iceberg_orphan_file_removal.x", "[]")])
+    records = Records.from_variables(
+        [
+            ("iceberg_maint.index_lag.demo.events", "{not json"),
+            ("iceberg_maint.state.system_iceberg_orphan_file_removal.x", "[]"),
+        ]
+    )
     assert records == Records()
 
 
@@ -69,18 +111,22 @@ def test_lag_plan_records_every_lag(catalog: SqlCatalog, tmp_path: Path, context
 
     catalog.create_namespace("demo")
     catalog.create_table("demo.events", pa.schema([("id", pa.int64()), ("kind", pa.string())])).append(
-        pa.table({"id": [1], "kind": ["a"]}))
+        pa.table({"id": [1], "kind": ["a"]})
+    )
     url = f"sqlite:///{tmp_path}/state.db"
     from airflow_iceberg_maint.airflow.operators.index import IcebergCreateMissingIndexesOperator
 
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
-        context)
-    IcebergIndexLagPlanOperator(task_id="p", definitions_file=str(DAGS / "iceberg_indexes.yaml"),
-                                state_url=url).execute(context)
+        context
+    )
+    IcebergIndexLagPlanOperator(
+        task_id="p", definitions_file=str(DAGS / "iceberg_indexes.yaml"), state_url=url
+    ).execute(context)
     stored = SqlRecords(url).get(index_lag_key("demo.events"))
     assert sorted(stored["indexes"]) == ["events_by_id", "events_by_kind"]
     assert {(i["snapshots_behind"], i["lagging"], i["reasons"][0]) for i in stored["indexes"].values()} == {
-        (1, True, "no extract yet")}
+        (1, True, "no extract yet")
+    }
 
 
 def test_report_is_saved_before_anything_is_deleted(demo_tables: dict, catalog: SqlCatalog) -> None:

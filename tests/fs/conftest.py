@@ -58,9 +58,14 @@ class IamServer:
 
     def client(self, service: str, keys: Keys | None = None, token: str | None = None) -> Any:
         keys = keys or self.admin
-        return boto3.client(service, endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=keys.access_key, aws_secret_access_key=keys.secret_key,
-                            aws_session_token=token)
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=keys.access_key,
+            aws_secret_access_key=keys.secret_key,
+            aws_session_token=token,
+        )
 
     def bucket(self, *keys: str) -> str:
         """A new bucket holding ``keys`` (each a small object)."""
@@ -116,13 +121,22 @@ def iam_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IamServer]:
     log = tmp_path_factory.mktemp("moto-iam") / "moto.log"
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)}
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1",
-                                    "-p", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         _wait_for_port(port, process, log)
         endpoint = f"http://127.0.0.1:{port}"
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
-                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
         iam.create_user(UserName="admin")
         iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=policy(allow("*", "*")))
         key = iam.create_access_key(UserName="admin")["AccessKey"]

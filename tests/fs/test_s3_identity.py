@@ -64,10 +64,12 @@ def test_static_keys_list_and_batch_delete_as_that_user_only(iam_server: IamServ
 def test_client_keys_apply_and_s3_keys_win(iam_server: IamServer) -> None:
     bucket = iam_server.bucket(*FILES)
     user, nobody = iam_server.user(allow("s3:*", bucket_resources(bucket))), iam_server.user()
-    client_only = props_on(iam_server, **{"client.access-key-id": user.access_key,
-                                          "client.secret-access-key": user.secret_key})
+    client_only = props_on(
+        iam_server, **{"client.access-key-id": user.access_key, "client.secret-access-key": user.secret_key}
+    )
     assert listed(storage_for(f"s3://{bucket}/t", client_only), f"s3://{bucket}/t") == [
-        f"s3://{bucket}/{k}" for k in FILES]
+        f"s3://{bucket}/{k}" for k in FILES
+    ]
     # pyiceberg's precedence: s3.* over client.*
     both = {**client_only, **nobody.props()}
     with pytest.raises(StorageError, match="AccessDenied"):
@@ -81,12 +83,14 @@ def test_two_tables_with_different_credentials_in_one_run(iam_server: IamServer,
     users = [iam_server.user(allow("s3:*", bucket_resources(b))) for b in buckets]
     uri = f"sqlite:///{tmp_path}/catalog.db"
     # pyiceberg writes a new table's first metadata file with the catalog's keys: the administrator's here.
-    creator = SqlCatalog("default", uri=uri, warehouse=f"s3://{buckets[0]}/wh",
-                         **props_on(iam_server, iam_server.admin))
+    creator = SqlCatalog(
+        "default", uri=uri, warehouse=f"s3://{buckets[0]}/wh", **props_on(iam_server, iam_server.admin)
+    )
     creator.create_namespace("db")
     for i, (bucket, user) in enumerate(zip(buckets, users, strict=True)):
-        creator.create_table(f"db.t{i}", pa.schema([("id", pa.int64())]), location=f"s3://{bucket}/t{i}",
-                             properties=user.props())
+        creator.create_table(
+            f"db.t{i}", pa.schema([("id", pa.int64())]), location=f"s3://{bucket}/t{i}", properties=user.props()
+        )
     reader = iam_server.user(allow("s3:GetObject", [f"arn:aws:s3:::{b}/*" for b in buckets]))
     catalog = SqlCatalog("default", uri=uri, **props_on(iam_server, reader))
     tables, planted = [], []
@@ -105,8 +109,7 @@ def test_two_tables_with_different_credentials_in_one_run(iam_server: IamServer,
         assert len(table.scan().to_arrow()) == 1
 
 
-def test_role_assumed_through_sts_lists_and_deletes(iam_server: IamServer,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_role_assumed_through_sts_lists_and_deletes(iam_server: IamServer, monkeypatch: pytest.MonkeyPatch) -> None:
     bucket = iam_server.bucket(*FILES)
     role = iam_server.role(allow("s3:*", bucket_resources(bucket)))
     assumer = iam_server.user(allow("sts:AssumeRole", "*"))  # no S3 permission of its own
@@ -116,8 +119,9 @@ def test_role_assumed_through_sts_lists_and_deletes(iam_server: IamServer,
     with pytest.raises(StorageError, match="AccessDenied"):
         listed(storage_for(location, props_on(iam_server, assumer)), location)
 
-    storage = storage_for(location, props_on(iam_server, assumer, **{"s3.role-arn": role,
-                                                                      "s3.role-session-name": "maint-test"}))
+    storage = storage_for(
+        location, props_on(iam_server, assumer, **{"s3.role-arn": role, "s3.role-session-name": "maint-test"})
+    )
     assert listed(storage, location) == [f"s3://{bucket}/{k}" for k in FILES]
     outcome = storage.delete_files([f"s3://{bucket}/t/data/a.parquet"], 1)
     assert outcome.deleted == [f"s3://{bucket}/t/data/a.parquet"] and outcome.failed == []
@@ -131,7 +135,9 @@ def test_role_assumed_through_sts_lists_and_deletes(iam_server: IamServer,
 
     client_names = props_on(iam_server, assumer, **{"client.role-arn": role})
     assert listed(storage_for(location, client_names), location) == [
-        f"s3://{bucket}/t/data/b.parquet", f"s3://{bucket}/t/metadata/m.json"]
+        f"s3://{bucket}/t/data/b.parquet",
+        f"s3://{bucket}/t/metadata/m.json",
+    ]
 
 
 def test_role_without_any_credentials_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -140,8 +146,11 @@ def test_role_without_any_credentials_is_refused(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(InvalidInputError, match=r"property s3.role-arn='arn:aws:iam::123456789012:role/r': "
-                                                r"no credentials to assume the role with"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"property s3.role-arn='arn:aws:iam::123456789012:role/r': "
+        r"no credentials to assume the role with",
+    ):
         storage_for("s3://b/t", {"s3.role-arn": "arn:aws:iam::123456789012:role/r"})
 
 
@@ -149,14 +158,16 @@ def test_profiles_by_either_name(iam_server: IamServer, tmp_path: Path, monkeypa
     bucket = iam_server.bucket(*FILES)
     user = iam_server.user(allow("s3:*", bucket_resources(bucket)))
     credentials = tmp_path / "credentials"
-    credentials.write_text(f"[maint]\naws_access_key_id = {user.access_key}\n"
-                           f"aws_secret_access_key = {user.secret_key}\n")
+    credentials.write_text(
+        f"[maint]\naws_access_key_id = {user.access_key}\naws_secret_access_key = {user.secret_key}\n"
+    )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     location = f"s3://{bucket}/t"
     for name in ("s3.profile-name", "client.profile-name"):
         assert listed(storage_for(location, props_on(iam_server, **{name: "maint"})), location) == [
-            f"s3://{bucket}/{k}" for k in FILES]
+            f"s3://{bucket}/{k}" for k in FILES
+        ]
     with pytest.raises(InvalidInputError, match=r"property s3.profile-name='other': no such profile"):
         storage_for(location, props_on(iam_server, **{"s3.profile-name": "other"}))
 
@@ -270,26 +281,37 @@ def test_server_side_encryption_of_index_files(s3_endpoint: str, s3_bucket: str)
     props = {**S3_PROPS, "s3.endpoint": s3_endpoint, "s3.server-side-encryption": "AES256"}
     storage = storage_for(f"s3://{s3_bucket}/t", props)
     assert storage.create_exclusive(f"s3://{s3_bucket}/t/index/v1.json", b"{}") is True
-    head = boto3.client("s3", endpoint_url=s3_endpoint, **_client_keys()).head_object(Bucket=s3_bucket,
-                                                                                       Key="t/index/v1.json")
+    head = boto3.client("s3", endpoint_url=s3_endpoint, **_client_keys()).head_object(
+        Bucket=s3_bucket, Key="t/index/v1.json"
+    )
     assert head["ServerSideEncryption"] == "AES256"
 
 
 def test_remote_signing_and_the_switch_choose_the_fileio_filesystem(s3_endpoint: str) -> None:
     base = {**S3_PROPS, "s3.endpoint": s3_endpoint}
-    for setting in ({"s3.signer": "S3V4RestSigner", "s3.signer.uri": "http://127.0.0.1:1"},
-                    {"s3.remote-signing-enabled": "true"}, {"iceberg-maint.s3-client": "file-io"}):
+    for setting in (
+        {"s3.signer": "S3V4RestSigner", "s3.signer.uri": "http://127.0.0.1:1"},
+        {"s3.remote-signing-enabled": "true"},
+        {"iceberg-maint.s3-client": "file-io"},
+    ):
         assert isinstance(storage_for("s3://b/t", {**base, **setting}), FileIOStorage), setting
     assert isinstance(storage_for("s3://b/t", {**base, "iceberg-maint.s3-client": "boto3"}), S3Storage)
-    with pytest.raises(InvalidInputError, match=r"property iceberg-maint.s3-client='aws': expected one of boto3, "
-                                                r"file-io"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"property iceberg-maint.s3-client='aws': expected one of boto3, "
+        r"file-io",
+    ):
         storage_for("s3://b/t", {**base, "iceberg-maint.s3-client": "aws"})
 
 
 def test_orphan_removal_through_the_fileio_filesystem(tmp_path: Path, s3_endpoint: str, s3_bucket: str) -> None:
     """The fallback end to end: dry run, then the real run, exact files; index commits refused clearly."""
-    catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"s3://{s3_bucket}/wh",
-                         **{**S3_PROPS, "s3.endpoint": s3_endpoint, "iceberg-maint.s3-client": "file-io"})
+    catalog = SqlCatalog(
+        "default",
+        uri=f"sqlite:///{tmp_path}/catalog.db",
+        warehouse=f"s3://{s3_bucket}/wh",
+        **{**S3_PROPS, "s3.endpoint": s3_endpoint, "iceberg-maint.s3-client": "file-io"},
+    )
     catalog.create_namespace("db")
     table = catalog.create_table("db.t", pa.schema([("id", pa.int64())]))
     table.append(pa.table({"id": [1, 2]}))
@@ -313,6 +335,9 @@ def test_orphan_removal_through_the_fileio_filesystem(tmp_path: Path, s3_endpoin
 
     from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 
-    with pytest.raises(InvalidInputError, match=r"the table's FileIO filesystem \(ArrowFSWrapper\) cannot create a "
-                                                r"file only if none exists .*which index commits need"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"the table's FileIO filesystem \(ArrowFSWrapper\) cannot create a "
+        r"file only if none exists .*which index commits need",
+    ):
         IndexStore(table).create(new_index_metadata(table, "by_id", ["id"], [], False, {}), "by_id")

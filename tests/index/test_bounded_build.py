@@ -41,12 +41,16 @@ _HOT = 7  # a key held by one row in three: a hot key that spans regions when al
 
 
 def _rows(rng: random.Random, count: int) -> pa.Table:
-    longs = [None if rng.random() < 0.1 else _HOT if rng.random() < 0.33 else rng.randrange(-50, 50)
-             for _ in range(count)]
-    strings = [None if rng.random() < 0.1 else rng.choice(["", "a", "ab", "b", "é", "日本", "z" * 20, "hot", "hot"])
-               for _ in range(count)]
-    return pa.table({"k_long": longs, "k_str": strings, "k_float": [rng.choice(_FLOATS) for _ in range(count)]},
-                    schema=SCHEMA)
+    longs = [
+        None if rng.random() < 0.1 else _HOT if rng.random() < 0.33 else rng.randrange(-50, 50) for _ in range(count)
+    ]
+    strings = [
+        None if rng.random() < 0.1 else rng.choice(["", "a", "ab", "b", "é", "日本", "z" * 20, "hot", "hot"])
+        for _ in range(count)
+    ]
+    return pa.table(
+        {"k_long": longs, "k_str": strings, "k_float": [rng.choice(_FLOATS) for _ in range(count)]}, schema=SCHEMA
+    )
 
 
 def _table(catalog: Catalog) -> Table:
@@ -69,21 +73,31 @@ def _bits(value: Any) -> Any:
 
 
 def _stats(stats: dict[int, Any]) -> dict[int, Any]:
-    return {fid: _bits([s.lower_bound, s.upper_bound, s.null_value_count, s.group_max_value, s.has_group_max_value])
-            for fid, s in stats.items()}
+    return {
+        fid: _bits([s.lower_bound, s.upper_bound, s.null_value_count, s.group_max_value, s.has_group_max_value])
+        for fid, s in stats.items()
+    }
 
 
-@pytest.mark.parametrize("ordering", ["k_long", "k_str", "k_float", "k_str, k_float, k_long",
-                                      "bucket(4, k_long), k_long"])
+@pytest.mark.parametrize(
+    "ordering", ["k_long", "k_str", "k_float", "k_str, k_float, k_long", "bucket(4, k_long), k_long"]
+)
 @pytest.mark.parametrize("spanning", [False, True])
 @pytest.mark.parametrize("budget", ["2000", "9000"])  # runs of about 30 and 150 entries
 def test_bounded_build_equals_one_in_memory_sort(
-    sqlite_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ordering: str, spanning: bool,
+    sqlite_catalog: Catalog,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ordering: str,
+    spanning: bool,
     budget: str,
 ) -> None:
     table = _table(sqlite_catalog)
-    properties = {"write.region.target-file-size-bytes": "600", "write.build.memory-budget-bytes": budget,
-                  "write.region.allow-key-spanning": str(spanning).lower()}
+    properties = {
+        "write.region.target-file-size-bytes": "600",
+        "write.build.memory-budget-bytes": budget,
+        "write.region.allow-key-spanning": str(spanning).lower(),
+    }
     metadata = new_index_metadata(table, "ix", split_expression_list(ordering), [], True, properties)
     IndexStore(table).create(metadata, "ix")
     spill = tmp_path / "spill"
@@ -123,8 +137,10 @@ def _keys_of(entries: pa.Table) -> list[pa.Array]:
 
 def test_runs_merge_stably_and_leave_no_file(tmp_path: Path) -> None:
     rng = random.Random(3)
-    parts = [pa.table({"k": [rng.choice([None, 1, 2, 2, 2, 3]) for _ in range(count)], "seq": range(at, at + count)})
-             for at, count in ((0, 500), (500, 3), (503, 700), (1203, 40))]
+    parts = [
+        pa.table({"k": [rng.choice([None, 1, 2, 2, 2, 3]) for _ in range(count)], "seq": range(at, at + count)})
+        for at, count in ((0, 500), (500, 3), (503, 700), (1203, 40))
+    ]
     with SortedRuns(_keys_of, budget_bytes=3_000, spill_dir=str(tmp_path)) as runs:
         for part in parts:
             runs.add(part)
@@ -138,8 +154,10 @@ def test_runs_merge_stably_and_leave_no_file(tmp_path: Path) -> None:
 
 
 def test_runs_are_removed_when_the_build_fails(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="region write failed"), \
-            SortedRuns(_keys_of, budget_bytes=100, spill_dir=str(tmp_path)) as runs:
+    with (
+        pytest.raises(RuntimeError, match="region write failed"),
+        SortedRuns(_keys_of, budget_bytes=100, spill_dir=str(tmp_path)) as runs,
+    ):
         runs.add(pa.table({"k": range(1000)}))
         assert len(list(tmp_path.iterdir())) == 1
         raise RuntimeError("region write failed")
@@ -147,8 +165,9 @@ def test_runs_are_removed_when_the_build_fails(tmp_path: Path) -> None:
 
 
 def test_runs_of_a_killed_build_are_removed_by_the_next(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     abandoned = tmp_path / f"iceberg-index-build-{int(dead.stdout)}-x1"
     (abandoned / "run-00000.arrow").parent.mkdir()
     (abandoned / "run-00000.arrow").write_bytes(b"left by a killed build")

@@ -62,12 +62,20 @@ def _hot_key_table(catalog: Catalog, spanning: bool) -> Table:
     for f in range(FILES):
         keys = [HOT if i % 3 == 0 else (f * 7919 + i * 104729) % 1000 for i in range(ROWS_PER_FILE)]
         keys[5] = None  # nulls sort first and must land in the first shard
-        rows = pa.table({"rid": pa.array(range(rid, rid + len(keys)), pa.int64()), "k": pa.array(keys, pa.int64()),
-                         "s": pa.array([f"v{r}" for r in range(rid, rid + len(keys))])}, schema=schema)
+        rows = pa.table(
+            {
+                "rid": pa.array(range(rid, rid + len(keys)), pa.int64()),
+                "k": pa.array(keys, pa.int64()),
+                "s": pa.array([f"v{r}" for r in range(rid, rid + len(keys))]),
+            },
+            schema=schema,
+        )
         table.append(rows)
         rid += len(keys)
-    properties = {"write.region.target-file-size-bytes": "600",
-                  "write.region.allow-key-spanning": "true" if spanning else "false"}
+    properties = {
+        "write.region.target-file-size-bytes": "600",
+        "write.region.allow-key-spanning": "true" if spanning else "false",
+    }
     IndexStore(table).create(new_index_metadata(table, "ix", ["k"], ["s"], True, properties), "ix")
     return table
 
@@ -99,8 +107,9 @@ def test_sharded_build_equals_a_single_build_entry_for_entry(catalog: Catalog, s
     layout = target.layout
     plan = plan_snapshot(table, target.snapshot)
     # The single-worker build, same snapshot and region size, into a scratch directory.
-    single, count = build_regions(table, plan, layout, rows_per_region=build.rows_per_region,
-                                  directory=f"{target.metadata.location}/scratch")
+    single, count = build_regions(
+        table, plan, layout, rows_per_region=build.rows_per_region, directory=f"{target.metadata.location}/scratch"
+    )
     sharded = read_tracking_file(table.io, outcome.result.extract.tracking_file)
     assert count == sum(r.record_count for r in sharded) == FILES * ROWS_PER_FILE
     single_rows = _regions_content(table, single, layout.region_schema)
@@ -116,8 +125,16 @@ def test_sharded_build_equals_a_single_build_entry_for_entry(catalog: Catalog, s
         assert inside == list(range(inside[0], inside[-1] + 1))  # a range is one contiguous run of the order
         part = [k.slice(inside[0], len(inside)) for k in keys]
         cuts += [(inside[0] + a, inside[0] + b) for a, b in cut_regions(part, build.rows_per_region, spanning)]
-    expected = [write_region(table.io, layout, entries.slice(a, b - a), [k.slice(a, b - a) for k in keys],
-                             f"{target.metadata.location}/scratch") for a, b in cuts]
+    expected = [
+        write_region(
+            table.io,
+            layout,
+            entries.slice(a, b - a),
+            [k.slice(a, b - a) for k in keys],
+            f"{target.metadata.location}/scratch",
+        )
+        for a, b in cuts
+    ]
     assert [_without_path(r) for r in sharded] == [_without_path(r) for r in expected]
     # Every entry of the hot key is in one shard: the one whose range ends at it.
     hot_shard = build.ranges.boundaries.column("k0").to_pylist().index(HOT)
@@ -143,8 +160,13 @@ def test_one_shard_equals_the_single_build_region_for_region(sqlite_catalog: Cat
     assert build.shards == 1
     outcome = commit_sharded_build(table, build, _build_all(table, build))
     target = refresh_target(table, "ix")
-    single, _ = build_regions(table, plan_snapshot(table, target.snapshot), target.layout,
-                              rows_per_region=build.rows_per_region, directory=f"{target.metadata.location}/scratch")
+    single, _ = build_regions(
+        table,
+        plan_snapshot(table, target.snapshot),
+        target.layout,
+        rows_per_region=build.rows_per_region,
+        directory=f"{target.metadata.location}/scratch",
+    )
     sharded = read_tracking_file(table.io, outcome.result.extract.tracking_file)
     assert [_without_path(r) for r in sharded] == [_without_path(r) for r in single]
 
@@ -207,14 +229,25 @@ _KILLED_SHARD = textwrap.dedent("""
 """)
 
 
-def test_a_killed_shard_retried_yields_one_clean_commit(sqlite_catalog: Catalog, tmp_path: Path,
-                                                        warehouse: Path) -> None:
+def test_a_killed_shard_retried_yields_one_clean_commit(
+    sqlite_catalog: Catalog, tmp_path: Path, warehouse: Path
+) -> None:
     table = _hot_key_table(sqlite_catalog, spanning=True)
     build = plan_sharded_build(table, "ix", shards=2)
     directory = build_directory(IndexStore(table).load("ix")[0], build.build_id)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_SHARD, f"sqlite:///{tmp_path}/catalog.db",
-                              f"file://{warehouse}", repr(build.to_json()), "1"], env=env)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_SHARD,
+            f"sqlite:///{tmp_path}/catalog.db",
+            f"file://{warehouse}",
+            repr(build.to_json()),
+            "1",
+        ],
+        env=env,
+    )
     local = Path(directory.removeprefix("file://"))
     deadline = time.monotonic() + 60
     while len(list(local.glob("shard-00001-*/region-*.parquet"))) < 2:

@@ -279,9 +279,7 @@ def test_metadata_of_another_index_directory_is_refused(sqlite_catalog: SqlCatal
 # Concurrent commits from several processes
 
 
-def _commit_worker(
-    catalog_props: Mapping[str, str], worker: int, commits: int, barrier: Any, results: Any
-) -> None:
+def _commit_worker(catalog_props: Mapping[str, str], worker: int, commits: int, barrier: Any, results: Any) -> None:
     catalog = SqlCatalog("default", **catalog_props)
     table = catalog.load_table("db.events")
     store = IndexStore(table)

@@ -93,7 +93,7 @@ class Files:
         if self.s3 is None:
             found = set()
             for dirpath, _, names in os.walk(uri.path):
-                found.update(f"{root.rstrip('/')}{dirpath[len(uri.path):]}/{n}" for n in names)
+                found.update(f"{root.rstrip('/')}{dirpath[len(uri.path) :]}/{n}" for n in names)
             return found
         paginator = self.s3.get_paginator("list_objects_v2")
         pages = paginator.paginate(Bucket=uri.authority, Prefix=uri.path.lstrip("/") + "/")
@@ -111,8 +111,9 @@ class _Gcs:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        self.client = storage.Client(project="test", credentials=AnonymousCredentials(),
-                                     client_options={"api_endpoint": endpoint})
+        self.client = storage.Client(
+            project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
+        )
 
     def put(self, authority: str, key: str, data: bytes, **options: Any) -> None:
         self.client.bucket(authority).blob(key).upload_from_string(data)
@@ -149,10 +150,14 @@ def referenced_by_oracle(table: Table) -> set[str]:
 
 def snapshot_row_counts(table: Table) -> dict[str, int]:
     """Rows read through every snapshot and every branch and tag head: fails if a file is missing."""
-    counts = {f"snapshot:{s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
-              for s in table.metadata.snapshots}
-    counts |= {f"ref:{name}": len(table.scan(snapshot_id=ref.snapshot_id).to_arrow())
-               for name, ref in table.metadata.refs.items()}
+    counts = {
+        f"snapshot:{s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
+        for s in table.metadata.snapshots
+    }
+    counts |= {
+        f"ref:{name}": len(table.scan(snapshot_id=ref.snapshot_id).to_arrow())
+        for name, ref in table.metadata.refs.items()
+    }
     return counts
 
 
@@ -185,11 +190,17 @@ def _history(table: Table) -> set[str]:
     return expired
 
 
-def build(catalog: Catalog, name: str = "db.events", partitioned: bool = True,
-          plant_extra: Callable[[Scenario], None] | None = None) -> Scenario:
+def build(
+    catalog: Catalog,
+    name: str = "db.events",
+    partitioned: bool = True,
+    plant_extra: Callable[[Scenario], None] | None = None,
+) -> Scenario:
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category")) if partitioned else PartitionSpec()
     table = catalog.create_table(
-        name, schema=SCHEMA, partition_spec=spec,
+        name,
+        schema=SCHEMA,
+        partition_spec=spec,
         properties={"write.metadata.previous-versions-max": "3"},
     )
     expired = _history(table)
@@ -216,7 +227,8 @@ def build(catalog: Catalog, name: str = "db.events", partitioned: bool = True,
     time.sleep(1.2)
     scenario.kept_planted |= {files.put(f"{loc}/data/fresh-orphan.parquet")}
     scenario.row_counts = snapshot_row_counts(table)
-    listed = {p for p in files.all_files(loc)
-              if not any(part.startswith(("_", ".")) for part in p[len(loc):].split("/"))}
+    listed = {
+        p for p in files.all_files(loc) if not any(part.startswith(("_", ".")) for part in p[len(loc) :].split("/"))
+    }
     scenario.expected_orphans = listed - referenced_by_oracle(table) - {f"{loc}/data/fresh-orphan.parquet"}
     return scenario

@@ -18,8 +18,9 @@ from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_f
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 
-@pytest.mark.parametrize(("backend", "limit"), [("gcs_catalog", MAX_CALLS_PER_BATCH),
-                                                ("azure_catalog", MAX_BLOBS_PER_BATCH)])
+@pytest.mark.parametrize(
+    ("backend", "limit"), [("gcs_catalog", MAX_CALLS_PER_BATCH), ("azure_catalog", MAX_BLOBS_PER_BATCH)]
+)
 def test_deletes_in_batches_of_the_store_limit(request, backend, limit):
     catalog = request.getfixturevalue(backend)
     table = catalog.create_table("db.many", schema=SCHEMA)
@@ -42,8 +43,9 @@ def test_azure_folder_markers_of_a_hierarchical_namespace_are_never_listed(azure
     files = Files(table)
     loc = table.location()
     marker = f"{loc}/data/folder"
-    files.store.put(Uri.parse(marker).authority, Uri.parse(marker).path.lstrip("/"), b"",
-                    metadata={"hdi_isfolder": "true"})
+    files.store.put(
+        Uri.parse(marker).authority, Uri.parse(marker).path.lstrip("/"), b"", metadata={"hdi_isfolder": "true"}
+    )
     orphan = files.put(f"{loc}/data/folder/orphan.parquet")
     time.sleep(1.2)
     report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
@@ -61,5 +63,7 @@ def test_backends_by_scheme_and_unsupported_schemes_refused():
         assert storage.service.url == "https://acct.blob.core.windows.net/"
     with pytest.raises(InvalidInputError) as info:
         storage_for("hdfs://nn:8020/wh/t", {})
-    assert str(info.value) == ("location 'hdfs://nn:8020/wh/t': scheme 'hdfs' is not supported "
-                               "(expected file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs)")
+    assert str(info.value) == (
+        "location 'hdfs://nn:8020/wh/t': scheme 'hdfs' is not supported "
+        "(expected file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs)"
+    )

@@ -22,9 +22,21 @@ from airflow_iceberg_maint.orphans.sharded import (
 from tests.orphans.scenario import SCHEMA, Scenario, build, rows, snapshot_row_counts
 
 # Everything of a report but timings, request counts and the order of the orphan list.
-SAME = ("orphan_file_count", "orphan_bytes", "by_kind", "files_listed", "referenced_files", "kept_equivalent",
-        "kept_undecodable", "protected_locations", "kept_protected", "conflicts", "kept_by_recheck", "snapshots",
-        "manifests_read")
+SAME = (
+    "orphan_file_count",
+    "orphan_bytes",
+    "by_kind",
+    "files_listed",
+    "referenced_files",
+    "kept_equivalent",
+    "kept_undecodable",
+    "protected_locations",
+    "kept_protected",
+    "conflicts",
+    "kept_by_recheck",
+    "snapshots",
+    "manifests_read",
+)
 
 
 def _scratch(catalog, tmp_path: Path) -> str:
@@ -59,16 +71,28 @@ def test_sharded_equals_single_task_dry_and_real(request, tmp_path, backend, sha
     inner = f"{s.table.location()}/data/inner/"
     assert set(single.orphan_files) == {p for p in s.expected_orphans if not p.startswith(inner)}
 
-    sharded = remove_orphan_files_sharded(s.table, dry, shards=shards, scratch=_scratch(catalog, tmp_path) + "/dry",
-                                          io_properties=_io(s), sources=[INDEX_FILES])
+    sharded = remove_orphan_files_sharded(
+        s.table,
+        dry,
+        shards=shards,
+        scratch=_scratch(catalog, tmp_path) + "/dry",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
     _same(sharded, single)
-    assert sharded.protected_locations == [{"location": f"{s.table.location()}/data/inner",
-                                            "reason": sharded.protected_locations[0]["reason"]}]
+    assert sharded.protected_locations == [
+        {"location": f"{s.table.location()}/data/inner", "reason": sharded.protected_locations[0]["reason"]}
+    ]
     assert all(s.files.exists(p) for p in single.orphan_files)
 
-    real = remove_orphan_files_sharded(s.table, OrphanOptions(older_than=s.cutoff), shards=shards,
-                                       scratch=_scratch(catalog, tmp_path) + "/real", io_properties=_io(s),
-                                       sources=[INDEX_FILES])
+    real = remove_orphan_files_sharded(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=shards,
+        scratch=_scratch(catalog, tmp_path) + "/real",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
     _same(real, single)
     assert real.deleted_file_count == single.orphan_file_count and real.failed == []
     assert not any(s.files.exists(p) for p in single.orphan_files)
@@ -86,8 +110,9 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
     s = build(sqlite_catalog)
     dry = OrphanOptions(older_than=s.cutoff, dry_run=True)
     single = remove_orphan_files(s.table, dry, sources=[INDEX_FILES])
-    plan = plan_sharded_scan(s.table, dry, shards=4, scratch=f"file://{tmp_path}/scratch", io_properties=_io(s),
-                             sources=[INDEX_FILES])
+    plan = plan_sharded_scan(
+        s.table, dry, shards=4, scratch=f"file://{tmp_path}/scratch", io_properties=_io(s), sources=[INDEX_FILES]
+    )
     assert plan.buckets > plan.shards and plan.directories == 3
     for i in range(4):
         run_shard(s.table, plan.scratch, i, _io(s))
@@ -126,8 +151,14 @@ def _planned_manifests(scratch: str, s: Scenario, index: int) -> list[str]:
 
 def test_a_scratch_write_failure_fails_the_shard_and_nothing_is_deleted(sqlite_catalog, tmp_path):
     s = build(sqlite_catalog)
-    plan = plan_sharded_scan(s.table, OrphanOptions(older_than=s.cutoff), shards=2,
-                             scratch=f"file://{tmp_path}/scratch", io_properties=_io(s), sources=[INDEX_FILES])
+    plan = plan_sharded_scan(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=2,
+        scratch=f"file://{tmp_path}/scratch",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
     (tmp_path / "scratch" / "refs").rename(tmp_path / "scratch" / "refs-moved")
     (tmp_path / "scratch" / "refs").write_text("a file where the shards write their directories")
     before = s.files.all_files(s.table.location())
@@ -155,8 +186,14 @@ def test_a_commit_during_the_scan_protects_the_files_it_adds(sqlite_catalog, tmp
     pq.write_table(rows(102, 1).cast(SCHEMA.as_arrow()), local_path(late))  # one partition value
     os.utime(local_path(late), (0, 0))
     scratch = f"file://{tmp_path}/scratch"
-    plan = plan_sharded_scan(s.table, OrphanOptions(older_than=s.cutoff), shards=2, scratch=scratch,
-                             io_properties=_io(s), sources=[INDEX_FILES])
+    plan = plan_sharded_scan(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=2,
+        scratch=scratch,
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
     for i in range(2):
         run_shard(s.table, scratch, i, _io(s))
     for i in range(2):
@@ -173,8 +210,14 @@ def test_scratch_inside_the_table_location_is_refused(sqlite_catalog, inside):
     s = build(sqlite_catalog)
     scratch = s.table.location().rstrip("/") + inside
     with pytest.raises(InvalidInputError, match="scratch location"):
-        plan_sharded_scan(s.table, OrphanOptions(older_than=s.cutoff), shards=2, scratch=scratch,
-                          io_properties=_io(s), sources=[INDEX_FILES])
+        plan_sharded_scan(
+            s.table,
+            OrphanOptions(older_than=s.cutoff),
+            shards=2,
+            scratch=scratch,
+            io_properties=_io(s),
+            sources=[INDEX_FILES],
+        )
     assert not Path(Uri.parse(s.table.location()).path, "scratch").exists()
 
 
@@ -182,5 +225,11 @@ def test_bad_shard_counts_are_refused(sqlite_catalog, tmp_path):
     s = build(sqlite_catalog)
     for shards in (0, 257):
         with pytest.raises(InvalidInputError, match=f"shards {shards}: expected 1 to 256"):
-            plan_sharded_scan(s.table, OrphanOptions(older_than=s.cutoff), shards=shards,
-                              scratch=f"file://{tmp_path}/s", io_properties=_io(s), sources=[INDEX_FILES])
+            plan_sharded_scan(
+                s.table,
+                OrphanOptions(older_than=s.cutoff),
+                shards=shards,
+                scratch=f"file://{tmp_path}/s",
+                io_properties=_io(s),
+                sources=[INDEX_FILES],
+            )

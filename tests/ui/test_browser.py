@@ -40,8 +40,15 @@ BASE = f"http://127.0.0.1:{PORT}"
 PASSWORD = "ui-test-password"
 MANUAL = "iceberg_orphan_cleanup_manual"
 INDEX_DAG = "iceberg_index_maintenance_scheduled"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 OLD = time.time() - 10 * 86_400
 
 
@@ -55,7 +62,9 @@ class Airflow:
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         request = urllib.request.Request(
-            f"{BASE}/api/v2{path}", method=method, data=None if body is None else json.dumps(body).encode(),
+            f"{BASE}/api/v2{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -80,9 +89,12 @@ class Airflow:
 
 
 def _token() -> str | None:
-    request = urllib.request.Request(f"{BASE}/auth/token", method="POST",
-                                     data=json.dumps({"username": "admin", "password": PASSWORD}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{BASE}/auth/token",
+        method="POST",
+        data=json.dumps({"username": "admin", "password": PASSWORD}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["access_token"]
@@ -129,8 +141,13 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
     warehouse = home / "warehouse"
     warehouse.mkdir()
     bucket = f"ui-reports-{os.getpid()}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
     storage = {"s3.endpoint": endpoint, **S3_PROPS}
     properties = {"uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{warehouse}", **storage}
     _make_tables(SqlCatalog("iceberg_default", **properties))
@@ -140,7 +157,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
     if not any(e.name == "iceberg_maint" for e in entry_points(group="airflow.plugins")):
         # An editable install made before the plugin's entry point existed: load it from the folder instead.
         (plugins / "iceberg_maint_plugin.py").write_text(
-            "from airflow_iceberg_maint.airflow.plugin import IcebergMaintenancePlugin  # noqa: F401\n")
+            "from airflow_iceberg_maint.airflow.plugin import IcebergMaintenancePlugin  # noqa: F401\n"
+        )
     report_base = f"s3://{bucket}/reports"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYICEBERG"))},
@@ -160,8 +178,14 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
         "AIRFLOW__ICEBERG_MAINT__REPORT_LOCATION": report_base,
     }
     log = (home / "standalone.log").open("w")
-    process = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"], env=env, stdout=log,
-                               stderr=subprocess.STDOUT, cwd=home, start_new_session=True)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=home,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         token = None
@@ -192,8 +216,12 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
 
 
 def test_pages_need_an_authenticated_user(airflow: Airflow) -> None:
-    for path in ("/iceberg-maint/status", "/iceberg-maint/status.json", "/iceberg-maint/trigger?table=sales.orders",
-                 f"/iceberg-maint/report?uri={airflow.report_base}/x.json"):
+    for path in (
+        "/iceberg-maint/status",
+        "/iceberg-maint/status.json",
+        "/iceberg-maint/trigger?table=sales.orders",
+        f"/iceberg-maint/report?uri={airflow.report_base}/x.json",
+    ):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(BASE + path, timeout=10)
         assert refused.value.code == 401, path
@@ -275,8 +303,9 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         bad = {
             "table=sales.nope&dry_run=false": "table 'sales.nope': not found in catalog 'iceberg_default'",
             f"table=sales.orders&dry_run=false&location={sibling}": "is not under the table location",
-            "table=sales.orders&dry_run=false&older_than_days=-1":
-                "argument older_than_days: expected a number of days >= 1, got -1",
+            "table=sales.orders&dry_run=false&older_than_days=-1": (
+                "argument older_than_days: expected a number of days >= 1, got -1"
+            ),
         }
         runs = {}
         for query, message in bad.items():
@@ -294,12 +323,15 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         for run_id in airflow.run_ids(INDEX_DAG):  # this test's run and the one unpausing scheduled
             assert airflow.wait_run(INDEX_DAG, run_id) == "success"
         SqlCatalog("iceberg_default", **airflow.catalog).load_table("demo.events").append(
-            pa.table({"id": [1000], "kind": ["c"]}))
+            pa.table({"id": [1000], "kind": ["c"]})
+        )
         second = airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})["dag_run_id"]
         assert airflow.wait_run(INDEX_DAG, second) == "success"
         recorded = json.loads(airflow.api("GET", "/variables/iceberg_maint.index_lag.demo.events")["value"])
         assert {n: (i["snapshots_behind"], i["lagging"]) for n, i in recorded["indexes"].items()} == {
-            "events_by_id": (1, True), "events_by_kind": (1, False)}
+            "events_by_id": (1, True),
+            "events_by_kind": (1, False),
+        }
         page.goto(f"{BASE}/plugin/iceberg-maintenance")
         events = frame.locator("tr[data-table='demo.events']")
         events.wait_for()

@@ -29,8 +29,7 @@ def connection_not_found_message(conn_id: str) -> str:
     """What to define for connection ``conn_id``, in the forms Airflow reads outside a task too."""
     variable = f"AIRFLOW_CONN_{conn_id.upper()}"
     forms = (
-        'JSON such as {"conn_type": "iceberg", "host": CATALOG_URI, "extra": {"type": ..., "warehouse": ...}}, '
-        "or a URI"
+        'JSON such as {"conn_type": "iceberg", "host": CATALOG_URI, "extra": {"type": ..., "warehouse": ...}}, or a URI'
     )
     if os.environ.get(variable):
         # Airflow skips a variable it cannot parse and reports the connection as undefined.
@@ -51,13 +50,14 @@ def catalog_for(conn_id: str) -> Catalog:
         if name is None or name == catalog.name:
             return catalog
         if not isinstance(name, str) or not name:
-            raise InvalidInputError(f"connection {conn_id!r}: extra {CATALOG_NAME_EXTRA!r} must be a non-empty "
-                                    f"string, got {name!r}")
+            raise InvalidInputError(
+                f"connection {conn_id!r}: extra {CATALOG_NAME_EXTRA!r} must be a non-empty string, got {name!r}"
+            )
         return load_catalog(name, **catalog.properties)
     except AirflowNotFoundException as exc:
         raise InvalidInputError(connection_not_found_message(conn_id)) from exc
     except InvalidInputError:
         raise
     except ValueError as exc:
-        uri_hint = "set the connection's host (Catalog URI) or \"uri\" in its extra"
+        uri_hint = 'set the connection\'s host (Catalog URI) or "uri" in its extra'
         raise InvalidInputError(load_error_message(f"connection {conn_id!r}", exc, uri_hint)) from exc

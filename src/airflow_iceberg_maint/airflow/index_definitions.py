@@ -37,8 +37,9 @@ from airflow_iceberg_maint.index.metadata.rules import check_index_name
 
 DEFAULT_RETAIN_LAST = 3
 _TABLE_KEYS = frozenset({"table", "indexes"})
-_INDEX_KEYS = frozenset({"name", "ordering", "identity", "with_row_location", "properties", "lag", "retain_last",
-                         "shards"})
+_INDEX_KEYS = frozenset(
+    {"name", "ordering", "identity", "with_row_location", "properties", "lag", "retain_last", "shards"}
+)
 _LAG_KEYS = frozenset({"max_snapshots_behind", "max_lag_seconds", "max_added_files"})
 
 
@@ -197,8 +198,12 @@ def table_asset(conn_id: str, table: str, watchers: Iterable[AssetWatcher] = ())
     ``Asset``: the DAG processor keeps the watchers of the definition it parsed last, so a copy
     without watchers would drop them, and the triggerer would stop and restart them at every parse.
     """
-    return Asset(name=table_asset_name(conn_id, table), uri=table_asset_uri(conn_id, table), group="iceberg",
-                 watchers=list(watchers))
+    return Asset(
+        name=table_asset_name(conn_id, table),
+        uri=table_asset_uri(conn_id, table),
+        group="iceberg",
+        watchers=list(watchers),
+    )
 
 
 def table_of_asset_uri(uri: str) -> str | None:

@@ -71,11 +71,16 @@ def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_con
     """Add the maintenance tasks to the DAG being defined (call inside ``with DAG(...)``)."""
     tables = _tables_task(definitions_file)
     ensure = IcebergCreateMissingIndexesOperator(
-        task_id="create_missing_indexes", definitions_file=definitions_file, tables=tables,
+        task_id="create_missing_indexes",
+        definitions_file=definitions_file,
+        tables=tables,
         iceberg_conn_id=iceberg_conn_id,
     )
     plan = IcebergIndexLagPlanOperator(
-        task_id="check_index_lag", definitions_file=definitions_file, tables=tables, iceberg_conn_id=iceberg_conn_id,
+        task_id="check_index_lag",
+        definitions_file=definitions_file,
+        tables=tables,
+        iceberg_conn_id=iceberg_conn_id,
     )
     # One mapped task per index: the same connection, pool, labels and retries for each kind.
     per_index: dict[str, Any] = {
@@ -85,13 +90,15 @@ def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_con
         "retries": 2,
         "retry_delay": timedelta(minutes=1),
     }
-    commit = IcebergCommitIndexExtractOperator.partial(
-        task_id="commit_index_extract", **per_index
-    ).expand_kwargs(plan.output)
+    commit = IcebergCommitIndexExtractOperator.partial(task_id="commit_index_extract", **per_index).expand_kwargs(
+        plan.output
+    )
     # Indexes defined with `shards`: a full build over mapped shard tasks, then one commit each.
     to_shard = _pushed_list.override(task_id="indexes_to_shard")(plan.task_id, SHARDED_KEY)
     shard_plan = IcebergPlanIndexShardsOperator(
-        task_id="plan_index_shards", iceberg_conn_id=iceberg_conn_id, indexes=to_shard,
+        task_id="plan_index_shards",
+        iceberg_conn_id=iceberg_conn_id,
+        indexes=to_shard,
     )
     shard_builds = IcebergBuildIndexShardOperator.partial(
         task_id="build_index_shard", **{**per_index, "map_index_template": "{{ task.table }} shard {{ task.shard }}"}
@@ -99,8 +106,10 @@ def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_con
     # ALL_DONE: a failed shard fails only its own index's commit (which says which shard is missing).
     to_commit = _pushed_list.override(task_id="sharded_builds_to_commit")(shard_plan.task_id, COMMITS_KEY)
     sharded_commit = IcebergCommitIndexExtractOperator.partial(
-        task_id="commit_sharded_extract", shard_task_id=shard_builds.task_id,
-        trigger_rule=TriggerRule.ALL_DONE, **per_index,
+        task_id="commit_sharded_extract",
+        shard_task_id=shard_builds.task_id,
+        trigger_rule=TriggerRule.ALL_DONE,
+        **per_index,
     ).expand_kwargs(to_commit)
     # The pulls above name their task by ID, which is no dependency: make them explicit.
     plan >> to_shard
@@ -108,12 +117,16 @@ def index_maintenance_tasks(definitions_file: str, policy_file: str, iceberg_con
     shard_builds >> sharded_commit
     # Mapped over zero lagging indexes the commit task is skipped; expiry and orphans still run.
     to_expire = _pushed_list.override(task_id="indexes_to_expire", trigger_rule=TriggerRule.NONE_FAILED)(
-        plan.task_id, EXPIRE_KEY)
+        plan.task_id, EXPIRE_KEY
+    )
     expire = IcebergExpireIndexExtractsOperator.partial(
         task_id="expire_index_extracts", trigger_rule=TriggerRule.NONE_FAILED, **per_index
     ).expand_kwargs(to_expire)
     orphans_due = IcebergOrphanDueTablesOperator(
-        task_id="evaluate_orphan_removal", tables=tables, policy_file=policy_file, iceberg_conn_id=iceberg_conn_id,
+        task_id="evaluate_orphan_removal",
+        tables=tables,
+        policy_file=policy_file,
+        iceberg_conn_id=iceberg_conn_id,
         trigger_rule=TriggerRule.NONE_FAILED,
     )
     remove = IcebergRemoveOrphanFilesOperator.partial(

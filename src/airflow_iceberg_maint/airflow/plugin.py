@@ -87,8 +87,13 @@ def current_rows(now: datetime | None = None) -> tuple[list[TableStatus], list[s
     policy_path, index_path = config.policy_file(), config.index_definitions_file()
     policies, policy_error = _load(policy_path, "policies")
     definitions, index_error = _load(index_path, "indexes")
-    rows = table_rows(_typed(policies, Policy), _typed(definitions, TableDefinition), load_records(),
-                      now or datetime.now(UTC), source=str(policy_path))
+    rows = table_rows(
+        _typed(policies, Policy),
+        _typed(definitions, TableDefinition),
+        load_records(),
+        now or datetime.now(UTC),
+        source=str(policy_path),
+    )
     return rows, [e for e in (policy_error, index_error) if e]
 
 
@@ -121,8 +126,10 @@ padding:.5rem;margin-bottom:.5rem}code{font-size:.85rem}
 
 
 def _page(title: str, body: str) -> HTMLResponse:
-    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                        f"<style>{_STYLE}</style></head><body>{body}</body></html>")
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
 
 
 def _last_run_cell(row: dict[str, Any]) -> str:
@@ -134,11 +141,11 @@ def _last_run_cell(row: dict[str, Any]) -> str:
     if run["status"] == "failed":
         outcome = f"<span class='failed'>failed</span>: {html.escape(run['error'] or '')}"
     elif run["dry_run"]:
-        outcome = (f"would delete {counts.get('orphan_file_count', 0)} files "
-                   f"({_size(counts.get('orphan_bytes', 0))})")
+        outcome = f"would delete {counts.get('orphan_file_count', 0)} files ({_size(counts.get('orphan_bytes', 0))})"
     else:
-        outcome = (f"deleted {counts.get('deleted_file_count', 0)} files "
-                   f"({_size(counts.get('orphan_bytes', 0))} reclaimed)")
+        outcome = (
+            f"deleted {counts.get('deleted_file_count', 0)} files ({_size(counts.get('orphan_bytes', 0))} reclaimed)"
+        )
     link = f" <a href='report?{urlencode({'uri': run['report']})}'>report</a>" if run["report"] else ""
     return f"{kind}, {_when(run['at'])}: {outcome}{link}"
 
@@ -151,10 +158,13 @@ def _index_cell(indexes: list[dict[str, Any]]) -> str:
             parts.append(f"{name}: <span class='muted'>not checked yet</span>")
             continue
         seconds = "" if lag.get("lag_seconds") is None else f", {lag['lag_seconds']:g} s"
-        state = ("<span class='lagging'>lagging</span>" if lag.get("lagging")
-                 else "<span class='ok'>within bounds</span>")
-        parts.append(f"{name}: {lag.get('snapshots_behind')} snapshots behind{seconds}, {state} "
-                     f"<span class='muted'>(checked {_when(lag.get('checked_at'))})</span>")
+        state = (
+            "<span class='lagging'>lagging</span>" if lag.get("lagging") else "<span class='ok'>within bounds</span>"
+        )
+        parts.append(
+            f"{name}: {lag.get('snapshots_behind')} snapshots behind{seconds}, {state} "
+            f"<span class='muted'>(checked {_when(lag.get('checked_at'))})</span>"
+        )
     return "<br>".join(parts) or "<span class='muted'>none</span>"
 
 
@@ -163,8 +173,10 @@ def status_page() -> HTMLResponse:
     rows, problems = current_rows()
     body = ["<h2>Iceberg maintenance</h2>"]
     body += [f"<div class='problem'>{html.escape(p)}</div>" for p in problems]
-    body.append("<table id='tables'><thead><tr><th>Table</th><th>Policy</th><th>Due</th><th>Last run</th>"
-                "<th>Indexes (lag)</th><th></th></tr></thead><tbody>")
+    body.append(
+        "<table id='tables'><thead><tr><th>Table</th><th>Policy</th><th>Due</th><th>Last run</th>"
+        "<th>Indexes (lag)</th><th></th></tr></thead><tbody>"
+    )
     for status in rows:
         row = status.to_json()
         days = row["days_since_last_cleanup"]
@@ -213,33 +225,54 @@ def report_page(uri: str = Query(...), raw: bool = False) -> Any:
         return JSONResponse(report)
     files = report.get("orphan_files") or []
     verb = "would delete" if report.get("dry_run") else "deleted"
-    body = [f"<h2>Report: {html.escape(str(report.get('table')))}</h2>",
-            f"<p><a href='status'>← Iceberg maintenance</a> · <a href='report?{urlencode({'uri': uri, 'raw': 1})}'>"
-            f"raw JSON</a> · <code>{html.escape(uri)}</code></p>"]
+    body = [
+        f"<h2>Report: {html.escape(str(report.get('table')))}</h2>",
+        f"<p><a href='status'>← Iceberg maintenance</a> · <a href='report?{urlencode({'uri': uri, 'raw': 1})}'>"
+        f"raw JSON</a> · <code>{html.escape(uri)}</code></p>",
+    ]
     if report.get("error"):
-        body.append(f"<div class='problem'>The run failed after listing (stage {html.escape(report['stage'])}): "
-                    f"{html.escape(report['error'])}. Nothing after this stage ran; the list below is what it "
-                    "had found.</div>")
-    body.append(f"<p id='summary'>{'Dry run' if report.get('dry_run') else 'Real run'} of "
-                f"<code>{html.escape(str(report.get('location')))}</code>, files older than "
-                f"{_when(report.get('older_than'))}, stage <b>{html.escape(str(report.get('stage')))}</b>: "
-                f"{len(files)} orphan files ({_size(int(report.get('orphan_bytes') or 0))}); {verb} "
-                f"{report.get('deleted_file_count') if not report.get('dry_run') else len(files)}.</p>")
+        body.append(
+            f"<div class='problem'>The run failed after listing (stage {html.escape(report['stage'])}): "
+            f"{html.escape(report['error'])}. Nothing after this stage ran; the list below is what it "
+            "had found.</div>"
+        )
+    body.append(
+        f"<p id='summary'>{'Dry run' if report.get('dry_run') else 'Real run'} of "
+        f"<code>{html.escape(str(report.get('location')))}</code>, files older than "
+        f"{_when(report.get('older_than'))}, stage <b>{html.escape(str(report.get('stage')))}</b>: "
+        f"{len(files)} orphan files ({_size(int(report.get('orphan_bytes') or 0))}); {verb} "
+        f"{report.get('deleted_file_count') if not report.get('dry_run') else len(files)}.</p>"
+    )
     by_kind = report.get("by_kind") or {}
-    body.append("<h3>By kind</h3><table><tr><th>Kind</th><th>Files</th><th>Bytes</th></tr>" + "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{v['count']}</td><td>{v['bytes']}</td></tr>"
-        for k, v in by_kind.items() if v.get("count")) + "</table>")
-    for title, key in (("Conflicts", "conflicts"), ("Protected locations", "protected_locations"),
-                       ("Failed deletes", "failed")):
+    body.append(
+        "<h3>By kind</h3><table><tr><th>Kind</th><th>Files</th><th>Bytes</th></tr>"
+        + "".join(
+            f"<tr><td>{html.escape(k)}</td><td>{v['count']}</td><td>{v['bytes']}</td></tr>"
+            for k, v in by_kind.items()
+            if v.get("count")
+        )
+        + "</table>"
+    )
+    for title, key in (
+        ("Conflicts", "conflicts"),
+        ("Protected locations", "protected_locations"),
+        ("Failed deletes", "failed"),
+    ):
         items = report.get(key) or []
         if items:
-            body.append(f"<h3>{title}</h3><ul>" + "".join(
-                f"<li><code>{html.escape(json.dumps(i))}</code></li>" for i in items) + "</ul>")
+            body.append(
+                f"<h3>{title}</h3><ul>"
+                + "".join(f"<li><code>{html.escape(json.dumps(i))}</code></li>" for i in items)
+                + "</ul>"
+            )
     body.append(f"<h3>Timings (s)</h3><p><code>{html.escape(json.dumps(report.get('phase_seconds')))}</code></p>")
     shown = files[:REPORT_LIST_LIMIT]
     more = f" (first {len(shown)} of {len(files)}; the raw JSON has all)" if len(files) > len(shown) else ""
-    body.append(f"<h3>Orphan files{more}</h3><ul id='orphans'>" + "".join(
-        f"<li><code>{html.escape(f)}</code></li>" for f in shown) + "</ul>")
+    body.append(
+        f"<h3>Orphan files{more}</h3><ul id='orphans'>"
+        + "".join(f"<li><code>{html.escape(f)}</code></li>" for f in shown)
+        + "</ul>"
+    )
     return _page(f"Report {report.get('table')}", "".join(body))
 
 

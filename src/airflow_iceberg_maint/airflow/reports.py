@@ -27,7 +27,6 @@ from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
-
 class TaskLog(Protocol):
     """What the reports need of a logger: the standard library's and the task's own (structlog) both fit."""
 
@@ -36,6 +35,7 @@ class TaskLog(Protocol):
     def warning(self, msg: str, /, *args: Any) -> Any: ...
 
     def error(self, msg: str, /, *args: Any) -> Any: ...
+
 
 def default_report_base() -> str:
     """``[iceberg_maint] report_location``, else ``$AIRFLOW_HOME/iceberg_maint/reports`` as a ``file://`` URI."""

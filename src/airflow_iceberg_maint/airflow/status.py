@@ -94,7 +94,9 @@ class TableStatus:
             "due": self.evaluation.due,
             "days_since_last_cleanup": self.evaluation.days_since_last_cleanup,
             "reason": self.evaluation.reason,
-            "last_run": None if state is None or state.last_attempt_at is None else {
+            "last_run": None
+            if state is None or state.last_attempt_at is None
+            else {
                 "at": state.last_attempt_at.isoformat(),
                 "dry_run": state.last_attempt_dry_run,
                 "status": state.last_attempt_status,
@@ -107,7 +109,10 @@ class TableStatus:
 
 
 def table_rows(
-    policies: Sequence[Policy], definitions: Sequence[TableDefinition], records: Records, now: datetime,
+    policies: Sequence[Policy],
+    definitions: Sequence[TableDefinition],
+    records: Records,
+    now: datetime,
     source: str = "the policies",
 ) -> list[TableStatus]:
     """One row per table named by a policy or an index definition, or with a stored record.

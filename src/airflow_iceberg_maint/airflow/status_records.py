@@ -115,7 +115,8 @@ def record_index_lags(
 def record_policy_tables(state_url: str | None, tables: Mapping[str, str], at: datetime, log: TaskLog) -> None:
     try:
         record_store_for(state_url).put(
-            POLICY_TABLES_KEY, {"checked_at": at.isoformat(), "tables": dict(tables)},
+            POLICY_TABLES_KEY,
+            {"checked_at": at.isoformat(), "tables": dict(tables)},
             "iceberg-maint: the tables the policies attached at the last planning run",
         )
     except Exception as exc:

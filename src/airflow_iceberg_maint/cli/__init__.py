@@ -48,10 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"iceberg-maint {__version__}")
     chatter = parser.add_mutually_exclusive_group()
     chatter.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    chatter.add_argument("-q", "--quiet", action="store_true",
-                         help="print nothing on stderr but errors: no warnings, no progress display")
+    chatter.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing on stderr but errors: no warnings, no progress display",
+    )
     parser.add_argument(
-        "--progress", choices=PROGRESS_MODES, default="auto",
+        "--progress",
+        choices=PROGRESS_MODES,
+        default="auto",
         help="draw the long phases on stderr: auto (default) when stdout and stderr are terminals, "
         "without --json or --quiet; on: always (even when not a terminal); off: never",
     )

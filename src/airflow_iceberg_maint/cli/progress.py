@@ -17,7 +17,10 @@ class TerminalReporter:
 
     def __init__(self, console: Console) -> None:
         self.display = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=console,
             # stdout holds the result (with --json, one JSON object); only stderr's log lines go above the bars.
             redirect_stdout=False,

@@ -180,8 +180,15 @@ class AzureStorage:
         return bool(self.container(authority).get_blob_client(key).exists())
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        deleter = BatchDeleter(self._send_delete, self._exists, REQUEST_ERRORS, _error_text, MAX_BLOBS_PER_BATCH,
-                               self.max_attempts, self.backoff_seconds)
+        deleter = BatchDeleter(
+            self._send_delete,
+            self._exists,
+            REQUEST_ERRORS,
+            _error_text,
+            MAX_BLOBS_PER_BATCH,
+            self.max_attempts,
+            self.backoff_seconds,
+        )
         return deleter.delete_files(paths, max_concurrency)
 
     # Conditional writes (index commits). A store failure is an OSError, as on local disks.

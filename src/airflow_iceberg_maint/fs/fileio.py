@@ -41,8 +41,10 @@ class FileIOStorage:
             raise InvalidInputError(f"location {location!r}: pyiceberg cannot build its FileIO: {exc}") from exc
         fs = file_io_filesystem(io, uri.scheme, uri.authority)
         if fs is None:
-            raise InvalidInputError(f"location {location!r}: its FileIO {type(io).__name__} exposes no filesystem "
-                                    "to list and delete through")
+            raise InvalidInputError(
+                f"location {location!r}: its FileIO {type(io).__name__} exposes no filesystem "
+                "to list and delete through"
+            )
         return cls(fs, uri.scheme)
 
     def _name(self, location: str) -> str:

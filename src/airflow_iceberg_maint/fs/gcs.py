@@ -88,8 +88,9 @@ class GcsStorage:
 
     create_may_retry = True  # the client retries an upload with a generation precondition; the retry may get 412
 
-    def __init__(self, client: Any, user_project: str | None = None, max_attempts: int = 6,
-                 backoff_seconds: float = 0.2) -> None:
+    def __init__(
+        self, client: Any, user_project: str | None = None, max_attempts: int = 6, backoff_seconds: float = 0.2
+    ) -> None:
         self.client = client
         self.user_project = user_project
         self.max_attempts = max_attempts
@@ -147,8 +148,15 @@ class GcsStorage:
         return bool(self._bucket(bucket_name).blob(key).exists())
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        deleter = BatchDeleter(self._send_delete, self._exists, REQUEST_ERRORS, _error_text, MAX_CALLS_PER_BATCH,
-                               self.max_attempts, self.backoff_seconds)
+        deleter = BatchDeleter(
+            self._send_delete,
+            self._exists,
+            REQUEST_ERRORS,
+            _error_text,
+            MAX_CALLS_PER_BATCH,
+            self.max_attempts,
+            self.backoff_seconds,
+        )
         return deleter.delete_files(paths, max_concurrency)
 
     # Conditional writes (index commits). A store failure is an OSError, as on local disks.

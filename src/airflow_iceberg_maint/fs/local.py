@@ -55,8 +55,9 @@ class LocalStorage:
                         dirs.append(entry.name)
                     elif entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
-                        files.append(FileInfo(f"{prefix}/{entry.name}", st.st_size,
-                                              datetime.fromtimestamp(st.st_mtime, UTC)))
+                        files.append(
+                            FileInfo(f"{prefix}/{entry.name}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+                        )
         except FileNotFoundError:
             pass  # removed since it was listed: nothing under it to consider
         return files, dirs
@@ -83,7 +84,6 @@ class LocalStorage:
         return outcome
 
     # Conditional writes (index commits)
-
 
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         try:

@@ -24,8 +24,17 @@ from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepCompon
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
 #: Per-key error codes in a DeleteObjects reply that are worth sending again.
-RETRY_KEY_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503",
-                             "InternalError", "ServiceUnavailable"})
+RETRY_KEY_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "503",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 #: Replies to a conditional PUT that mean another writer created the object first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
@@ -36,8 +45,14 @@ SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat an
 class S3Storage:
     create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
 
-    def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2,
-                 put_arguments: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        list_workers: int = 8,
+        max_attempts: int = 6,
+        backoff_seconds: float = 0.2,
+        put_arguments: Mapping[str, str] | None = None,
+    ) -> None:
         self.client = client
         self.put_arguments = dict(put_arguments or {})  # server-side encryption of the files written
         self.list_workers = list_workers
@@ -139,10 +154,16 @@ class S3Storage:
         return True
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        deleter = BatchDeleter(self._send_delete, self._exists, REQUEST_ERRORS, _error_text, MAX_KEYS_PER_DELETE,
-                               self.max_attempts, self.backoff_seconds)
+        deleter = BatchDeleter(
+            self._send_delete,
+            self._exists,
+            REQUEST_ERRORS,
+            _error_text,
+            MAX_KEYS_PER_DELETE,
+            self.max_attempts,
+            self.backoff_seconds,
+        )
         return deleter.delete_files(paths, max_concurrency)
-
 
     # Conditional writes (index commits)
 
@@ -160,8 +181,9 @@ class S3Storage:
     def create_exclusive(self, location: str, data: bytes) -> bool:
         uri = Uri.parse(location)
         try:
-            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*",
-                                   **self.put_arguments)
+            self.client.put_object(
+                Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*", **self.put_arguments
+            )
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))

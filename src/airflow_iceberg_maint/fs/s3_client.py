@@ -96,8 +96,9 @@ def s3_client(props: Mapping[str, Any]) -> Any:
     virtual = props.get(S3_FORCE_VIRTUAL_ADDRESSING)
     # pyarrow's rule: virtual addressing when forced, path style for a custom endpoint, else the default.
     if virtual not in (None, ""):
-        config = config.merge(Config(s3={"addressing_style": "virtual" if _bool(props, S3_FORCE_VIRTUAL_ADDRESSING)
-                                         else "path"}))
+        config = config.merge(
+            Config(s3={"addressing_style": "virtual" if _bool(props, S3_FORCE_VIRTUAL_ADDRESSING) else "path"})
+        )
     elif endpoint:
         config = config.merge(Config(s3={"addressing_style": "path"}))
     return session.client("s3", endpoint_url=endpoint, config=config)
@@ -154,8 +155,9 @@ def _session(props: Mapping[str, Any]) -> boto3.Session:
             profile_name=profile,
         )
     except ProfileNotFound as exc:
-        raise InvalidInputError(f"property {S3_PROFILE_NAME}={profile!r}: no such profile in the AWS config "
-                                "or credentials file") from exc
+        raise InvalidInputError(
+            f"property {S3_PROFILE_NAME}={profile!r}: no such profile in the AWS config or credentials file"
+        ) from exc
     role_arn = get_first_property_value(dict(props), S3_ROLE_ARN, AWS_ROLE_ARN)
     if not role_arn:
         return base

@@ -65,22 +65,33 @@ def entry_layout(metadata: IndexMetadata, extract_schema: Schema) -> EntryLayout
     sources = {f.field_id: f.source_id for f in metadata.identity_fields}
     file_field = next((f for f in extract_schema.fields if sources[f.field_id] == FILE_COLUMN_ID), None)
     region_fields = []
-    for arrow_field, field in zip(schema_to_pyarrow(extract_schema, include_field_ids=True), extract_schema.fields,
-                                  strict=True):
+    for arrow_field, field in zip(
+        schema_to_pyarrow(extract_schema, include_field_ids=True), extract_schema.fields, strict=True
+    ):
         # _file repeats few distinct values: keep it dictionary-encoded in memory and in region files.
         is_file = file_field is not None and field.field_id == file_field.field_id
         region_fields.append(arrow_field.with_type(pa.dictionary(pa.int32(), pa.string())) if is_file else arrow_field)
     names = {f.field_id: f.name for f in extract_schema.fields}
     columns = [
-        StatsColumn(o.field_id, names.get(o.field_id) or o.expression.to_text(extract_schema),
-                    schema_to_pyarrow(o.data_type), ordering=True)
+        StatsColumn(
+            o.field_id,
+            names.get(o.field_id) or o.expression.to_text(extract_schema),
+            schema_to_pyarrow(o.data_type),
+            ordering=True,
+        )
         for o in ordering
     ]
     for stats_field in metadata.stats_fields:
         if stats_field.field_id not in metadata.ordering_key:
             # Stats-only fields outside the ordering key still require bounds (spec: content statistics).
-            columns.append(StatsColumn(stats_field.field_id, stats_field.expr.to_text(extract_schema),
-                                       schema_to_pyarrow(stats_field.data_type), ordering=False))
+            columns.append(
+                StatsColumn(
+                    stats_field.field_id,
+                    stats_field.expr.to_text(extract_schema),
+                    schema_to_pyarrow(stats_field.data_type),
+                    ordering=False,
+                )
+            )
     if file_field is not None and file_field.field_id not in metadata.ordering_key:
         # Bounds on _file let maintenance find the regions holding a data file's entries.
         columns.append(StatsColumn(file_field.field_id, file_field.name, pa.string(), ordering=False))
@@ -99,8 +110,13 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 
 def entries_for_files(
-    table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
-    keep: Callable[[pa.Table], pa.Table] | None = None, progress: Phase | None = None,
+    table: Table,
+    plan: SnapshotFiles,
+    paths: Iterable[str],
+    layout: EntryLayout,
+    table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    progress: Phase | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
@@ -116,8 +132,13 @@ def entries_for_files(
 
 
 def entries_by_file(
-    table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
-    keep: Callable[[pa.Table], pa.Table] | None = None, progress: Phase | None = None,
+    table: Table,
+    plan: SnapshotFiles,
+    paths: Iterable[str],
+    layout: EntryLayout,
+    table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    progress: Phase | None = None,
 ) -> Iterator[pa.Table]:
     """The entries of each data file in ``paths``, in path order (see ``entries_for_files``)."""
     table_schema = table_schema or plan_schema(table, plan)
@@ -251,7 +272,11 @@ def target_rows(size: float, rows: int, target_bytes: int) -> int:
 
 
 def write_region(
-    io: FileIO, layout: EntryLayout, rows: pa.Table, keys: Sequence[pa.Array], directory: str | None = None,
+    io: FileIO,
+    layout: EntryLayout,
+    rows: pa.Table,
+    keys: Sequence[pa.Array],
+    directory: str | None = None,
 ) -> RegionEntry:
     """Write one region file of sorted entries (with their ordering-key columns); returns its tracking entry.
 
@@ -310,8 +335,14 @@ def _joined(pieces: Sequence[Sorted]) -> Sorted:
 
 
 def write_sorted_regions(
-    io: FileIO, layout: EntryLayout, entries: Iterable[pa.Table], *, rows_per_region: int | None = None,
-    directory: str | None = None, spill_dir: str | None = None, progress: Phase | None = None,
+    io: FileIO,
+    layout: EntryLayout,
+    entries: Iterable[pa.Table],
+    *,
+    rows_per_region: int | None = None,
+    directory: str | None = None,
+    spill_dir: str | None = None,
+    progress: Phase | None = None,
 ) -> tuple[list[RegionEntry], int]:
     """Region files of all ``entries`` (tables in input order) within the index's memory budget.
 
@@ -324,8 +355,7 @@ def write_sorted_regions(
     """
     metadata = layout.metadata
     size = 0.0
-    with SortedRuns(partial(ordering_columns, layout=layout), metadata.build_memory_budget_bytes(),
-                    spill_dir) as runs:
+    with SortedRuns(partial(ordering_columns, layout=layout), metadata.build_memory_budget_bytes(), spill_dir) as runs:
         for part in entries:
             size += entry_bytes(part)
             runs.add(part)
@@ -341,9 +371,15 @@ def write_sorted_regions(
 
 
 def build_regions(
-    table: Table, plan: SnapshotFiles, layout: EntryLayout, *, paths: Sequence[str] | None = None,
-    keep: Callable[[pa.Table], pa.Table] | None = None, rows_per_region: int | None = None,
-    directory: str | None = None, spill_dir: str | None = None,
+    table: Table,
+    plan: SnapshotFiles,
+    layout: EntryLayout,
+    *,
+    paths: Sequence[str] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    rows_per_region: int | None = None,
+    directory: str | None = None,
+    spill_dir: str | None = None,
 ) -> tuple[list[RegionEntry], int]:
     """Region files of a full extract of ``plan``'s snapshot, within the memory budget; returns
     their entries and the entry count.
@@ -357,5 +393,12 @@ def build_regions(
         with Phase("reading data files", total=len(files)) as reading:  # ends once the last file is read
             yield from entries_by_file(table, plan, files, layout, keep=keep, progress=reading)
 
-    return write_sorted_regions(table.io, layout, entries(), rows_per_region=rows_per_region, directory=directory,
-                                spill_dir=spill_dir, progress=Phase("building regions"))
+    return write_sorted_regions(
+        table.io,
+        layout,
+        entries(),
+        rows_per_region=rows_per_region,
+        directory=directory,
+        spill_dir=spill_dir,
+        progress=Phase("building regions"),
+    )

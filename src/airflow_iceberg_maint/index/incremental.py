@@ -94,8 +94,10 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
     if base is None:
         return None
     base_layout = entry_layout(working, working.extract_schema(base))
-    regions = [promote_stats(r, base_layout.stats_columns, layout.stats_columns)
-               for r in read_tracking_file(table.io, working.resolve_location(base.tracking_file), working.location)]
+    regions = [
+        promote_stats(r, base_layout.stats_columns, layout.stats_columns)
+        for r in read_tracking_file(table.io, working.resolve_location(base.tracking_file), working.location)
+    ]
     bounds = region_bounds(regions, layout)
     if bounds is None:
         log.info("index %s: extract %d cannot route entries (group_max_value); building fully", name, base.extract_id)
@@ -112,15 +114,28 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
             rewrite_regions(table.io, layout, regions, bounds, change, rewrite, progress=building)
         size = write_tracking_file(table.io, tracking, layout.stats_columns, rewrite.entries)
         reused = {r.file_path for r in rewrite.reused}
-        committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size,
-                                   check=lambda current: _check_reused_live(table, current, base, reused),
-                                   progress=progress)
+        committed = commit_extract(
+            store,
+            name,
+            table,
+            snapshot.snapshot_id,
+            tracking,
+            size,
+            check=lambda current: _check_reused_live(table, current, base, reused),
+            progress=progress,
+        )
     except BaseException:
         # Only the files this refresh wrote; reused region files belong to the base extract.
         discard_unless_committed(table, name, [tracking, *(r.file_path for r in rewrite.written)], progress)
         raise
-    return RefreshResult(name, committed, "incremental", len(rewrite.written), len(rewrite.reused),
-                         sum(r.record_count for r in rewrite.entries))
+    return RefreshResult(
+        name,
+        committed,
+        "incremental",
+        len(rewrite.written),
+        len(rewrite.reused),
+        sum(r.record_count for r in rewrite.entries),
+    )
 
 
 def _has_row_location(metadata: IndexMetadata) -> bool:
@@ -190,8 +205,9 @@ def _deletes_changed(base: SnapshotFiles, target: SnapshotFiles, path: str) -> b
 
 def _check_reused_live(table: Table, current: IndexMetadata, base: Extract, reused: set[str]) -> None:
     """Raise unless every reused region file is listed by an extract of ``current`` (S1 against expiry)."""
-    if not reused or any(e.extract_id == base.extract_id and e.tracking_file == base.tracking_file
-                         for e in current.extracts):
+    if not reused or any(
+        e.extract_id == base.extract_id and e.tracking_file == base.tracking_file for e in current.extracts
+    ):
         return  # the base extract still lists them all
     live: set[str] = set()
     for extract in current.extracts:

@@ -111,9 +111,12 @@ def promote_stats(entry: RegionEntry, old: Sequence[StatsColumn], new: Sequence[
         def cast(value: Any, source: pa.DataType = before, target: pa.DataType = column.arrow_type) -> Any:
             return None if value is None else pa.array([value], type=source).cast(target)[0].as_py()
 
-        stats[column.field_id] = replace(current, lower_bound=cast(current.lower_bound),
-                                         upper_bound=cast(current.upper_bound),
-                                         group_max_value=cast(current.group_max_value))
+        stats[column.field_id] = replace(
+            current,
+            lower_bound=cast(current.lower_bound),
+            upper_bound=cast(current.upper_bound),
+            group_max_value=cast(current.group_max_value),
+        )
     return replace(entry, stats=stats)
 
 
@@ -228,8 +231,13 @@ class _Dropper:
 
 
 def rewrite_regions(
-    io: FileIO, layout: EntryLayout, regions: Sequence[RegionEntry], bounds: Sequence[Key], change: RegionChange,
-    result: RegionRewrite, progress: Phase | None = None,
+    io: FileIO,
+    layout: EntryLayout,
+    regions: Sequence[RegionEntry],
+    bounds: Sequence[Key],
+    change: RegionChange,
+    result: RegionRewrite,
+    progress: Phase | None = None,
 ) -> None:
     """Fill ``result`` with the regions of the new extract: touched units rewritten, the others reused.
 
@@ -251,8 +259,11 @@ def rewrite_regions(
 
     units = _units(bounds, spanning)
     tail_start = cuts[-1] if cuts else 0
-    merge_tail = bool(units) and tail_start < additions.num_rows and \
-        sum(regions[i].record_count for i in units[-1]) < target // 2
+    merge_tail = (
+        bool(units)
+        and tail_start < additions.num_rows
+        and sum(regions[i].record_count for i in units[-1]) < target // 2
+    )
     for position, unit in enumerate(units):
         if progress is not None:
             progress.advance(len(unit))

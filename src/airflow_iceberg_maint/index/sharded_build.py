@@ -83,14 +83,25 @@ class ShardedBuildPlan:
         return self.ranges.count
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "build_id": self.build_id, "snapshot_id": self.snapshot_id,
-                "shards": self.shards, "ranges": self.ranges.to_text(), "rows_per_region": self.rows_per_region}
+        return {
+            "index": self.index,
+            "build_id": self.build_id,
+            "snapshot_id": self.snapshot_id,
+            "shards": self.shards,
+            "ranges": self.ranges.to_text(),
+            "rows_per_region": self.rows_per_region,
+        }
 
     @classmethod
     def from_json(cls, obj: Any) -> ShardedBuildPlan:
         try:
-            plan = cls(str(obj["index"]), str(obj["build_id"]), int(obj["snapshot_id"]),
-                       KeyRanges.from_text(obj["ranges"]), int(obj["rows_per_region"]))
+            plan = cls(
+                str(obj["index"]),
+                str(obj["build_id"]),
+                int(obj["snapshot_id"]),
+                KeyRanges.from_text(obj["ranges"]),
+                int(obj["rows_per_region"]),
+            )
             uuid.UUID(plan.build_id)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"sharded build plan {obj!r}: malformed ({exc!r})") from exc
@@ -108,14 +119,24 @@ class ShardResult:
     entries: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"build_id": self.build_id, "shard": self.shard, "manifest": self.manifest,
-                "region_files": self.region_files, "entries": self.entries}
+        return {
+            "build_id": self.build_id,
+            "shard": self.shard,
+            "manifest": self.manifest,
+            "region_files": self.region_files,
+            "entries": self.entries,
+        }
 
     @classmethod
     def from_json(cls, obj: Any) -> ShardResult:
         try:
-            return cls(str(obj["build_id"]), int(obj["shard"]), str(obj["manifest"]), int(obj["region_files"]),
-                       int(obj["entries"]))
+            return cls(
+                str(obj["build_id"]),
+                int(obj["shard"]),
+                str(obj["manifest"]),
+                int(obj["region_files"]),
+                int(obj["entries"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInputError(f"shard result {obj!r}: malformed ({exc!r})") from exc
 
@@ -146,16 +167,25 @@ def build_shard(table: Table, build: ShardedBuildPlan, shard: int) -> ShardResul
     def keep(entries: pa.Table) -> pa.Table:
         return entries.filter(build.ranges.mask(shard, ordering_columns(entries, layout)))
 
-    regions, entries = build_regions(table, plan, layout, paths=paths, keep=keep,
-                                     rows_per_region=build.rows_per_region, directory=directory)
+    regions, entries = build_regions(
+        table, plan, layout, paths=paths, keep=keep, rows_per_region=build.rows_per_region, directory=directory
+    )
     manifest = f"{directory}/{MANIFEST_NAME}"
     try:
         write_tracking_file(table.io, manifest, layout.stats_columns, regions)
     except BaseException:
         _delete_quietly(table, [r.file_path for r in regions])
         raise
-    log.info("index %s build %s shard %d: %d entries from %d of %d data files in %d region files", build.index,
-             build.build_id, shard, entries, len(paths), len(plan.data_files), len(regions))
+    log.info(
+        "index %s build %s shard %d: %d entries from %d of %d data files in %d region files",
+        build.index,
+        build.build_id,
+        shard,
+        entries,
+        len(paths),
+        len(plan.data_files),
+        len(regions),
+    )
     return ShardResult(build.build_id, shard, manifest, len(regions), entries)
 
 
@@ -164,8 +194,9 @@ def _delete_quietly(table: Table, paths: Sequence[str]) -> None:
         try:
             table.io.delete(path)
         except Exception as exc:
-            log.warning("could not delete %s after a failed shard: %s (the commit or the clean-up removes it)",
-                        path, exc)
+            log.warning(
+                "could not delete %s after a failed shard: %s (the commit or the clean-up removes it)", path, exc
+            )
 
 
 @dataclass(frozen=True)
@@ -203,9 +234,17 @@ def commit_sharded_build(table: Table, build: ShardedBuildPlan, results: Sequenc
     progress = CommitProgress()
     try:
         size = write_tracking_file(table.io, tracking, target.layout.stats_columns, regions)
-        extract = commit_extract(target.store, build.index, table, build.snapshot_id, tracking, size,
-                                 check=lambda current: _not_indexed_yet(current, build), progress=progress,
-                                 properties={BUILD_ID_PROPERTY: build.build_id})
+        extract = commit_extract(
+            target.store,
+            build.index,
+            table,
+            build.snapshot_id,
+            tracking,
+            size,
+            check=lambda current: _not_indexed_yet(current, build),
+            progress=progress,
+            properties={BUILD_ID_PROPERTY: build.build_id},
+        )
     except _AlreadyIndexed:
         _delete_quietly(table, [tracking])
         return _finished(table, build, _existing_extract(target.store.load(build.index)[0], build), committed=False)
@@ -220,8 +259,9 @@ def _finished(table: Table, build: ShardedBuildPlan, extract: Extract | None, co
         raise MetadataReadError(f"build {build.build_id}: the extract of snapshot {build.snapshot_id} vanished")
     deleted = remove_build_files(table, build.index, build.build_id)
     regions = read_tracking_file(table.io, extract.tracking_file)
-    result = RefreshResult(build.index, extract, "full", len(regions) if committed else 0, 0,
-                           sum(r.record_count for r in regions))
+    result = RefreshResult(
+        build.index, extract, "full", len(regions) if committed else 0, 0, sum(r.record_count for r in regions)
+    )
     return ShardedCommit(result, committed, deleted)
 
 
@@ -267,8 +307,9 @@ def _existing_extract(metadata: IndexMetadata, build: ShardedBuildPlan) -> Extra
     return found[-1] if found else None
 
 
-def remove_build_files(table: Table, name: str, build_id: str,
-                       max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES) -> int:
+def remove_build_files(
+    table: Table, name: str, build_id: str, max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES
+) -> int:
     """Delete the files under the build's directory that no extract of the index references; returns the count.
 
     The directory is listed before the metadata is read, so a commit landing in between only

@@ -66,8 +66,9 @@ class SortedRuns:
     def __enter__(self) -> SortedRuns:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:

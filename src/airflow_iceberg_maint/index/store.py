@@ -313,4 +313,3 @@ class IndexStore:
             except Exception as exc:
                 # Any failure: the commit stands; a file left behind is removed later as an unreferenced index file.
                 log.warning("index metadata %s: not deleted after commit (%s)", location, exc)
-

@@ -311,7 +311,11 @@ def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
 
 
 def protected_locations(
-    table: Table, root: str, listed_metadata_files: Sequence[str], refs: ReferencedSet, others: Sequence[TablePaths],
+    table: Table,
+    root: str,
+    listed_metadata_files: Sequence[str],
+    refs: ReferencedSet,
+    others: Sequence[TablePaths],
     equivalence: PathEquivalence,
 ) -> list[ProtectedLocation]:
     """Other tables' locations under ``root`` (S8). ``refs`` says which listed metadata files are this table's;
@@ -424,8 +428,12 @@ def recheck(
 def report_undecodable(report: OrphanReport, paths: Sequence[str]) -> None:
     report.kept_undecodable = [printable(p) for p in paths]
     if paths:
-        log.warning("%d listed files are kept: their names are not UTF-8, so no metadata path can name them "
-                    "exactly (first: %s)", len(paths), report.kept_undecodable[0])
+        log.warning(
+            "%d listed files are kept: their names are not UTF-8, so no metadata path can name them "
+            "exactly (first: %s)",
+            len(paths),
+            report.kept_undecodable[0],
+        )
 
 
 #: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
@@ -501,8 +509,9 @@ def settle(
         before = len(orphans) + len(conflicts)
         orphans, conflicts = _outside(orphans, protected), _outside(conflicts, protected)
         report.kept_protected = before - len(orphans) - len(conflicts)
-        log.warning("kept whole, as other tables' locations: %s",
-                    "; ".join(f"{p.location} ({p.reason})" for p in protected))
+        log.warning(
+            "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
+        )
     if conflicts:
         report.conflicts = conflict_pairs(conflicts, walk, sources)
         log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
@@ -520,9 +529,14 @@ def settle(
     report.manifests_read += walk.manifests_read
     _tally(report, orphans)
     phases.done("recheck")
-    log.info("%d orphan files, %d bytes%s", report.orphan_file_count, report.orphan_bytes,
-             f"; {report.kept_by_recheck} kept because a commit during the scan references them"
-             if report.kept_by_recheck else "")
+    log.info(
+        "%d orphan files, %d bytes%s",
+        report.orphan_file_count,
+        report.orphan_bytes,
+        f"; {report.kept_by_recheck} kept because a commit during the scan references them"
+        if report.kept_by_recheck
+        else "",
+    )
 
     if conflicts and options.prefix_mismatch_mode == "error":
         raise PrefixMismatchError(
@@ -582,16 +596,24 @@ def remove_orphan_files(
     with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.
-            listing = lister.submit(copy_context().run, _list_candidates, storage, root, hidden_filter(table),
-                                    setup.cutoff)
+            listing = lister.submit(
+                copy_context().run, _list_candidates, storage, root, hidden_filter(table), setup.cutoff
+            )
             _collect(refs, walk, sources)
             listed = listing.result()
         candidates, report.files_listed = listed.candidates, listed.listed
         report.list_calls = storage.list_calls
         report.referenced_files = len(refs)
-        log.info("listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
-                 "snapshots, %d manifests", report.files_listed, len(candidates), report.list_calls,
-                 report.referenced_files, walk.snapshots, walk.manifests_read)
+        log.info(
+            "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
+            "snapshots, %d manifests",
+            report.files_listed,
+            len(candidates),
+            report.list_calls,
+            report.referenced_files,
+            walk.snapshots,
+            walk.manifests_read,
+        )
         phases.done("list_and_reference")
 
         orphans, conflicts, report.kept_equivalent, undecodable = match_candidates(candidates, refs)

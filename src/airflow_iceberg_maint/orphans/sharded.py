@@ -88,8 +88,13 @@ class ShardedScan:
     directories: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"scratch": self.scratch, "shards": self.shards, "buckets": self.buckets,
-                "manifests": self.manifests, "directories": self.directories}
+        return {
+            "scratch": self.scratch,
+            "shards": self.shards,
+            "buckets": self.buckets,
+            "manifests": self.manifests,
+            "directories": self.directories,
+        }
 
 
 def _shard_name(index: int) -> str:
@@ -108,8 +113,10 @@ def _refuse_unsafe_scratch(scratch: str, table_location: str) -> None:
 
 
 def _candidates(infos: Sequence[FileInfo], hasher: PathHasher) -> tuple[pa.Table, pa.Array]:
-    table = pa.table([pa.array([exact_bytes(i.path) for i in infos], pa.binary()),
-                      pa.array([i.size for i in infos], pa.int64())], schema=CANDIDATE_SCHEMA)
+    table = pa.table(
+        [pa.array([exact_bytes(i.path) for i in infos], pa.binary()), pa.array([i.size for i in infos], pa.int64())],
+        schema=CANDIDATE_SCHEMA,
+    )
     return table, pa.array([hasher.key(i.path) for i in infos], pa.int64())
 
 
@@ -164,8 +171,11 @@ def _directories(storage: Any, root: str, keep: KeepComponent, shards: int, list
 def _bucket_count(table: Table, manifests: int, shards: int) -> int:
     """Buckets sized for ``ROWS_PER_BUCKET``: listed files are about twice the live files of the largest snapshot."""
     largest = max(
-        (sum(int(s.summary.get(k) or 0) for k in ("total-data-files", "total-delete-files"))
-         for s in table.metadata.snapshots if s.summary is not None),
+        (
+            sum(int(s.summary.get(k) or 0) for k in ("total-data-files", "total-delete-files"))
+            for s in table.metadata.snapshots
+            if s.summary is not None
+        ),
         default=0,
     )
     estimate = 2 * max(largest, manifests)
@@ -213,36 +223,47 @@ def plan_sharded_scan(
     directories = _directories(storage, setup.root, keep_filter(fields), shards, lister)
     lister.flush()
     plan_id = uuid.uuid4().hex
-    store.write_json(PLAN, {
-        "plan_id": plan_id,
-        "table": ".".join(table.name()),
-        "table_uuid": str(table.metadata.table_uuid),
-        "root": setup.root,
-        "cutoff": setup.cutoff.isoformat(),
-        "options": {
-            "dry_run": options.dry_run,
-            "prefix_mismatch_mode": options.prefix_mismatch_mode,
-            "equal_schemes": dict(options.equal_schemes or {}),
-            "equal_authorities": dict(options.equal_authorities or {}),
-            "max_concurrent_deletes": options.max_concurrent_deletes,
+    store.write_json(
+        PLAN,
+        {
+            "plan_id": plan_id,
+            "table": ".".join(table.name()),
+            "table_uuid": str(table.metadata.table_uuid),
+            "root": setup.root,
+            "cutoff": setup.cutoff.isoformat(),
+            "options": {
+                "dry_run": options.dry_run,
+                "prefix_mismatch_mode": options.prefix_mismatch_mode,
+                "equal_schemes": dict(options.equal_schemes or {}),
+                "equal_authorities": dict(options.equal_authorities or {}),
+                "max_concurrent_deletes": options.max_concurrent_deletes,
+            },
+            "others": [t.to_json() for t in setup.others],
+            "partition_fields": fields,
+            "known_snapshots": [s.snapshot_id for s in table.metadata.snapshots],
+            "metadata_paths": metadata_paths,
+            "shards": shards,
+            "buckets": buckets,
+            "directories": [directories[i::shards] for i in range(shards)],
+            "manifests": [manifests[i::shards] for i in range(shards)],
+            "parts": {"refs": refs.to_json(), "listed": lister.writer.to_json()},
+            "files_listed": lister.listed,
+            "list_calls": storage.list_calls,
+            "metadata_files": lister.metadata_files,
+            "snapshots": len(table.metadata.snapshots),
+            "seconds": round(time.perf_counter() - started, 3),
         },
-        "others": [t.to_json() for t in setup.others],
-        "partition_fields": fields,
-        "known_snapshots": [s.snapshot_id for s in table.metadata.snapshots],
-        "metadata_paths": metadata_paths,
-        "shards": shards,
-        "buckets": buckets,
-        "directories": [directories[i::shards] for i in range(shards)],
-        "manifests": [manifests[i::shards] for i in range(shards)],
-        "parts": {"refs": refs.to_json(), "listed": lister.writer.to_json()},
-        "files_listed": lister.listed,
-        "list_calls": storage.list_calls,
-        "metadata_files": lister.metadata_files,
-        "snapshots": len(table.metadata.snapshots),
-        "seconds": round(time.perf_counter() - started, 3),
-    })
-    log.info("table %s: sharded scan of %s planned in %s: %d shards, %d buckets, %d directories, %d manifests",
-             ".".join(table.name()), setup.root, scratch, shards, buckets, len(directories), len(manifests))
+    )
+    log.info(
+        "table %s: sharded scan of %s planned in %s: %d shards, %d buckets, %d directories, %d manifests",
+        ".".join(table.name()),
+        setup.root,
+        scratch,
+        shards,
+        buckets,
+        len(directories),
+        len(manifests),
+    )
     return ShardedScan(store.uri, shards, buckets, len(manifests), len(directories))
 
 
@@ -275,8 +296,9 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
     hasher = PathHasher(_equivalence(plan))
     storage = storage_for(plan["root"], table.io.properties)
     keep = keep_filter(plan["partition_fields"])
-    lister = _Lister(BucketWriter(store, "listed", owner, buckets, CANDIDATE_SCHEMA), hasher,
-                     datetime.fromisoformat(plan["cutoff"]))
+    lister = _Lister(
+        BucketWriter(store, "listed", owner, buckets, CANDIDATE_SCHEMA), hasher, datetime.fromisoformat(plan["cutoff"])
+    )
     for directory in plan["directories"][index]:
         lister.add(storage.list_files(directory, keep))
     lister.flush()
@@ -297,8 +319,14 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
         "seconds": round(time.perf_counter() - started, 3),
     }
     store.write_json(_shard_name(index), marker)
-    log.info("shard %d: %d files listed in %d calls, %d manifests read (%d referenced paths)", index,
-             lister.listed, storage.list_calls, len(manifests), refs.rows)
+    log.info(
+        "shard %d: %d files listed in %d calls, %d manifests read (%d referenced paths)",
+        index,
+        lister.listed,
+        storage.list_calls,
+        len(manifests),
+        refs.rows,
+    )
     return {"files_listed": lister.listed, "manifests_read": len(manifests), "referenced_paths": refs.rows}
 
 
@@ -323,8 +351,10 @@ def _bucket_parts(plan: dict[str, Any], shards: list[dict[str, Any]], kind: str)
 
 def _infos(table: pa.Table) -> list[FileInfo]:
     paths = table.column("path").to_pylist()
-    return [FileInfo(p.decode("utf-8", "surrogateescape"), s, None)
-            for p, s in zip(paths, table.column("size").to_pylist(), strict=True)]
+    return [
+        FileInfo(p.decode("utf-8", "surrogateescape"), s, None)
+        for p, s in zip(paths, table.column("size").to_pylist(), strict=True)
+    ]
 
 
 def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> dict[str, int]:
@@ -351,25 +381,38 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
         equivalent += kept
         undecodable.extend(i.path for i in odd)
         rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]
-        unmatched.append(pa.table([pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
-                                   pa.array([i.size for i, _ in rows], pa.int64()),
-                                   pa.array([c for _, c in rows], pa.bool_())], schema=UNMATCHED_SCHEMA))
+        unmatched.append(
+            pa.table(
+                [
+                    pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
+                    pa.array([i.size for i, _ in rows], pa.int64()),
+                    pa.array([c for _, c in rows], pa.bool_()),
+                ],
+                schema=UNMATCHED_SCHEMA,
+            )
+        )
     name = f"unmatched/{index:04d}.parquet"
     store.write_table(name, pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table())
-    counts = {"referenced_files": referenced, "kept_equivalent": equivalent,
-              "unmatched": sum(len(t) for t in unmatched)}
-    store.write_json(_match_name(index), {
-        "plan_id": plan["plan_id"], **counts, "unmatched_part": name,
-        # Names that are not UTF-8, as bytes made printable one to one, for the report.
-        "kept_undecodable": [exact_bytes(p).hex() for p in undecodable],
-        "seconds": round(time.perf_counter() - started, 3),
-    })
+    counts = {
+        "referenced_files": referenced,
+        "kept_equivalent": equivalent,
+        "unmatched": sum(len(t) for t in unmatched),
+    }
+    store.write_json(
+        _match_name(index),
+        {
+            "plan_id": plan["plan_id"],
+            **counts,
+            "unmatched_part": name,
+            # Names that are not UTF-8, as bytes made printable one to one, for the report.
+            "kept_undecodable": [exact_bytes(p).hex() for p in undecodable],
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
     return counts
 
 
-def _same_file_as_referenced(
-    orphans: list[FileInfo], store: Scratch, refs_parts: dict[int, list[str]]
-) -> set[str]:
+def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: dict[int, list[str]]) -> set[str]:
     """Local orphans that are a referenced file under a spelling of another bucket (S4: same device and inode)."""
     identities: dict[int, list[str]] = {}
     for info in orphans:
@@ -404,10 +447,14 @@ def finish_sharded_scan(
     matches = _markers(store, plan, _match_name)
     options = OrphanOptions(**plan["options"])
     equivalence, root = _equivalence(plan), plan["root"]
-    report = OrphanReport(plan["table"], plan["table_uuid"], root, datetime.fromisoformat(plan["cutoff"]),
-                          options.dry_run)
-    report.phase_seconds = {"plan": plan["seconds"], "shard_max": max(s["seconds"] for s in shards),
-                            "match_max": max(m["seconds"] for m in matches)}
+    report = OrphanReport(
+        plan["table"], plan["table_uuid"], root, datetime.fromisoformat(plan["cutoff"]), options.dry_run
+    )
+    report.phase_seconds = {
+        "plan": plan["seconds"],
+        "shard_max": max(s["seconds"] for s in shards),
+        "match_max": max(m["seconds"] for m in matches),
+    }
     phases = Phases(report)
     report.files_listed = plan["files_listed"] + sum(s["files_listed"] for s in shards)
     report.list_calls = plan["list_calls"] + sum(s["list_calls"] for s in shards)
@@ -415,8 +462,10 @@ def finish_sharded_scan(
     report.kept_equivalent = sum(m["kept_equivalent"] for m in matches)
     report.snapshots = plan["snapshots"]
     report.manifests_read = sum(s["manifests_read"] for s in shards)
-    report_undecodable(report, sorted(bytes.fromhex(h).decode("utf-8", "surrogateescape")
-                                      for m in matches for h in m["kept_undecodable"]))
+    report_undecodable(
+        report,
+        sorted(bytes.fromhex(h).decode("utf-8", "surrogateescape") for m in matches for h in m["kept_undecodable"]),
+    )
     orphans: list[FileInfo] = []
     conflicts: list[FileInfo] = []
     for match in matches:
@@ -439,8 +488,18 @@ def finish_sharded_scan(
         others = [TablePaths.from_json(t) for t in plan["others"]]
         protected = protected_locations(table, root, listed_metadata, own, others, equivalence)
         storage = storage_for(root, table.io.properties)
-        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases,
-               known=frozenset(plan["known_snapshots"]), on_stage=on_stage)
+        settle(
+            report,
+            storage,
+            options,
+            walk,
+            sources,
+            (orphans, conflicts),
+            protected,
+            phases,
+            known=frozenset(plan["known_snapshots"]),
+            on_stage=on_stage,
+        )
     return report
 
 
@@ -455,8 +514,9 @@ def remove_orphan_files_sharded(
     now: datetime | None = None,
 ) -> OrphanReport:
     """Every step of a sharded scan in this process, one after the other (the command line's and tests' form)."""
-    plan = plan_sharded_scan(table, options, shards=shards, scratch=scratch, io_properties=io_properties,
-                             sources=sources, now=now)
+    plan = plan_sharded_scan(
+        table, options, shards=shards, scratch=scratch, io_properties=io_properties, sources=sources, now=now
+    )
     for index in range(plan.shards):
         run_shard(table, plan.scratch, index, io_properties)
     for index in range(plan.shards):

@@ -109,8 +109,9 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
                 try:
                     table = load_table(catalog, definition.table)
                 except TableNotFoundError:
-                    self.log.warning("%s: table does not exist yet; its indexes are created once it does",
-                                     definition.table)
+                    self.log.warning(
+                        "%s: table does not exist yet; its indexes are created once it does", definition.table
+                    )
                     continue
                 store = IndexStore(table)
                 existing = set(store.names())
@@ -124,7 +125,11 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
 
     def _create(self, store: IndexStore, table: Table, index: IndexDefinition) -> bool:
         metadata = new_index_metadata(
-            table, index.name, list(index.ordering), list(index.identity), index.with_row_location,
+            table,
+            index.name,
+            list(index.ordering),
+            list(index.identity),
+            index.with_row_location,
             dict(index.properties),
         )
         try:
@@ -132,8 +137,9 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
         except IndexExistsError:
             self.log.info("%s index %s: created concurrently by another run", index.table, index.name)
             return False
-        self.log.info("%s index %s: created (ordering %s) at %s", index.table, index.name,
-                      ", ".join(index.ordering), location)
+        self.log.info(
+            "%s index %s: created (ordering %s) at %s", index.table, index.name, ", ".join(index.ordering), location
+        )
         return True
 
 
@@ -163,8 +169,7 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
         lags: list[dict[str, Any]] = []
         expire: list[dict[str, Any]] = []
         try:
-            for definition in select_tables(load_index_definitions(self.definitions_file),
-                                            table_names(self.tables)):
+            for definition in select_tables(load_index_definitions(self.definitions_file), table_names(self.tables)):
                 by_name = {index.name: index for index in definition.indexes}
                 try:
                     measured = index_lags(self.iceberg_conn_id, definition.table, list(by_name), missing_ok=True)
@@ -174,8 +179,12 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                 checked_lags = [CheckedLag(lag, by_name[lag.index].threshold.exceeded(lag)) for lag in measured]
                 for checked in checked_lags:
                     index = by_name[checked.lag.index]
-                    self.log.info("%s index %s: %s", definition.table, index.name,
-                                  "; ".join(checked.reasons) or "within its lag threshold")
+                    self.log.info(
+                        "%s index %s: %s",
+                        definition.table,
+                        index.name,
+                        "; ".join(checked.reasons) or "within its lag threshold",
+                    )
                     lags.append({"table": definition.table, **checked.to_json()})
                     expire.append({"table": definition.table, "index": index.name, "retain_last": index.retain_last})
                     if checked.lagging and index.shards > 1:
@@ -183,12 +192,21 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                     elif checked.lagging:
                         lagging.append({"table": definition.table, "index": index.name})
                 if checked_lags:
-                    record_index_lags(self.state_url, definition.table, [c.to_json() for c in checked_lags],
-                                      datetime.now(UTC), self.log)
+                    record_index_lags(
+                        self.state_url,
+                        definition.table,
+                        [c.to_json() for c in checked_lags],
+                        datetime.now(UTC),
+                        self.log,
+                    )
         except MaintenanceError as exc:
             raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
-        self.log.info("%d of %d indexes lag beyond their threshold (%d rebuilt sharded)", len(lagging) + len(sharded),
-                      len(lags), len(sharded))
+        self.log.info(
+            "%d of %d indexes lag beyond their threshold (%d rebuilt sharded)",
+            len(lagging) + len(sharded),
+            len(lags),
+            len(sharded),
+        )
         context["ti"].xcom_push(key=LAGS_KEY, value=lags)
         context["ti"].xcom_push(key=SHARDED_KEY, value=sharded)
         context["ti"].xcom_push(key=EXPIRE_KEY, value=expire)
@@ -269,15 +287,39 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         outcome = commit_sharded_build(load_table(catalog_for(self.iceberg_conn_id), table_name), build, results)
         seconds = round(time.monotonic() - started, 3)
         body = outcome.result.to_json()
-        self.log.info("%s index %s: %s extract %d of snapshot %d from %d shards: %d entries in %d region files, "
-                      "%d unreferenced build files deleted, in %.3fs", table_name, index,
-                      "committed" if outcome.committed else "found the already committed", body["extract_id"],
-                      build.snapshot_id, build.shards, body["entries"], body["region_files_written"],
-                      outcome.deleted_files, seconds)
-        return {"table": table_name, "index": index, "requested_mode": "full", "shards": build.shards,
-                **{k: body[k] for k in ("extract_id", "source_table_snapshot_id", "mode", "entries",
-                                        "region_files_written", "region_files_reused")},
-                "committed": outcome.committed, "seconds": seconds}
+        self.log.info(
+            "%s index %s: %s extract %d of snapshot %d from %d shards: %d entries in %d region files, "
+            "%d unreferenced build files deleted, in %.3fs",
+            table_name,
+            index,
+            "committed" if outcome.committed else "found the already committed",
+            body["extract_id"],
+            build.snapshot_id,
+            build.shards,
+            body["entries"],
+            body["region_files_written"],
+            outcome.deleted_files,
+            seconds,
+        )
+        return {
+            "table": table_name,
+            "index": index,
+            "requested_mode": "full",
+            "shards": build.shards,
+            **{
+                k: body[k]
+                for k in (
+                    "extract_id",
+                    "source_table_snapshot_id",
+                    "mode",
+                    "entries",
+                    "region_files_written",
+                    "region_files_reused",
+                )
+            },
+            "committed": outcome.committed,
+            "seconds": seconds,
+        }
 
     def _run(self, table_name: str, index: str) -> dict[str, Any]:
         requested = "full" if arguments.boolean(self.full, "full") else "incremental"
@@ -287,16 +329,25 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         summary: dict[str, Any] = {"table": table_name, "index": index, "requested_mode": requested}
         if snapshot is None:
             self.log.info("%s: no snapshot yet, nothing to index", table_name)
-            return {**summary, "extract_id": None, "source_table_snapshot_id": None, "mode": None,
-                    "committed": False}
+            return {**summary, "extract_id": None, "source_table_snapshot_id": None, "mode": None, "committed": False}
         metadata, _, _ = IndexStore(table).load(index)
         existing = metadata.extracts_for_snapshot(snapshot.snapshot_id)
         if existing:
             extract = max(existing, key=lambda e: e.timestamp_ms)
-            self.log.info("%s index %s: extract %d already covers snapshot %d; nothing to commit",
-                          table_name, index, extract.extract_id, snapshot.snapshot_id)
-            return {**summary, "extract_id": extract.extract_id, "source_table_snapshot_id": snapshot.snapshot_id,
-                    "mode": None, "committed": False}
+            self.log.info(
+                "%s index %s: extract %d already covers snapshot %d; nothing to commit",
+                table_name,
+                index,
+                extract.extract_id,
+                snapshot.snapshot_id,
+            )
+            return {
+                **summary,
+                "extract_id": extract.extract_id,
+                "source_table_snapshot_id": snapshot.snapshot_id,
+                "mode": None,
+                "committed": False,
+            }
         started = time.monotonic()
         with reporting(LoggingReporter(self.log)):
             result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
@@ -305,17 +356,40 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         self.log.info(
             "%s index %s: committed extract %d of snapshot %d (%s): %d entries, %d region files written, "
             "%d reused, in %.3fs",
-            table_name, index, body["extract_id"], body["source_table_snapshot_id"], body["mode"], body["entries"],
-            body["region_files_written"], body["region_files_reused"], seconds,
+            table_name,
+            index,
+            body["extract_id"],
+            body["source_table_snapshot_id"],
+            body["mode"],
+            body["entries"],
+            body["region_files_written"],
+            body["region_files_reused"],
+            seconds,
         )
-        return {**summary, **{k: body[k] for k in ("extract_id", "source_table_snapshot_id", "mode", "entries",
-                                                   "region_files_written", "region_files_reused")},
-                "committed": True, "seconds": seconds}
+        return {
+            **summary,
+            **{
+                k: body[k]
+                for k in (
+                    "extract_id",
+                    "source_table_snapshot_id",
+                    "mode",
+                    "entries",
+                    "region_files_written",
+                    "region_files_reused",
+                )
+            },
+            "committed": True,
+            "seconds": seconds,
+        }
 
     def on_kill(self) -> None:
         # Nothing to undo here: the core keeps the files of a commit that may have landed.
-        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
-                         self.table, self.index)
+        self.log.warning(
+            "%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+            self.table,
+            self.index,
+        )
 
 
 class IcebergExpireIndexExtractsOperator(BaseOperator):
@@ -361,21 +435,42 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
             retain = arguments.optional_number(self.retain_last, "retain_last")
             table = load_table(catalog_for(self.iceberg_conn_id), table_name)
             result = expire_extracts(
-                table, index, retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
+                table,
+                index,
+                retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
                 older_than=arguments.optional_datetime(self.older_than, "older_than"),
             )
         except MaintenanceError as exc:
             raise task_exception(f"table {table_name} index {index}", exc) from exc
         failed = result["failed"]
-        self.log.info("%s index %s: expired extracts %s, deleted %d files", table_name, index,
-                      result["expired_extract_ids"] or "none", result["deleted_files"])
+        self.log.info(
+            "%s index %s: expired extracts %s, deleted %d files",
+            table_name,
+            index,
+            result["expired_extract_ids"] or "none",
+            result["deleted_files"],
+        )
         if failed:
-            self.log.warning("%s index %s: %d file(s) not deleted (left for orphan removal); first: %s: %s",
-                             table_name, index, len(failed), failed[0]["path"], failed[0]["error"])
-        return {"table": table_name, "index": index, "expired_extract_ids": result["expired_extract_ids"],
-                "deleted_files": result["deleted_files"], "failed_count": len(failed)}
+            self.log.warning(
+                "%s index %s: %d file(s) not deleted (left for orphan removal); first: %s: %s",
+                table_name,
+                index,
+                len(failed),
+                failed[0]["path"],
+                failed[0]["error"],
+            )
+        return {
+            "table": table_name,
+            "index": index,
+            "expired_extract_ids": result["expired_extract_ids"],
+            "deleted_files": result["deleted_files"],
+            "failed_count": len(failed),
+        }
 
     def on_kill(self) -> None:
         # Nothing to undo here: the core keeps the files of a commit that may have landed.
-        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
-                         self.table, self.index)
+        self.log.warning(
+            "%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+            self.table,
+            self.index,
+        )

@@ -72,9 +72,16 @@ class IcebergPlanIndexShardsOperator(BaseOperator):
                 build = plan_sharded_build(table, index, count, optional_snapshot_id(item.get("snapshot_id")))
             except MaintenanceError as exc:
                 raise task_exception(f"table {table_name} index {index}", exc) from exc
-            self.log.info("%s index %s: build %s of snapshot %d over %d key ranges (%d asked), %d entries per region",
-                          table_name, index, build.build_id, build.snapshot_id, build.shards, count,
-                          build.rows_per_region)
+            self.log.info(
+                "%s index %s: build %s of snapshot %d over %d key ranges (%d asked), %d entries per region",
+                table_name,
+                index,
+                build.build_id,
+                build.snapshot_id,
+                build.shards,
+                count,
+                build.rows_per_region,
+            )
             plan = build.to_json()
             shards.extend({"table": table_name, "build": plan, "shard": shard} for shard in range(build.shards))
             commits.append({"table": table_name, "index": index, "sharded_build": plan})
@@ -98,8 +105,15 @@ class IcebergBuildIndexShardOperator(BaseOperator):
 
     ui_color = "#d4eef7"
 
-    def __init__(self, *, table: str, build: dict[str, Any], shard: int | str,
-                 iceberg_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: str,
+        build: dict[str, Any],
+        shard: int | str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.table = table
         self.build = build
@@ -116,6 +130,13 @@ class IcebergBuildIndexShardOperator(BaseOperator):
                 result = build_shard(table, plan, shard)
         except MaintenanceError as exc:
             raise task_exception(f"table {table_name} index build shard {self.shard}", exc) from exc
-        self.log.info("%s index %s shard %d of %d: %d entries in %d region files", table_name, plan.index, shard,
-                      plan.shards, result.entries, result.region_files)
+        self.log.info(
+            "%s index %s shard %d of %d: %d entries in %d region files",
+            table_name,
+            plan.index,
+            shard,
+            plan.shards,
+            result.entries,
+            result.region_files,
+        )
         return result.to_json()

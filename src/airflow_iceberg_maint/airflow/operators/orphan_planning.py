@@ -138,16 +138,16 @@ class IcebergOrphanDueTablesOperator(_OrphanPlanningOperator):
             except TableNotFoundError:
                 self.log.warning("%s: table does not exist; not evaluated", name)
                 continue
-            evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now,
-                                        str(self.policy_file))
+            evaluation = evaluate_table(
+                name, str(table.metadata.table_uuid), policies, store, now, str(self.policy_file)
+            )
             self.log.info("%s: %s", name, evaluation.reason)
             evaluations.append(evaluation)
             policy = policy_for_table(policies, name)
             if evaluation.due and policy is not None:
                 job = build_orphan_job(name, table.metadata.location, policy.content, now)
                 # The removal task refuses a cutoff under 1 day unless the policy opted in.
-                item = {**job.to_json(), "policy": policy.name,
-                        "allow_recent_files": policy.content.allow_recent_files}
+                item = {**job.to_json(), "policy": policy.name, "allow_recent_files": policy.content.allow_recent_files}
                 jobs.append((item, evaluation.score))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
         self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))

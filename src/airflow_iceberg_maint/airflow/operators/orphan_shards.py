@@ -51,8 +51,15 @@ class IcebergPlanOrphanShardsOperator(IcebergRemoveOrphanFilesOperator):
         shards = arguments.positive_int(self.shards, "shards")
         scratch = run.uri.removesuffix(".json") + ".shards"  # beside the report, outside every table
         with failures_recorded(run, self.log):
-            plan = plan_sharded_scan(run.table, run.options, shards=shards, scratch=scratch,
-                                     io_properties=run.saved.io_properties, sources=[INDEX_FILES], now=run.now)
+            plan = plan_sharded_scan(
+                run.table,
+                run.options,
+                shards=shards,
+                scratch=scratch,
+                io_properties=run.saved.io_properties,
+                sources=[INDEX_FILES],
+                now=run.now,
+            )
         self.log.info("table %s: planned %s", run.table_name, plan.to_json())
         return {"table": run.table_name, "policy": run.policy, **plan.to_json()}
 
@@ -83,8 +90,9 @@ class _ShardTask(BaseOperator):
     template_fields: Sequence[str] = ("table", "scratch", "shard")
     ui_color = "#d4e8f7"
 
-    def __init__(self, *, table: str, scratch: str, shard: int | str, iceberg_conn_id: str = DEFAULT_CONN_ID,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, table: str, scratch: str, shard: int | str, iceberg_conn_id: str = DEFAULT_CONN_ID, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.table, self.scratch, self.shard, self.iceberg_conn_id = table, scratch, shard, iceberg_conn_id
 
@@ -125,9 +133,17 @@ class IcebergFinishOrphanShardsOperator(BaseOperator):
     template_fields: Sequence[str] = ("table", "scratch", "policy", "report_location")
     ui_color = "#d4e8f7"
 
-    def __init__(self, *, table: str, scratch: str, policy: str | None = None,
-                 iceberg_conn_id: str = DEFAULT_CONN_ID, report_location: str | None = None,
-                 state_url: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: str,
+        scratch: str,
+        policy: str | None = None,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        report_location: str | None = None,
+        state_url: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.table, self.scratch, self.policy = table, scratch, policy
         self.iceberg_conn_id, self.report_location, self.state_url = iceberg_conn_id, report_location, state_url
@@ -136,11 +152,21 @@ class IcebergFinishOrphanShardsOperator(BaseOperator):
         try:
             catalog = catalog_for(self.iceberg_conn_id)
             table = load_table(catalog, self.table)
-            run = prepare_run(context, catalog, table, self.table, self.report_location, self.state_url, self.policy,
-                              datetime.now(UTC), ())
+            run = prepare_run(
+                context,
+                catalog,
+                table,
+                self.table,
+                self.report_location,
+                self.state_url,
+                self.policy,
+                datetime.now(UTC),
+                (),
+            )
             with failures_recorded(run, self.log):
-                report = finish_sharded_scan(run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES],
-                                             on_stage=run.saved.stage)
+                report = finish_sharded_scan(
+                    run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES], on_stage=run.saved.stage
+                )
             return publish_report(context, run, report, self.log)
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table}", exc) from exc

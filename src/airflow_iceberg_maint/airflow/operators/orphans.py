@@ -245,8 +245,17 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
         other_tables = self._other_tables(catalog)
-        run = prepare_run(context, catalog, table, table_name, self.report_location, self.state_url, self.policy, now,
-                          other_tables or ())
+        run = prepare_run(
+            context,
+            catalog,
+            table,
+            table_name,
+            self.report_location,
+            self.state_url,
+            self.policy,
+            now,
+            other_tables or (),
+        )
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
         run.dry_run = job.dry_run
         run.options = job.to_options(
@@ -262,8 +271,9 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
     def _run(self, context: Context) -> dict[str, Any]:
         run = self._prepare(context)
         with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
-            report = remove_orphan_files(run.table, run.options, now=run.now, sources=[INDEX_FILES],
-                                         on_stage=run.saved.stage)
+            report = remove_orphan_files(
+                run.table, run.options, now=run.now, sources=[INDEX_FILES], on_stage=run.saved.stage
+            )
         return publish_report(context, run, report, self.log)
 
     def _other_tables(self, catalog: Catalog) -> list[TablePaths] | None:
@@ -295,16 +305,31 @@ class PreparedRun:
 
 
 def prepare_run(
-    context: Context, catalog: Catalog, table: Table, table_name: str, report_location: str | None,
-    state_url: str | None, policy: str | None, now: datetime, other_tables: Sequence[TablePaths],
+    context: Context,
+    catalog: Catalog,
+    table: Table,
+    table_name: str,
+    report_location: str | None,
+    state_url: str | None,
+    policy: str | None,
+    now: datetime,
+    other_tables: Sequence[TablePaths],
 ) -> PreparedRun:
     base = arguments.optional_str(report_location, "report_location") or default_report_base()
     refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
     ti = context["ti"]
     uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
     saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
-    return PreparedRun(catalog, table, table_name, arguments.optional_str(policy, "policy"), now,
-                       state_store_for(state_url), uri, saved)
+    return PreparedRun(
+        catalog,
+        table,
+        table_name,
+        arguments.optional_str(policy, "policy"),
+        now,
+        state_store_for(state_url),
+        uri,
+        saved,
+    )
 
 
 @contextmanager

@@ -70,7 +70,11 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         lag = checked.lag
         self.log.info(
             "%s index %s: extract of snapshot %s, table at %s, %d snapshot(s) behind: %s",
-            table, index, lag.extract_snapshot_id, lag.table_snapshot_id, lag.snapshots_behind,
+            table,
+            index,
+            lag.extract_snapshot_id,
+            lag.table_snapshot_id,
+            lag.snapshots_behind,
             "; ".join(checked.reasons) or f"within {threshold.to_json()}",
         )
         return checked

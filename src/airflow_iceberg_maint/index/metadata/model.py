@@ -50,9 +50,20 @@ from airflow_iceberg_maint.index.metadata.spec import (
 
 _TOP_LEVEL_KEYS = frozenset(
     {
-        "format-version", "index-uuid", "table-uuid", "location", "last-updated-ms", "index-type",
-        "identity-fields", "schemas", "stats-fields", "ordering-key", "properties", "extracts",
-        "metadata-log", "encryption-keys",
+        "format-version",
+        "index-uuid",
+        "table-uuid",
+        "location",
+        "last-updated-ms",
+        "index-type",
+        "identity-fields",
+        "schemas",
+        "stats-fields",
+        "ordering-key",
+        "properties",
+        "extracts",
+        "metadata-log",
+        "encryption-keys",
     }
 )
 
