@@ -99,7 +99,8 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
         "name",
         "--with-row-location",
         "--property",
-        "write.region.target-file-size-bytes=100",
+        # Below two entries' size (about 31 bytes each), so the refresh writes several regions.
+        "write.region.target-file-size-bytes=40",
     )
     assert created["ordering"] == ["bucket(4, id)", "id"]
 
