@@ -24,18 +24,21 @@ from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
 from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.orphans.path_hashes import (
+    DEFERRED,
     EMPTY,
     HASH_SCHEMA,
     PathHasher,
     component_hash,
     listed_identity,
     path_hash,
+    path_hash128,
 )
 
 log = logging.getLogger(__name__)
 
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
+Reread = Callable[[], Iterable[str]]  # the paths a batch of hashes was made of, read again
 
 
 class ReferencedSet:
@@ -45,23 +48,60 @@ class ReferencedSet:
         self.hasher = PathHasher(equivalence)
         self._batches: list[pa.RecordBatch] = []
         self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
+        self._deferred: list[tuple[pa.RecordBatch, Reread]] = []  # batches with DEFERRED identities
+        self._resolved: list[pa.Array] = []  # their identities, once resolved
 
     def add(self, paths: Sequence[str]) -> None:
         if paths:
             self.add_hashes(self.hasher.batch(paths))
 
-    def add_hashes(self, batch: pa.RecordBatch) -> None:
+    def add_hashes(self, batch: pa.RecordBatch, reread: Reread | None = None) -> None:
+        """Add hashed paths; a batch with DEFERRED identities needs ``reread`` and a ``resolve`` before use."""
         if batch.num_rows:
-            self._batches.append(batch)
-            self._frozen = None
+            if reread is not None:
+                deferred = batch.filter(pc.equal(batch["identity"], DEFERRED))
+                if deferred.num_rows:
+                    self._deferred.append((deferred, reread))
+            self._batches.append(batch)  # merged with what is frozen already at the next freeze
+
+    def resolve(self, listed: pa.Table) -> int:
+        """Find the identities of deferred paths; returns how many had to be ``stat``-ed here.
+
+        ``listed`` holds the 128-bit hash and the identity of every file the listing found on
+        local storage (LISTED_SCHEMA). A deferred path with the hash of a listed file is that
+        listed string, and the listing's ``lstat`` of a file that is not a symlink is the
+        ``stat`` of its path. Any other deferred path (missing, hidden, behind a symlink) is
+        read again from its batch's source and ``stat``-ed, exactly as an eager hash would.
+        """
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return 0
+        rows = pa.concat_tables(
+            pa.table({"exact": b["exact"], "check": b["check"], "source": pa.array([i] * b.num_rows, pa.int32())})
+            for i, (b, _) in enumerate(deferred)
+        )
+        joined = rows.join(listed.select(["exact", "check", "identity"]), ["exact", "check"], join_type="left outer")
+        found = pc.is_valid(joined["identity"])
+        self._resolved.append(pc.unique(joined["identity"].filter(found)))
+        missing = joined.filter(pc.invert(found))
+        stated: list[int] = []
+        for source in pc.unique(missing["source"]).to_pylist():
+            mine = missing.filter(pc.equal(missing["source"], source))
+            wanted = set(zip(mine["exact"].to_pylist(), mine["check"].to_pylist(), strict=True))
+            stated.extend(self.hasher.identity(p) for p in deferred[source][1]() if path_hash128(p) in wanted)
+        self._resolved.append(pa.array(stated, pa.int64()))
+        return missing.num_rows
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
-        if self._frozen is None or self._batches:
+        if self._frozen is None or self._batches or self._resolved:
             added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
+            if self._deferred:
+                raise RuntimeError("referenced paths with deferred identities were not resolved")
             exact_parts = [added["exact"]]
             key_parts = [added.select(["key", "scheme", "authority"])]
-            identity_parts = [added["identity"]]
+            identity_parts = [added["identity"], *(pa.chunked_array([r]) for r in self._resolved)]
+            self._resolved = []
             if self._frozen is not None:
                 exact_parts.insert(0, pa.chunked_array([self._frozen[0]]))
                 key_parts.insert(0, self._frozen[1])
@@ -69,7 +109,7 @@ class ReferencedSet:
             exact = pc.unique(pa.chunked_array([c for p in exact_parts for c in p.chunks], pa.int64()))
             keys = pa.concat_tables(key_parts).group_by(["key", "scheme", "authority"]).aggregate([])
             identities = pc.unique(pa.chunked_array([c for p in identity_parts for c in p.chunks], pa.int64()))
-            identities = identities.filter(pc.not_equal(identities, EMPTY))
+            identities = identities.filter(pc.and_(pc.not_equal(identities, EMPTY), pc.not_equal(identities, DEFERRED)))
             self._batches = []
             self._frozen = (exact, keys.combine_chunks(), identities)
         return self._frozen
@@ -193,27 +233,37 @@ class ReferenceWalk:
         yield from here()
 
     def hash_batches(
-        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset()
-    ) -> Iterator[pa.RecordBatch]:
-        """Hashes of every snapshot's manifest list, manifests and live content files.
+        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset(), listed_under: str | None = None
+    ) -> Iterator[tuple[pa.RecordBatch, Reread]]:
+        """Hashes of every snapshot's manifest list, manifests and live content files, each with its source.
 
-        Covers all branches, tags and staged snapshots.
+        Covers all branches, tags and staged snapshots. With ``listed_under`` (the scan root),
+        local paths below it get DEFERRED identities (``PathHasher``); the source reads a
+        batch's paths again for ``ReferencedSet.resolve``.
         """
-        io, hasher = self.table.io, PathHasher(self.equivalence)
+        io, hasher = self.table.io, PathHasher(self.equivalence, listed_under)
         snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
-        yield hasher.batch(lists)
+        yield hasher.batch(lists), lambda: lists
         self._start_workers(len(lists))
         found = self._pooled(
             lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
         )
         manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
         self.seen.update(manifests)
-        yield hasher.batch(manifests)
+        yield hasher.batch(manifests), lambda: manifests
+
+        def reread(chunk: list[str]) -> Reread:
+            return lambda: (p for m in chunk for p in live_file_paths(io, m))
+
+        def here() -> Iterator[tuple[pa.RecordBatch, Reread]]:
+            for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
+                yield hasher.batch(paths), reread([m])
+
         yield from self._pooled(
-            lambda pool: pool.hash_batches(manifests, self.equivalence),
-            lambda: (hasher.batch(paths) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
+            lambda pool: ((batch, reread(chunk)) for chunk, batch in pool.hash_batches(manifests, hasher)),
+            here,
         )
         self.manifests_read += len(manifests)
 
