@@ -111,6 +111,11 @@ class PathHasher:
     def key(self, path: str) -> int:
         return self._key_and_scope(path)[0]
 
+    def key_and_local(self, path: str) -> tuple[int, bool]:
+        """The path key's hash, and whether the path is on local storage."""
+        key, scope = self._key_and_scope(path)
+        return key, scope[2] is not None
+
     def _key_and_scope(self, path: str) -> tuple[int, tuple[int, int, str | None]]:
         """The path key's hash, and the head's (scheme hash, authority hash, local filesystem prefix or None)."""
         head = self._head

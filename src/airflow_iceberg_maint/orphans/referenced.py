@@ -29,6 +29,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     HASH_SCHEMA,
     PathHasher,
     component_hash,
+    inode_identity,
     listed_identity,
     path_hash,
     path_hash128,
@@ -126,38 +127,45 @@ class ReferencedSet:
         exact = self._freeze()[0]
         return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
 
-    def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
+    def classify_unmatched(
+        self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None
+    ) -> dict[str, str]:
         """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
 
         A local path whose file is one a referenced path names (same device and inode) is
-        ``equivalent`` too. Paths absent from the result share no path key and no file with any
-        referenced path.
+        ``equivalent`` too. ``inodes`` are the listing's (device, inode) of each path, when it
+        gave them (else the path is ``lstat``-ed here). Paths absent from the result share no
+        path key and no file with any referenced path.
         """
         if not paths:
             return {}
         _, keys, identities = self._freeze()
         eq = self.hasher.equivalence
-        path_keys = [self.hasher.key(p) for p in paths]
-        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
+        path_keys = [self.hasher.key_and_local(p) for p in paths]
+        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array([k for k, _ in path_keys], pa.int64())))
         scopes: dict[int, list[tuple[int, int]]] = {}
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
             scopes.setdefault(key, []).append((scheme, authority))
         result: dict[str, str] = {}
-        local: list[str] = []
-        for path, key in zip(paths, path_keys, strict=True):
-            uri = Uri.parse(path)
+        local: list[int] = []
+        for i, (path, (key, is_local)) in enumerate(zip(paths, path_keys, strict=True)):
             if key not in scopes:
-                if uri.is_local and len(identities):
-                    local.append(path)
+                if is_local and len(identities):
+                    local.append(i)
                 continue
+            uri = Uri.parse(path)
             mine = (component_hash(eq.scheme(uri.scheme)), component_hash(eq.authority(uri.authority)))
             same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
         if local:
-            listed = pa.array([listed_identity(local_path(p)) for p in local], pa.int64())
-            for path, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
+            def identity(i: int) -> int:
+                inode = inodes[i] if inodes is not None else None
+                return listed_identity(local_path(paths[i])) if inode is None else inode_identity(*inode)
+
+            listed = pa.array([identity(i) for i in local], pa.int64())
+            for i, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
                 if hit:
-                    result[path] = "equivalent"
+                    result[paths[i]] = "equivalent"
         return result
 
 

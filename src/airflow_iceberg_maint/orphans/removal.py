@@ -357,7 +357,7 @@ def _match(
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_exact([c.path for c in chunk])
         unmatched = [c for c, hit in zip(chunk, exact, strict=True) if not hit]
-        verdicts = refs.classify_unmatched([c.path for c in unmatched])
+        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
         for info in unmatched:
             verdict = verdicts.get(info.path)
             if verdict is None:
@@ -408,7 +408,7 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
     _collect(late, walk, sources, skip=known)
     exact = late.contains_exact([o.path for o in orphans])
     survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
-    protected = late.classify_unmatched([o.path for o in survivors])
+    protected = late.classify_unmatched([o.path for o in survivors], [o.inode for o in survivors])
     return [o for o in survivors if o.path not in protected]
 
 
