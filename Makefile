@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test soak lint bench services-start services-stop
+.PHONY: install demo test test-newest-pyiceberg soak lint bench services-start services-stop
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,9 +16,12 @@ install: $(STAMP)
 demo: install
 	$(PY) scripts/demo.py --root .demo
 
-test: install
-	$(VENV)/bin/ruff check .
+test: lint
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The tests that go through pyiceberg's internals, against the newest pyiceberg release.
+test-newest-pyiceberg: install
+	PY=$(PY) scripts/newest-pyiceberg.sh
 
 # The reliability suite at its long size (kills, faults, concurrent writers, random histories).
 soak: install
@@ -26,8 +29,11 @@ soak: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) bench/orphans.py
 	$(PY) bench/index.py
 	$(PY) bench/index.py --refresh
+	$(PY) bench/index_build.py

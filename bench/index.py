@@ -88,10 +88,12 @@ COVERING = "by_id_with_payload"
 
 def _batch(rows: int, seed_offset: int, low: int = 0) -> pa.Table:
     """Random keys in ``[low, low + 2**40)``."""
-    keys = pc.cast(pc.add(pc.floor(pc.multiply(pc.random(rows, initializer=seed_offset), float(2**40))), float(low)),
-                   pa.int64())
-    return pa.table({"id": keys, "payload": pc.binary_join_element_wise("p", pc.cast(keys, pa.string()), "")},
-                    schema=SCHEMA)
+    keys = pc.cast(
+        pc.add(pc.floor(pc.multiply(pc.random(rows, initializer=seed_offset), float(2**40))), float(low)), pa.int64()
+    )
+    return pa.table(
+        {"id": keys, "payload": pc.binary_join_element_wise("p", pc.cast(keys, pa.string()), "")}, schema=SCHEMA
+    )
 
 
 def _page_indexed_writes() -> None:
@@ -108,16 +110,24 @@ def _group_rows(args: argparse.Namespace) -> int:
     return int(args.row_group_mb * 2**20 / (sample.nbytes / sample.num_rows))
 
 
-def make_table(root: Path, rows: int, files: int, row_group_rows: int, warehouse: str | None = None,
-               properties: dict[str, str] | None = None) -> Table:
+def make_table(
+    root: Path,
+    rows: int,
+    files: int,
+    row_group_rows: int,
+    warehouse: str | None = None,
+    properties: dict[str, str] | None = None,
+) -> Table:
     root = root.resolve()  # a relative path would make a ``file://`` URI whose first part is a host
     shutil.rmtree(root, ignore_errors=True)
     (root / "wh").mkdir(parents=True)
-    catalog = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=warehouse or f"file://{root}/wh",
-                         **(properties or {}))
+    catalog = SqlCatalog(
+        "bench", uri=f"sqlite:///{root}/catalog.db", warehouse=warehouse or f"file://{root}/wh", **(properties or {})
+    )
     catalog.create_namespace("db")
-    table = catalog.create_table("db.events", schema=SCHEMA,
-                                 properties={"write.parquet.row-group-limit": str(row_group_rows)})
+    table = catalog.create_table(
+        "db.events", schema=SCHEMA, properties={"write.parquet.row-group-limit": str(row_group_rows)}
+    )
     for i in range(files):
         table.append(_batch(rows // files, seed_offset=i + 1))
     return table
@@ -189,8 +199,9 @@ class _Floors:
         try:
             import polars
 
-            self.options["polars_slice"] = lambda at: polars.scan_parquet(self._local(at)).slice(
-                at.position, 1).collect().to_arrow()
+            self.options["polars_slice"] = lambda at: (
+                polars.scan_parquet(self._local(at)).slice(at.position, 1).collect().to_arrow()
+            )
         except ImportError:
             pass
         try:
@@ -199,7 +210,8 @@ class _Floors:
             connection = duckdb.connect()
             self.options["duckdb_file_row_number"] = lambda at: connection.sql(
                 f"SELECT id, payload FROM read_parquet('{self._local(at)}', file_row_number = true) "
-                f"WHERE file_row_number = {at.position}").to_arrow_table()
+                f"WHERE file_row_number = {at.position}"
+            ).to_arrow_table()
         except ImportError:
             pass
         try:
@@ -212,8 +224,9 @@ class _Floors:
                 if at.path not in registered:
                     registered[at.path] = f"f{len(registered)}"
                     context.register_parquet(registered[at.path], self._local(at))
-                return context.sql(f"SELECT id, payload FROM {registered[at.path]} LIMIT 1 "
-                                   f"OFFSET {at.position}").to_arrow_table()
+                return context.sql(
+                    f"SELECT id, payload FROM {registered[at.path]} LIMIT 1 OFFSET {at.position}"
+                ).to_arrow_table()
 
             self.options["datafusion_offset"] = offset
         except ImportError:
@@ -263,12 +276,13 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int,
     fetches: dict[str, list[float]] = {name: [] for name in floors.options}
     per_round = -(-len(values) // rounds)
     for start in range(0, len(values), per_round):
-        chunk = values[start:start + per_round]
+        chunk = values[start : start + per_round]
         started = time.perf_counter()
         scanned = table.scan(row_filter=EqualTo("id", chunk[0])).to_arrow()
         scans.append(time.perf_counter() - started)
-        assert sorted(scanned.to_pylist(), key=str) == sorted(lookup(table, "by_id", [(chunk[0],)]).rows.to_pylist(),
-                                                             key=str)
+        assert sorted(scanned.to_pylist(), key=str) == sorted(
+            lookup(table, "by_id", [(chunk[0],)]).rows.to_pylist(), key=str
+        )
         for value in chunk:
             started = time.perf_counter()
             result = lookup(table, "by_id", [(value,)])
@@ -298,9 +312,15 @@ def bench_lookups(table: Table, keys: pa.ChunkedArray, probes: int, rounds: int,
         "lookup_fetch": used,
         "lookup_vs_its_fetch_floor_p50": round(lookup_p50 / _percentile(fetches[used], 0.5), 2),
         "fetch_floors": {
-            name: {"probes": len(times), "p50_ms": _ms(times), "p95_ms": _ms(times, 0.95),
-                   "scan_over_floor_p50": round(scan_p50 / _percentile(times, 0.5), 1)}
-            if times else "cannot read these files" for name, times in fetches.items()
+            name: {
+                "probes": len(times),
+                "p50_ms": _ms(times),
+                "p95_ms": _ms(times, 0.95),
+                "scan_over_floor_p50": round(scan_p50 / _percentile(times, 0.5), 1),
+            }
+            if times
+            else "cannot read these files"
+            for name, times in fetches.items()
         },
         "index_only_lookup_p50_ms": round(only_p50 * 1000, 2),
         "index_only_speedup_p50": round(scan_p50 / only_p50, 1),
@@ -355,8 +375,13 @@ def bench_refresh(table: Table, rows: int, fraction: float) -> dict[str, Any]:
     table.append(_batch(appended, seed_offset=1002))  # keys anywhere in the existing range
     table = table.refresh()
     spread, _ = _timed_refreshes(table, before)
-    return {"initial_full_seconds": round(initial_seconds, 3), "initial_region_files": initial.region_files_written,
-            "appended_rows_per_case": appended, "append_above_all_keys": growing, "append_random_keys": spread}
+    return {
+        "initial_full_seconds": round(initial_seconds, 3),
+        "initial_region_files": initial.region_files_written,
+        "appended_rows_per_case": appended,
+        "append_above_all_keys": growing,
+        "append_random_keys": spread,
+    }
 
 
 def _report(report: dict[str, Any]) -> None:
@@ -434,8 +459,11 @@ def _chunk_bytes(table: Table, at: _Location, column: str) -> int:
     """Compressed bytes of the column chunk holding the row: what a reader without page skipping fetches."""
     with opened_parquet(table.io, at.path) as handle:
         metadata = handle.file.metadata.row_group(at.group)
-        return next(metadata.column(i).total_compressed_size for i in range(metadata.num_columns)
-                    if metadata.column(i).path_in_schema == column)
+        return next(
+            metadata.column(i).total_compressed_size
+            for i in range(metadata.num_columns)
+            if metadata.column(i).path_in_schema == column
+        )
 
 
 def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
@@ -445,19 +473,29 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
         raise SystemExit("--s3 needs TEST_S3_ENDPOINT: run it under scripts/services.sh run -- ...")
     credentials = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
     started = time.perf_counter()
-    table = make_table(args.root, args.rows, args.files, group_rows, f"s3://{bucket}/wh",
-                       {"s3.endpoint": endpoint, **credentials})
+    table = make_table(
+        args.root, args.rows, args.files, group_rows, f"s3://{bucket}/wh", {"s3.endpoint": endpoint, **credentials}
+    )
     IndexStore(table).create(new_index_metadata(table, "by_id", ["id"], [], True, {}), "by_id")
     refresh_full(table, "by_id")
     setup_seconds = time.perf_counter() - started
     proxy = _CountingProxy(endpoint)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     root = args.root.resolve()
-    through_proxy = SqlCatalog("bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"s3://{bucket}/wh",
-                               **{"s3.endpoint": proxy.endpoint, **credentials}).load_table("db.events")
+    through_proxy = SqlCatalog(
+        "bench",
+        uri=f"sqlite:///{root}/catalog.db",
+        warehouse=f"s3://{bucket}/wh",
+        **{"s3.endpoint": proxy.endpoint, **credentials},
+    ).load_table("db.events")
     keys = through_proxy.scan(selected_fields=("id",)).to_arrow().column("id")
     positions = pc.cast(pc.floor(pc.multiply(pc.random(args.probes, initializer=99), len(keys) - 1)), pa.int64())
     values = pc.take(keys, positions).to_pylist()
@@ -474,33 +512,47 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
         data = [size for path, size in gets if "/index/" not in path]
         # The lookup reads ``payload`` from the data file: the index holds ``id`` (its key).
         page_bytes, dictionary_bytes = _page_bytes(through_proxy, locations[value], ["payload"])
-        per_lookup.append({
-            "ms": seconds * 1000, "requests": len(proxy.requests), "gets": len(gets),
-            "get_bytes": sum(size for _, size in gets),
-            "data_gets": len(data), "data_bytes": sum(data), "page_bytes": page_bytes,
-            "page_and_dictionary_bytes": page_bytes + dictionary_bytes,
-        })
+        per_lookup.append(
+            {
+                "ms": seconds * 1000,
+                "requests": len(proxy.requests),
+                "gets": len(gets),
+                "get_bytes": sum(size for _, size in gets),
+                "data_gets": len(data),
+                "data_bytes": sum(data),
+                "page_bytes": page_bytes,
+                "page_and_dictionary_bytes": page_bytes + dictionary_bytes,
+            }
+        )
     proxy.shutdown()
 
     def median(name: str) -> float:
         return statistics.median(p[name] for p in per_lookup)
 
     return {
-        "rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows,
-        "setup_seconds": round(setup_seconds, 1), "lookups": len(per_lookup),
+        "rows": args.rows,
+        "data_files": args.files,
+        "data_row_group_rows": group_rows,
+        "setup_seconds": round(setup_seconds, 1),
+        "lookups": len(per_lookup),
         "lookup_p50_ms": round(median("ms"), 1),
         "requests_per_lookup_p50": median("requests"),
-        "get_requests_per_lookup_p50": median("gets"), "get_bytes_per_lookup_p50": median("get_bytes"),
-        "data_file_gets_per_lookup_p50": median("data_gets"), "data_file_bytes_per_lookup_p50": median("data_bytes"),
+        "get_requests_per_lookup_p50": median("gets"),
+        "get_bytes_per_lookup_p50": median("get_bytes"),
+        "data_file_gets_per_lookup_p50": median("data_gets"),
+        "data_file_bytes_per_lookup_p50": median("data_bytes"),
         "data_file_bytes_per_lookup_max": max(p["data_bytes"] for p in per_lookup),
         "bytes_of_the_page_holding_the_row_p50": median("page_bytes"),
-        "data_file_bytes_over_page_bytes_p50": round(statistics.median(
-            p["data_bytes"] / p["page_bytes"] for p in per_lookup), 2),
+        "data_file_bytes_over_page_bytes_p50": round(
+            statistics.median(p["data_bytes"] / p["page_bytes"] for p in per_lookup), 2
+        ),
         "data_file_bytes_over_page_bytes_max": round(max(p["data_bytes"] / p["page_bytes"] for p in per_lookup), 2),
-        "lookups_whose_page_is_dictionary_encoded": sum(p["page_and_dictionary_bytes"] > p["page_bytes"]
-                                                        for p in per_lookup),
-        "data_file_bytes_over_page_and_dictionary_bytes_max": round(max(
-            p["data_bytes"] / p["page_and_dictionary_bytes"] for p in per_lookup), 2),
+        "lookups_whose_page_is_dictionary_encoded": sum(
+            p["page_and_dictionary_bytes"] > p["page_bytes"] for p in per_lookup
+        ),
+        "data_file_bytes_over_page_and_dictionary_bytes_max": round(
+            max(p["data_bytes"] / p["page_and_dictionary_bytes"] for p in per_lookup), 2
+        ),
         "column_chunk_bytes_payload": _chunk_bytes(through_proxy, locations[values[0]], "payload"),
     }
 
@@ -512,8 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=10, help="scans, each followed by a share of the lookups")
     parser.add_argument("--row-group-rows", type=int, default=65_536)
-    parser.add_argument("--row-group-mb", type=float, default=0.0,
-                        help="row groups of this many MiB of Arrow data instead of --row-group-rows")
+    parser.add_argument(
+        "--row-group-mb",
+        type=float,
+        default=0.0,
+        help="row groups of this many MiB of Arrow data instead of --row-group-rows",
+    )
     parser.add_argument("--no-page-index", action="store_true", help="data files without the Parquet page index")
     parser.add_argument("--s3", action="store_true", help="lookups on the local S3 server instead (TEST_S3_ENDPOINT)")
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
@@ -546,9 +602,18 @@ def main(argv: list[str] | None = None) -> int:
     covering_seconds = time.perf_counter() - started
     table = table.refresh()
     lookups = bench_lookups(table, keys, args.probes, args.rounds)
-    _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows,
-             "page_index": not args.no_page_index, "setup_seconds": round(setup_seconds, 1), **build,
-             "index_only_build_seconds": round(covering_seconds, 3), **lookups})
+    _report(
+        {
+            "rows": args.rows,
+            "data_files": args.files,
+            "data_row_group_rows": group_rows,
+            "page_index": not args.no_page_index,
+            "setup_seconds": round(setup_seconds, 1),
+            **build,
+            "index_only_build_seconds": round(covering_seconds, 3),
+            **lookups,
+        }
+    )
     shutil.rmtree(args.root, ignore_errors=True)
     return 0
 

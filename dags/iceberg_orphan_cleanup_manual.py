@@ -8,14 +8,27 @@ negative one) fails the run and deletes nothing, unless ``allow_recent_files`` i
 then the run goes down to 0 (now) and logs a warning. This DAG does not consult
 the policies' minimum interval: a manual run always runs. Its outcome is recorded in the
 cleanup state like a scheduled run's (dry runs do not count as a cleanup).
+
+``shards`` above 1 spreads one huge table's scan over that many mapped tasks: a plan, the
+shards (each lists some directories and reads some manifests), the matches (each subtracts
+the referenced files from the listed ones in some hash buckets), and one task that re-checks
+against reloaded metadata and deletes. A failed shard fails the run before anything is deleted.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
+from airflow_iceberg_maint.airflow.operators.orphan_shards import (
+    IcebergFinishOrphanShardsOperator,
+    IcebergOrphanShardItemsOperator,
+    IcebergOrphanShardMatchOperator,
+    IcebergOrphanShardScanOperator,
+    IcebergPlanOrphanShardsOperator,
+)
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 
 with DAG(
@@ -64,14 +77,39 @@ with DAG(
             "when the catalog cannot be listed and no other table writes under this one.",
         ),
         "dry_run": Param(True, type="boolean", title="Dry run", description="List the orphan files, delete nothing."),
+        "shards": Param(
+            1,
+            type="integer",
+            minimum=1,
+            maximum=256,
+            title="Shards",
+            description="1: one task scans the table. More: the scan is spread over this many mapped tasks "
+            "(for tables of many millions of files).",
+        ),
     },
 ):
-    IcebergRemoveOrphanFilesOperator(
-        task_id="remove_orphan_files",
+    job: dict[str, Any] = {
+        "table": "{{ params.table }}",
+        "older_than_days": "{{ params.older_than_days }}",
+        "allow_recent_files": "{{ params.allow_recent_files }}",
+        "location": "{{ params.location }}",
+        "only_this_table": "{{ params.only_this_table }}",
+        "dry_run": "{{ params.dry_run }}",
+    }
+
+    @task.branch
+    def single_or_sharded(params: dict[str, Any] | None = None) -> str:
+        return "remove_orphan_files" if int((params or {}).get("shards", 1)) <= 1 else "plan_orphan_shards"
+
+    single = IcebergRemoveOrphanFilesOperator(task_id="remove_orphan_files", **job)
+    plan = IcebergPlanOrphanShardsOperator(task_id="plan_orphan_shards", shards="{{ params.shards }}", **job)
+    items = IcebergOrphanShardItemsOperator(task_id="shard_items", plans=plan.output)
+    scan = IcebergOrphanShardScanOperator.partial(task_id="scan_orphan_shard").expand_kwargs(items.output)
+    match = IcebergOrphanShardMatchOperator.partial(task_id="match_orphan_shard").expand_kwargs(items.output)
+    finish = IcebergFinishOrphanShardsOperator(
+        task_id="finish_orphan_shards",
         table="{{ params.table }}",
-        older_than_days="{{ params.older_than_days }}",
-        allow_recent_files="{{ params.allow_recent_files }}",
-        location="{{ params.location }}",
-        only_this_table="{{ params.only_this_table }}",
-        dry_run="{{ params.dry_run }}",
+        scratch="{{ ti.xcom_pull(task_ids='plan_orphan_shards')['scratch'] }}",
     )
+    single_or_sharded() >> [single, plan]
+    scan >> match >> finish

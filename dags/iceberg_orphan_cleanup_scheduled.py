@@ -11,21 +11,36 @@ progress) unless its content sets ``allowRecentFiles: true``; otherwise ``plan_d
 fails without retries and nothing is deleted. The opt-in travels with each job as the
 removal task's ``allow_recent_files``, and such a run logs a warning.
 
+``ICEBERG_MAINT_ORPHAN_SHARDS`` (read when the DAG is parsed; default 1) above 1 spreads each
+due table's scan over that many mapped tasks, for tables of many millions of files: a plan per
+table, the shards and matches of every table, and one task per table that re-checks against
+reloaded metadata and deletes. A failed shard fails the run before anything is deleted.
+
 Set up once: an ``iceberg`` connection ``iceberg_default`` and
 ``airflow pools set iceberg_maint 4 "Iceberg maintenance"``.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, CronTriggerTimetable
 
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
+from airflow_iceberg_maint.airflow.operators.orphan_shards import (
+    IcebergFinishOrphanShardsOperator,
+    IcebergOrphanShardItemsOperator,
+    IcebergOrphanShardMatchOperator,
+    IcebergOrphanShardScanOperator,
+    IcebergPlanOrphanShardsOperator,
+    finish_kwargs,
+)
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 
 POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")
+SHARDS = int(os.environ.get("ICEBERG_MAINT_ORPHAN_SHARDS", "1"))
 
 with DAG(
     dag_id="iceberg_orphan_cleanup_scheduled",
@@ -37,10 +52,23 @@ with DAG(
     doc_md=__doc__,
 ):
     plan = IcebergOrphanPolicyExpansionOperator(task_id="plan_due_tables", policy_file=str(POLICY_FILE))
-    IcebergRemoveOrphanFilesOperator.partial(
-        task_id="remove_orphan_files",
-        pool="iceberg_maint",
-        map_index_template="{{ task.table }}",
-        retries=2,
-        retry_delay=timedelta(minutes=5),
-    ).expand_kwargs(plan.output)
+    retried = {"pool": "iceberg_maint", "retries": 2, "retry_delay": timedelta(minutes=5)}
+    if SHARDS <= 1:
+        IcebergRemoveOrphanFilesOperator.partial(
+            task_id="remove_orphan_files", map_index_template="{{ task.table }}", **retried
+        ).expand_kwargs(plan.output)
+    else:
+        shard_plans = IcebergPlanOrphanShardsOperator.partial(
+            task_id="plan_orphan_shards", shards=SHARDS, map_index_template="{{ task.table }}", **retried
+        ).expand_kwargs(plan.output)
+        items = IcebergOrphanShardItemsOperator(task_id="shard_items", plans=shard_plans.output)
+        scan = IcebergOrphanShardScanOperator.partial(task_id="scan_orphan_shard", **retried).expand_kwargs(
+            items.output
+        )
+        match = IcebergOrphanShardMatchOperator.partial(task_id="match_orphan_shard", **retried).expand_kwargs(
+            items.output
+        )
+        finish = IcebergFinishOrphanShardsOperator.partial(
+            task_id="remove_orphan_files", map_index_template="{{ task.table }}", **retried
+        ).expand_kwargs(shard_plans.output.map(finish_kwargs))
+        scan >> match >> finish

@@ -43,16 +43,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 def rows(start: int, count: int) -> pa.Table:
     ids = range(start, start + count)
-    return pa.table({"id": pa.array(ids, pa.int64()),
-                     "category": pa.array([CATEGORIES[i % len(CATEGORIES)] for i in ids])})
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "category": pa.array([CATEGORIES[i % len(CATEGORIES)] for i in ids])}
+    )
 
 
 def build(root: Path) -> tuple[SqlCatalog, Table]:
     catalog = SqlCatalog(CATALOG, uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
     catalog.create_namespace("demo")
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
-    table = catalog.create_table("demo.orders", schema=SCHEMA, partition_spec=spec,
-                                 properties={"write.metadata.previous-versions-max": "10"})
+    table = catalog.create_table(
+        "demo.orders", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "10"}
+    )
     for i in range(24):
         table.append(rows(i * 50, 50))
     table.overwrite(rows(5000, 40), overwrite_filter="id < 100")
@@ -87,16 +89,19 @@ def plant(table: Table, tag: str) -> None:
     for i in range(5):
         _put(loc / f"data/category=books/{tag}-failed-write-{i}.parquet", 4096)
     _put(loc / f"metadata/{tag}-abandoned-m0.avro", 2048)
-    _put(loc / "data/_temporary/attempt-1.parquet", 4096)                # hidden: always skipped
-    _put(loc / "data/category=games/in-flight.parquet", 4096, None)      # fresh: a write in progress
-    _put(loc.parent / "orders_backup/data/copy.parquet", 4096)           # a sibling folder: never scanned
+    _put(loc / "data/_temporary/attempt-1.parquet", 4096)  # hidden: always skipped
+    _put(loc / "data/category=games/in-flight.parquet", 4096, None)  # fresh: a write in progress
+    _put(loc.parent / "orders_backup/data/copy.parquet", 4096)  # a sibling folder: never scanned
 
 
 def row_counts(table: Table) -> dict[str, int]:
-    counts = {f"snapshot {s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
-              for s in table.metadata.snapshots}
-    return counts | {name: len(table.scan(snapshot_id=r.snapshot_id).to_arrow())
-                     for name, r in table.metadata.refs.items()}
+    counts = {
+        f"snapshot {s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
+        for s in table.metadata.snapshots
+    }
+    return counts | {
+        name: len(table.scan(snapshot_id=r.snapshot_id).to_arrow()) for name, r in table.metadata.refs.items()
+    }
 
 
 class Shell:
@@ -121,8 +126,13 @@ class Shell:
     def cli(self, *args: str, show: bool = True) -> str:
         if show:
             print(f"\n$ iceberg-maint --catalog {CATALOG} {' '.join(args)}", flush=True)
-        done = subprocess.run([str(BIN / "iceberg-maint"), "--catalog", CATALOG, *args], env=self.env,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [str(BIN / "iceberg-maint"), "--catalog", CATALOG, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode:
             sys.exit(f"iceberg-maint failed: {done.stderr.strip()}")
         if show:
@@ -132,8 +142,9 @@ class Shell:
     def airflow(self, *args: str) -> None:
         print(f"$ airflow {' '.join(args)}", flush=True)
         with self.log.open("a") as log:
-            done = subprocess.run([str(BIN / "airflow"), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                  check=False)
+            done = subprocess.run(
+                [str(BIN / "airflow"), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, check=False
+            )
         if done.returncode:
             sys.exit(f"airflow {args[0]} failed; see {self.log}")
 
@@ -142,23 +153,29 @@ def act_one(root: Path, shell: Shell) -> None:
     catalog, table = build(root)
     plant(table, "march")
     before = row_counts(table)
-    print(f"1. Orphan removal from the command line. Table demo.orders: {len(table.metadata.snapshots)} "
-          f"snapshots, refs {sorted(table.metadata.refs)}, 6 snapshots expired, 6 old orphans planted.")
+    print(
+        f"1. Orphan removal from the command line. Table demo.orders: {len(table.metadata.snapshots)} "
+        f"snapshots, refs {sorted(table.metadata.refs)}, 6 snapshots expired, 6 old orphans planted."
+    )
     shell.cli("orphans", "demo.orders", "--dry-run")
     shell.cli("orphans", "demo.orders")
     after = row_counts(catalog.load_table("demo.orders"))
     loc = Path(table.location().removeprefix("file://"))
     survivors = ("data/_temporary/attempt-1.parquet", "data/category=games/in-flight.parquet")
     kept = all((loc / p).exists() for p in survivors)
-    print(f"Every snapshot, branch and tag still reads the same rows: {after == before} ({len(after)} checked); "
-          f"hidden and in-flight files kept: {kept}.")
+    print(
+        f"Every snapshot, branch and tag still reads the same rows: {after == before} ({len(after)} checked); "
+        f"hidden and in-flight files kept: {kept}."
+    )
     if after != before or not kept:
         sys.exit("demo: the removal changed what the table reads")
 
 
 def act_two(root: Path, shell: Shell) -> None:
-    print("\n2. The same job from Airflow: the DAG iceberg_orphan_cleanup_scheduled, "
-          "policies in dags/iceberg_maint_policies.yaml")
+    print(
+        "\n2. The same job from Airflow: the DAG iceberg_orphan_cleanup_scheduled, "
+        "policies in dags/iceberg_maint_policies.yaml"
+    )
     table = SqlCatalog(CATALOG, uri=f"sqlite:///{root}/catalog.db").load_table("demo.orders")
     plant(table, "april")
     shell.airflow("db", "migrate")
@@ -168,19 +185,25 @@ def act_two(root: Path, shell: Shell) -> None:
         if report.name == "catalog-tables.json":
             continue  # the run's one catalog pass, shared by its removal tasks: not a report
         data = json.loads(report.read_text())
-        print(f"report {report.relative_to(root)}: table {data['table']}, {data['orphan_file_count']} orphans "
-              f"({data['orphan_bytes']} bytes), {data['deleted_file_count']} deleted, dry run {data['dry_run']}")
+        print(
+            f"report {report.relative_to(root)}: table {data['table']}, {data['orphan_file_count']} orphans "
+            f"({data['orphan_bytes']} bytes), {data['deleted_file_count']} deleted, dry run {data['dry_run']}"
+        )
 
 
 def act_three(shell: Shell) -> None:
-    print("\n3. Secondary indexes, event flow: write, lag, extract commit, lookup "
-          "(indexes defined in dags/iceberg_indexes.yaml)")
+    print(
+        "\n3. Secondary indexes, event flow: write, lag, extract commit, lookup "
+        "(indexes defined in dags/iceberg_indexes.yaml)"
+    )
     shell.airflow("dags", "test", "iceberg_demo_writer")
     shell.airflow("dags", "test", "iceberg_index_maintenance_event_triggered")  # creates the indexes, first extracts
-    shell.airflow("dags", "test", "iceberg_demo_writer")                        # a new commit: the index lags
+    shell.airflow("dags", "test", "iceberg_demo_writer")  # a new commit: the index lags
     lag = json.loads(shell.cli("index", "lag", "demo.events", "events_by_id", "--json", show=False))
-    print(f"index lag: stale {lag['stale']}, {lag['snapshots_behind']} snapshot(s) behind, "
-          f"{lag['added_files']['data']} data file(s) added since its newest extract")
+    print(
+        f"index lag: stale {lag['stale']}, {lag['snapshots_behind']} snapshot(s) behind, "
+        f"{lag['added_files']['data']} data file(s) added since its newest extract"
+    )
     shell.airflow("dags", "test", "iceberg_index_maintenance_event_triggered")  # commits an incremental extract
     lag = json.loads(shell.cli("index", "lag", "demo.events", "events_by_id", "--json", show=False))
     print(f"index lag after the maintenance run: stale {lag['stale']}")

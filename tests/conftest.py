@@ -1,21 +1,46 @@
-"""Shared fixtures: real pyiceberg catalogs (SQLite, PostgreSQL) and the real S3-protocol server.
+"""Shared fixtures: real pyiceberg catalogs (SQLite, PostgreSQL) and the real S3, GCS and Azure emulators.
 
-``make test`` starts PostgreSQL and moto's standalone server and exports TEST_PG_URL and
-TEST_S3_ENDPOINT. Without them (a bare ``pytest`` run) those tests are skipped, except in
-CI, where a missing service is an error.
+``make test`` starts PostgreSQL, moto's standalone server, Azurite and two GCS emulators and exports
+TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT and TEST_FAKE_GCS_ENDPOINT.
+Without them (a bare ``pytest`` run) those tests are skipped, except in CI, where a missing service is
+an error.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 S3_PROPS = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+#: Azurite's well-known development account.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def gcs_props(endpoint: str) -> dict[str, str]:
+    """gcs.* properties for an emulator. Any token will do; without one pyarrow's filesystem asks the
+    metadata server for credentials and hangs."""
+    return {
+        "gcs.service.host": endpoint,
+        "gcs.project-id": "test",
+        "gcs.oauth2.token": "test",
+        "gcs.oauth2.token-expires-at": str(int(time.time() + 86400) * 1000),
+    }
+
+
+def azure_props(blob_endpoint: str) -> dict[str, str]:
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint={blob_endpoint};"
+    )
+    return {"adls.connection-string": conn, "adls.account-name": AZURITE_ACCOUNT}
 
 
 def _service(var: str) -> str:
@@ -56,8 +81,13 @@ def s3_endpoint() -> str:
 def s3_bucket(s3_endpoint: str) -> Iterator[str]:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     yield bucket
@@ -82,3 +112,79 @@ def pg_catalog(warehouse: Path) -> SqlCatalog:
     catalog = SqlCatalog(f"pg_{uuid.uuid4().hex[:8]}", uri=url, warehouse=f"file://{warehouse}")
     catalog.create_namespace("db")
     return catalog
+
+
+@pytest.fixture
+def glue_catalog(s3_endpoint: str, s3_bucket: str) -> Any:
+    """pyiceberg's Glue catalog against the Glue API of the local server (the one serving S3), with a
+    database of its own (``glue_catalog.test_namespace``): the server's Glue data lives as long as it does."""
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    catalog = GlueCatalog("glue", **glue_properties(s3_endpoint, s3_bucket))
+    namespace = f"db_{uuid.uuid4().hex[:10]}"
+    catalog.create_namespace(namespace, {"location": f"s3://{s3_bucket}/warehouse/{namespace}"})
+    catalog.test_namespace = namespace  # type: ignore[attr-defined]
+    return catalog
+
+
+def glue_properties(s3_endpoint: str, s3_bucket: str) -> dict[str, str]:
+    """The catalog properties of a Glue catalog on the local server (also an ``iceberg`` connection's extra)."""
+    return {
+        "type": "glue",
+        "glue.endpoint": s3_endpoint,
+        "glue.region": "us-east-1",
+        "glue.access-key-id": "testing",
+        "glue.secret-access-key": "testing",
+        "s3.endpoint": s3_endpoint,
+        **S3_PROPS,
+        "warehouse": f"s3://{s3_bucket}/warehouse",
+    }
+
+
+def _gcs_catalog(tmp_path: Path, endpoint: str) -> tuple[SqlCatalog, dict[str, str]]:
+    from airflow_iceberg_maint.fs.gcs import client_from_properties
+
+    props = gcs_props(endpoint)
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    client_from_properties(props).create_bucket(bucket)
+    config = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"gs://{bucket}/warehouse", **props}
+    catalog = SqlCatalog("default", **config)
+    catalog.create_namespace("db")
+    return catalog, config
+
+
+@pytest.fixture
+def gcs_catalog_config(tmp_path: Path) -> tuple[SqlCatalog, dict[str, str]]:
+    """A catalog on gcp-storage-emulator (listing, batch deletes; it ignores ifGenerationMatch), and its config."""
+    return _gcs_catalog(tmp_path, _service("TEST_GCS_ENDPOINT"))
+
+
+@pytest.fixture
+def gcs_catalog(gcs_catalog_config: tuple[SqlCatalog, dict[str, str]]) -> SqlCatalog:
+    return gcs_catalog_config[0]
+
+
+@pytest.fixture
+def fake_gcs_catalog_config(tmp_path: Path) -> tuple[SqlCatalog, dict[str, str]]:
+    """A catalog on fake-gcs-server, which honours ifGenerationMatch (index commits), and its config."""
+    return _gcs_catalog(tmp_path, _service("TEST_FAKE_GCS_ENDPOINT"))
+
+
+@pytest.fixture
+def azure_catalog_config(tmp_path: Path) -> tuple[SqlCatalog, dict[str, str]]:
+    """A catalog whose warehouse is abfs://<container>@devstoreaccount1.dfs.core.windows.net on Azurite."""
+    from azure.storage.blob import BlobServiceClient
+
+    props = azure_props(_service("TEST_AZURITE_BLOB_ENDPOINT"))
+    container = f"test-{uuid.uuid4().hex[:12]}"
+    BlobServiceClient.from_connection_string(props["adls.connection-string"]).create_container(container)
+    warehouse = f"abfs://{container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/warehouse"
+    config = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": warehouse, **props}
+    catalog = SqlCatalog("default", **config)
+    catalog.create_namespace("db")
+    return catalog, config
+
+
+@pytest.fixture
+def azure_catalog(azure_catalog_config: tuple[SqlCatalog, dict[str, str]]) -> SqlCatalog:
+    return azure_catalog_config[0]

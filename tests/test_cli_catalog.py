@@ -42,8 +42,9 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=180,
-                          check=False)
+    return subprocess.run(
+        [str(SCRIPT), *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=180, check=False
+    )
 
 
 def run_json(env: dict[str, str], cwd: Path, *argv: str) -> dict:
@@ -82,8 +83,11 @@ def my_conn(tmp_path: Path) -> tuple[Table, dict[str, str]]:
     name's tables, so the table is reachable only through a catalog named ``my_conn``.
     """
     table = table_with_rows(sql_catalog("my_conn", tmp_path))
-    connection = {"conn_type": "iceberg", "host": f"sqlite:///{tmp_path}/catalog.db",
-                  "extra": {"type": "sql", "warehouse": f"file://{tmp_path}/warehouse"}}
+    connection = {
+        "conn_type": "iceberg",
+        "host": f"sqlite:///{tmp_path}/catalog.db",
+        "extra": {"type": "sql", "warehouse": f"file://{tmp_path}/warehouse"},
+    }
     return table, clean_env(tmp_path, AIRFLOW_CONN_MY_CONN=json.dumps(connection))
 
 
@@ -92,14 +96,19 @@ def test_conn_id_json_variable_creates_and_lists_an_index(my_conn: tuple[Table, 
     created = run_json(env, tmp_path, "--conn-id", "my_conn", "index", "create", "db.t", "by_id", "--ordering", "id")
     listed = run_json(env, tmp_path, "--conn-id", "my_conn", "index", "list", "db.t")
 
-    assert listed == {"table": "db.t", "indexes": [{
-        "name": "by_id",
-        "metadata_location": created["metadata_location"],
-        "index_uuid": created["index_uuid"],
-        "ordering": ["id"],
-        "extracts": 0,
-        "newest_extract_snapshot_id": None,
-    }]}
+    assert listed == {
+        "table": "db.t",
+        "indexes": [
+            {
+                "name": "by_id",
+                "metadata_location": created["metadata_location"],
+                "index_uuid": created["index_uuid"],
+                "ordering": ["id"],
+                "extracts": 0,
+                "newest_extract_snapshot_id": None,
+            }
+        ],
+    }
     # The command wrote into the catalog the connection names, not a catalog of its own.
     store = IndexStore(sql_catalog("my_conn", tmp_path).load_table("db.t"))
     assert store.names() == ["by_id"]
@@ -114,12 +123,25 @@ def test_conn_id_json_variable_orphans_dry_run(my_conn: tuple[Table, dict], tmp_
     os.utime(orphan, (old, old))
     cutoff = (datetime.now(UTC) - timedelta(days=3)).replace(microsecond=0)
 
-    report = run_json(env, tmp_path, "--conn-id", "my_conn", "orphans", "db.t", "--dry-run",
-                      "--older-than", cutoff.isoformat())
+    report = run_json(
+        env, tmp_path, "--conn-id", "my_conn", "orphans", "db.t", "--dry-run", "--older-than", cutoff.isoformat()
+    )
 
-    contract = {key: report[key] for key in ("table", "location", "older_than", "dry_run", "orphan_file_count",
-                                             "orphan_bytes", "deleted_file_count", "failed", "conflicts",
-                                             "orphan_files")}
+    contract = {
+        key: report[key]
+        for key in (
+            "table",
+            "location",
+            "older_than",
+            "dry_run",
+            "orphan_file_count",
+            "orphan_bytes",
+            "deleted_file_count",
+            "failed",
+            "conflicts",
+            "orphan_files",
+        )
+    }
     assert contract == {
         "table": "db.t",
         "location": table.location(),
@@ -135,14 +157,56 @@ def test_conn_id_json_variable_orphans_dry_run(my_conn: tuple[Table, dict], tmp_
     assert orphan.exists()
 
 
+def prod_connection(tmp_path: Path, **extra: object) -> dict[str, str]:
+    """The connection ``iceberg_default`` to the SQLite catalog whose tables were registered as ``prod``."""
+    connection = {
+        "conn_type": "iceberg",
+        "host": f"sqlite:///{tmp_path}/catalog.db",
+        "extra": {"type": "sql", "warehouse": f"file://{tmp_path}/warehouse", **extra},
+    }
+    return clean_env(tmp_path, AIRFLOW_CONN_ICEBERG_DEFAULT=json.dumps(connection))
+
+
+def test_conn_id_catalog_name_finds_tables_registered_under_another_name(tmp_path: Path) -> None:
+    table = table_with_rows(sql_catalog("prod", tmp_path))
+    orphan = Path(table.location().removeprefix("file://")) / "data" / "stray.parquet"
+    orphan.write_bytes(b"x")
+    old = time.time() - 10 * 86_400
+    os.utime(orphan, (old, old))
+
+    missing = one_line_error(
+        cli(prod_connection(tmp_path), tmp_path, "--conn-id", "iceberg_default", "orphans", "db.t", "--dry-run")
+    )
+    assert missing == "iceberg-maint orphans: table 'db.t': not found in catalog 'iceberg_default'"
+
+    env = prod_connection(tmp_path, catalog_name="prod")
+    report = run_json(env, tmp_path, "--conn-id", "iceberg_default", "orphans", "db.t")
+    assert report["orphan_files"] == [f"file://{orphan}"] and report["deleted_file_count"] == 1
+    assert not orphan.exists()
+    created = run_json(
+        env, tmp_path, "--conn-id", "iceberg_default", "index", "create", "db.t", "by_id", "--ordering", "id"
+    )
+    assert IndexStore(sql_catalog("prod", tmp_path).load_table("db.t")).load("by_id")[1] == created["metadata_location"]
+
+
+def test_conn_id_catalog_name_must_be_a_name(tmp_path: Path) -> None:
+    table_with_rows(sql_catalog("prod", tmp_path))
+    done = cli(
+        prod_connection(tmp_path, catalog_name=7), tmp_path, "--conn-id", "iceberg_default", "index", "list", "db.t"
+    )
+    assert one_line_error(done) == (
+        "iceberg-maint index: connection 'iceberg_default': extra 'catalog_name' must be a non-empty string, got 7"
+    )
+
+
 def test_conn_id_uri_variable(tmp_path: Path) -> None:
     table_with_rows(sql_catalog("uri_conn", tmp_path))
     query = f"type=sql&uri={quote(f'sqlite:///{tmp_path}/catalog.db', safe='')}&warehouse=" + quote(
-        f"file://{tmp_path}/warehouse", safe="")
+        f"file://{tmp_path}/warehouse", safe=""
+    )
     env = clean_env(tmp_path, AIRFLOW_CONN_URI_CONN=f"iceberg://?{query}")
 
-    assert run_json(env, tmp_path, "--conn-id", "uri_conn", "index", "list", "db.t") == {"table": "db.t",
-                                                                                       "indexes": []}
+    assert run_json(env, tmp_path, "--conn-id", "uri_conn", "index", "list", "db.t") == {"table": "db.t", "indexes": []}
 
 
 def test_conn_id_not_defined_says_what_to_set(tmp_path: Path) -> None:
@@ -162,7 +226,7 @@ def test_conn_id_without_catalog_uri_says_where_it_goes(tmp_path: Path) -> None:
 
     assert one_line_error(done) == (
         "iceberg-maint index: connection 'half': no catalog URI: "
-        "set the connection's host (Catalog URI) or \"uri\" in its extra"
+        'set the connection\'s host (Catalog URI) or "uri" in its extra'
     )
 
 
@@ -176,8 +240,18 @@ def test_catalog_named_with_underscore_from_env_vars(tmp_path: Path) -> None:
         PYICEBERG_CATALOG__ICEBERG_DEFAULT__WAREHOUSE=f"file://{tmp_path}/warehouse",
     )
 
-    created = run_json(env, tmp_path, "--catalog", "iceberg_default", "index", "create", "db.t", "by_id",
-                       "--ordering", "bucket(4, id), id")
+    created = run_json(
+        env,
+        tmp_path,
+        "--catalog",
+        "iceberg_default",
+        "index",
+        "create",
+        "db.t",
+        "by_id",
+        "--ordering",
+        "bucket(4, id), id",
+    )
 
     assert created["ordering"] == ["bucket(4, id)", "id"]
     store = IndexStore(sql_catalog("iceberg_default", tmp_path).load_table("db.t"))
@@ -199,7 +273,10 @@ def test_underscore_name_variables_apply_over_the_yaml_entry(tmp_path: Path, mon
 
     # The yaml entry of exactly this name, with this name's variables over it; the "-" entry is another catalog.
     assert catalog_properties("iceberg_default") == {
-        "type": "sql", "uri": "sqlite:////new.db", "warehouse": "file:///wh", "s3.access-key-id": "key",
+        "type": "sql",
+        "uri": "sqlite:////new.db",
+        "warehouse": "file:///wh",
+        "s3.access-key-id": "key",
     }
     assert catalog_properties("iceberg-default") == {"uri": "sqlite:////new.db", "s3.access-key-id": "key"}
     assert catalog_properties("iceberg") == {"uri": "sqlite:////other-catalog.db"}
@@ -241,15 +318,31 @@ def test_catalog_without_uri_does_not_advise_a_uri_flag(tmp_path: Path) -> None:
 
 
 def test_catalog_pyiceberg_cannot_load_is_one_line(tmp_path: Path) -> None:
-    bad_type = cli(clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__TYPE="bogus"), tmp_path,
-                   "--catalog", "broken", "index", "list", "db.t", "--json")
+    bad_type = cli(
+        clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__TYPE="bogus"),
+        tmp_path,
+        "--catalog",
+        "broken",
+        "index",
+        "list",
+        "db.t",
+        "--json",
+    )
     assert one_line_error(bad_type) == (
         "iceberg-maint index: catalog 'broken': cannot be loaded: 'bogus' is not a valid CatalogType"
     )
 
     missing_dir = f"sqlite:///{tmp_path}/no-such-dir/catalog.db"
-    unreachable = cli(clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__URI=missing_dir), tmp_path,
-                      "--catalog", "broken", "index", "list", "db.t", "--json")
+    unreachable = cli(
+        clean_env(tmp_path, PYICEBERG_CATALOG__BROKEN__URI=missing_dir),
+        tmp_path,
+        "--catalog",
+        "broken",
+        "index",
+        "list",
+        "db.t",
+        "--json",
+    )
     assert one_line_error(unreachable).startswith(
         "iceberg-maint index: catalog 'broken': cannot be loaded: "
         "(sqlite3.OperationalError) unable to open database file"

@@ -19,8 +19,13 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
 
-POLICY = {"name": "weekly", "type": "system_iceberg_orphan_file_removal", "minIntervalDays": 7,
-          "tables": ["db.*"], "content": {"olderThanDays": 3}}
+POLICY = {
+    "name": "weekly",
+    "type": "system_iceberg_orphan_file_removal",
+    "minIntervalDays": 7,
+    "tables": ["db.*"],
+    "content": {"olderThanDays": 3},
+}
 
 
 @pytest.fixture
@@ -36,8 +41,7 @@ def cli_env(sqlite_catalog: SqlCatalog, tmp_path: Path, warehouse: Path, monkeyp
 
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("iceberg-maint")
-    return subprocess.run([str(script), *argv],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_json(*argv: str) -> dict:

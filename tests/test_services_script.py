@@ -106,14 +106,26 @@ def listener() -> Iterator[socket.socket]:
 def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TEST_PG_URL", "TEST_S3_ENDPOINT", "TMPDIR")}
     env.update(TEST_PG_PORT=str(pg_port), TEST_S3_PORT=str(s3_port), VENV=str(venv))
+    # Free ports for the emulators too, and the project's Azurite install rather than one a checkout.
+    env.update(
+        TEST_AZURITE_PORT=str(free_port()),
+        TEST_GCS_PORT=str(free_port()),
+        TEST_FAKE_GCS_PORT=str(free_port()),
+        AZURITE_PREFIX=str(SCRIPT.parents[1] / ".services" / "node"),
+    )
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
     return env
 
 
 def run(checkout: Path, env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(checkout / "scripts" / "services.sh"), "run", "--", *cmd], env=env,
-                          capture_output=True, text=True, timeout=280)
+    return subprocess.run(
+        [str(checkout / "scripts" / "services.sh"), "run", "--", *cmd],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
 
 
 @needs_root
@@ -139,7 +151,15 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert not answers(pg_port) and not answers(s3_port)
     logs = checkout / ".services" / f"{pg_port}-{s3_port}"
     assert sorted(p.name for p in logs.iterdir()) == [
-        "moto.log", "pg-createdb.log", "pg-ctl.log", "pg-initdb.log", "pg-server.log"]
+        "azurite.log",
+        "fake-gcs.log",
+        "gcs.log",
+        "moto.log",
+        "pg-createdb.log",
+        "pg-ctl.log",
+        "pg-initdb.log",
+        "pg-server.log",
+    ]
 
 
 @needs_root
@@ -173,16 +193,15 @@ def test_s3_port_in_use_is_refused_before_anything_starts(
 
     assert result.returncode == 1
     assert result.stderr == (
-        f"services: S3 server port {s3_port} on 127.0.0.1 is already in use: set TEST_S3_PORT to a free port\n")
+        f"services: S3 server port {s3_port} on 127.0.0.1 is already in use: set TEST_S3_PORT to a free port\n"
+    )
     assert not marker.exists()
     assert pg_folders(pg_port) == []
     assert not answers(pg_port)
 
 
 @needs_root
-def test_moto_that_cannot_start_is_named_with_its_log_and_postgres_is_stopped(
-    checkout: Path, tmp_path: Path
-) -> None:
+def test_moto_that_cannot_start_is_named_with_its_log_and_postgres_is_stopped(checkout: Path, tmp_path: Path) -> None:
     # A virtualenv whose moto_server fails at once, as a broken install does; the only stand-in here.
     venv = tmp_path / "broken-venv"
     (venv / "bin").mkdir(parents=True)
@@ -200,7 +219,8 @@ def test_moto_that_cannot_start_is_named_with_its_log_and_postgres_is_stopped(
         f"services: starting the S3 server (moto_server on 127.0.0.1:{s3_port}) failed\n"
         f"services: last lines of {moto_log}:\n"
         "    ImportError: cannot import name Flask\n"
-        "services: moto_server exited\n")
+        "services: moto_server exited\n"
+    )
     assert not marker.exists()
     # PostgreSQL had started: it is stopped and its folder removed.
     assert pg_folders(pg_port) == []
@@ -212,9 +232,14 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
     pg_port, s3_port = port_pair()
     wait = "import time; print('ready', flush=True); time.sleep(600)"
     # A session of its own, so the Ctrl-C below reaches the script's group the way a terminal sends it.
-    proc = subprocess.Popen([str(checkout / "scripts" / "services.sh"), "run", "--", sys.executable, "-c", wait],
-                            env=env_for(pg_port, s3_port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(checkout / "scripts" / "services.sh"), "run", "--", sys.executable, "-c", wait],
+        env=env_for(pg_port, s3_port),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"  # blocks until the wrapped command runs

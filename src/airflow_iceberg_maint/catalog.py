@@ -56,7 +56,7 @@ def _env_catalog_properties(name: str) -> dict[str, str]:
         lowered = variable.lower()
         if lowered.startswith(prefix) and len(lowered) > len(prefix):
             # The key part follows pyiceberg's rule: "__" is ".", "_" is "-" (S3__ACCESS_KEY_ID: s3.access-key-id).
-            key = lowered[len(prefix):].replace("__", ".").replace("_", "-")
+            key = lowered[len(prefix) :].replace("__", ".").replace("_", "-")
             properties[key] = value
     return properties
 

@@ -34,6 +34,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_maint.airflow.operators.orphans",
                     "airflow_iceberg_maint.airflow.operators.orphan_planning",
                     "airflow_iceberg_maint.airflow.operators.index",
+                    "airflow_iceberg_maint.airflow.operators.index_shards",
                 ],
             }
         ],

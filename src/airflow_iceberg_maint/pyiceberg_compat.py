@@ -2,8 +2,9 @@
 
 pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
 of a file's columns onto a table schema (with the values of columns a file lacks), reading
-position deletes, and the Avro block decoder. Each is called here with keyword arguments, so a
-renamed or reordered parameter fails at once instead of passing a value to the wrong place.
+position deletes, the Avro block decoder, and the filesystem a FileIO reads through. Each is
+called here with keyword arguments, so a renamed or reordered parameter fails at once instead
+of passing a value to the wrong place.
 ``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
 runs the tests that go through this module against the newest pyiceberg release.
 """
@@ -88,3 +89,20 @@ def read_position_deletes(io: FileIO, delete_file: DataFile) -> dict[str, pa.Chu
 def avro_decoder(data: bytes) -> BinaryDecoder:
     """pyiceberg's fastest Avro binary decoder over ``data``."""
     return new_decoder(data)
+
+
+def file_io_filesystem(io: FileIO, scheme: str, authority: str) -> Any | None:
+    """The fsspec filesystem ``io`` reads ``scheme://authority/...`` through (pyarrow's seen through fsspec).
+
+    None for a FileIO of another kind.
+    """
+    from pyiceberg.io.fsspec import FsspecFileIO
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if isinstance(io, PyArrowFileIO):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        return ArrowFSWrapper(io.fs_by_scheme(scheme, authority))
+    if isinstance(io, FsspecFileIO):
+        return io.get_fs(scheme)
+    return None

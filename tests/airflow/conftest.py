@@ -29,11 +29,16 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
 # The sample DAGs, plus a bundle of test-only DAGs that dag.test() can find and serialize.
-os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
-    {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
-    {"name": "test-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-     "kwargs": {"path": str(TEST_DAGS)}},
-])
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+        {
+            "name": "test-dags",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": str(TEST_DAGS)},
+        },
+    ]
+)
 # One key for this process and the `airflow` subprocesses, so each reads what the other encrypted.
 os.environ["AIRFLOW__CORE__FERNET_KEY"] = Fernet.generate_key().decode()
 
@@ -65,8 +70,6 @@ def catalog(tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch) ->
     """
     monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", connection_json(tmp_path / "catalog.db", warehouse))
     return SqlCatalog("iceberg_default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{warehouse}")
-
-
 
 
 @pytest.fixture

@@ -17,7 +17,11 @@ def test_airflow_dags_test_runs_the_scheduled_dag(demo_tables: dict, catalog: Sq
     env = {**os.environ, "PATH": f"{airflow.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(
         [str(airflow), "dags", "test", "iceberg_orphan_cleanup_scheduled"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
@@ -30,7 +34,6 @@ def test_airflow_dags_test_runs_the_scheduled_dag(demo_tables: dict, catalog: Sq
 
 def test_airflow_providers_list_shows_the_provider() -> None:
     airflow = Path(sys.executable).with_name("airflow")
-    done = subprocess.run([str(airflow), "providers", "list"], capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run([str(airflow), "providers", "list"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert any(line.startswith("airflow-iceberg-maint ") and "0.1.0" in line for line in done.stdout.splitlines())

@@ -12,8 +12,21 @@ from tests.airflow.conftest import DAGS
 EVENT = "iceberg_index_maintenance_event_triggered"
 SCHEDULED = "iceberg_index_maintenance_scheduled"
 WRITER = "iceberg_demo_writer"
-TASKS = {"tables_to_maintain", "create_missing_indexes", "check_index_lag", "commit_index_extract",
-         "indexes_to_expire", "expire_index_extracts", "evaluate_orphan_removal", "remove_orphan_files"}
+TASKS = {
+    "tables_to_maintain",
+    "create_missing_indexes",
+    "check_index_lag",
+    "commit_index_extract",
+    "indexes_to_shard",
+    "plan_index_shards",
+    "build_index_shard",
+    "sharded_builds_to_commit",
+    "commit_sharded_extract",
+    "indexes_to_expire",
+    "expire_index_extracts",
+    "evaluate_orphan_removal",
+    "remove_orphan_files",
+}
 
 
 def test_new_dags_import_without_errors() -> None:
@@ -26,15 +39,23 @@ def test_event_dag_is_scheduled_on_watched_table_assets() -> None:
     bag = DagBag(dag_folder=str(DAGS))
     dag = bag.get_dag(EVENT)
     assets = list(dag.timetable.asset_condition.objects)
-    assert [(a.name, a.uri) for a in assets] == [("iceberg_default.demo.events", "iceberg://iceberg_default/demo/events")]
+    assert [(a.name, a.uri) for a in assets] == [
+        ("iceberg_default.demo.events", "iceberg://iceberg_default/demo/events")
+    ]
     assert [w.name for w in assets[0].watchers] == [
-        "demo.events.events_by_id.lag", "demo.events.events_by_kind.lag", "demo.events.snapshots"]
+        "demo.events.events_by_id.lag",
+        "demo.events.events_by_kind.lag",
+        "demo.events.snapshots",
+    ]
     triggers = [w.trigger for w in assets[0].watchers]
     lag = [t for t in triggers if isinstance(t, IcebergIndexLagEventTrigger)]
     assert sorted((t.indexes, t.max_snapshots_behind, t.max_added_files) for t in lag) == [
-        (["events_by_id"], 0, None), (["events_by_kind"], 2, 10)]
+        (["events_by_id"], 0, None),
+        (["events_by_kind"], 2, 10),
+    ]
     assert [type(t) for t in triggers if not isinstance(t, IcebergIndexLagEventTrigger)] == [
-        IcebergTableSnapshotTrigger]
+        IcebergTableSnapshotTrigger
+    ]
     assert set(dag.task_ids) == TASKS
     # The writer references the asset by name instead of redefining it without the watchers.
     writer_outlets = bag.get_dag(WRITER).get_task("append_rows").outlets
@@ -53,10 +74,17 @@ def test_provider_lists_the_index_modules() -> None:
     from airflow.providers_manager import ProvidersManager
 
     info = ProvidersManager().providers["airflow-iceberg-maint"].data
-    listed = {section: {m for entry in info[section] for m in entry["python-modules"]}
-              for section in ("operators", "sensors", "triggers")}
-    assert {"airflow_iceberg_maint.airflow.operators.index",
-            "airflow_iceberg_maint.airflow.operators.orphan_planning"} <= listed["operators"]
+    listed = {
+        section: {m for entry in info[section] for m in entry["python-modules"]}
+        for section in ("operators", "sensors", "triggers")
+    }
+    assert {
+        "airflow_iceberg_maint.airflow.operators.index",
+        "airflow_iceberg_maint.airflow.operators.index_shards",
+        "airflow_iceberg_maint.airflow.operators.orphan_planning",
+    } <= listed["operators"]
     assert "airflow_iceberg_maint.airflow.sensors.index_lag" in listed["sensors"]
-    assert {"airflow_iceberg_maint.airflow.triggers.index_lag",
-            "airflow_iceberg_maint.airflow.triggers.index_events"} <= listed["triggers"]
+    assert {
+        "airflow_iceberg_maint.airflow.triggers.index_lag",
+        "airflow_iceberg_maint.airflow.triggers.index_events",
+    } <= listed["triggers"]

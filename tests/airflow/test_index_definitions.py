@@ -23,29 +23,45 @@ def test_the_sample_definitions() -> None:
     assert events.table == "demo.events"
     by_id, by_kind = events.indexes
     assert (by_id.name, by_id.ordering, by_id.with_row_location, by_id.retain_last) == (
-        "events_by_id", ("id",), True, 2)
+        "events_by_id",
+        ("id",),
+        True,
+        2,
+    )
     assert by_id.threshold == LagThreshold(snapshots=0)
     assert by_kind.ordering == ("bucket(4, kind)", "kind")
     assert by_kind.threshold == LagThreshold(snapshots=2, added_files=10)
+    assert (by_id.shards, by_kind.shards) == (1, 2)
 
 
-@pytest.mark.parametrize(("document", "message"), [
-    ({"table": "a.b"}, r"expected a list of tables, got dict"),
-    ([{"table": "ab", "indexes": [{"name": "i", "ordering": "id"}]}], r"'ab': expected 'namespace.table'"),
-    ([{"table": "a.b", "indexes": []}], r"entry 0 \(a\.b\): 'indexes' must be a non-empty list"),
-    ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id"}]}] * 2, r"entry 1: table a\.b is listed twice"),
-    ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id"}, {"name": "i", "ordering": "x"}]}],
-     r"an index name is listed twice"),
-    ([{"table": "a.b", "indexes": [{"name": ".i", "ordering": "id"}]}], r"index 0 \(\.i\): index name"),
-    ([{"table": "a.b", "indexes": [{"name": "i"}]}], r"index 0 \(i\): 'ordering' is required"),
-    ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "retain_last": 0}]}],
-     r"\(i\) retain_last: expected a whole number >= 1, got 0"),
-    ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "with_row_location": "yes"}]}],
-     r"\(i\) with_row_location: expected true or false"),
-    ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "lag": {"max_lag_seconds": -1}}]}],
-     r"\(i\) lag: argument max_lag_seconds: expected a number >= 0"),
-    ([{"table": "a.b", "index": []}], r"entry 0: unknown key\(s\) index"),
-])
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"table": "a.b"}, r"expected a list of tables, got dict"),
+        ([{"table": "ab", "indexes": [{"name": "i", "ordering": "id"}]}], r"'ab': expected 'namespace.table'"),
+        ([{"table": "a.b", "indexes": []}], r"entry 0 \(a\.b\): 'indexes' must be a non-empty list"),
+        ([{"table": "a.b", "indexes": [{"name": "i", "ordering": "id"}]}] * 2, r"entry 1: table a\.b is listed twice"),
+        (
+            [{"table": "a.b", "indexes": [{"name": "i", "ordering": "id"}, {"name": "i", "ordering": "x"}]}],
+            r"an index name is listed twice",
+        ),
+        ([{"table": "a.b", "indexes": [{"name": ".i", "ordering": "id"}]}], r"index 0 \(\.i\): index name"),
+        ([{"table": "a.b", "indexes": [{"name": "i"}]}], r"index 0 \(i\): 'ordering' is required"),
+        (
+            [{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "retain_last": 0}]}],
+            r"\(i\) retain_last: expected a whole number >= 1, got 0",
+        ),
+        (
+            [{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "with_row_location": "yes"}]}],
+            r"\(i\) with_row_location: expected true or false",
+        ),
+        (
+            [{"table": "a.b", "indexes": [{"name": "i", "ordering": "id", "lag": {"max_lag_seconds": -1}}]}],
+            r"\(i\) lag: argument max_lag_seconds: expected a number >= 0",
+        ),
+        ([{"table": "a.b", "index": []}], r"entry 0: unknown key\(s\) index"),
+    ],
+)
 def test_bad_definitions_are_refused_by_name(document: object, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         parse_index_definitions(document, "defs.yaml")

@@ -71,7 +71,8 @@ def indexed(catalog: SqlCatalog) -> SqlCatalog:
     events_table(catalog)
     context = {"ti": TaskContextTI()}
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
-        context)
+        context
+    )
     commit_extracts()
     return catalog
 
@@ -82,8 +83,14 @@ def commit_extracts() -> None:
 
 
 def trigger(**kwargs: Any) -> IcebergIndexLagEventTrigger:
-    return IcebergIndexLagEventTrigger(table=TABLE, iceberg_conn_id="iceberg_default", indexes=["events_by_id"],
-                                       max_snapshots_behind=0, poll_interval=POLL, **kwargs)
+    return IcebergIndexLagEventTrigger(
+        table=TABLE,
+        iceberg_conn_id="iceberg_default",
+        indexes=["events_by_id"],
+        max_snapshots_behind=0,
+        poll_interval=POLL,
+        **kwargs,
+    )
 
 
 class Running:
@@ -132,7 +139,8 @@ def test_fires_once_per_crossing_and_not_again_without_one(indexed: SqlCatalog, 
         [event] = running.events
         assert (event["table"], event["table_snapshot_id"]) == (TABLE, table.current_snapshot().snapshot_id)
         assert [(i["index"], i["snapshots_behind"], i["reasons"]) for i in event["indexes"]] == [
-            ("events_by_id", 1, ["1 snapshot(s) behind > 0"])]
+            ("events_by_id", 1, ["1 snapshot(s) behind > 0"])
+        ]
 
         assert await running.quiet() == 1  # still lagging: a standing condition is not an event
         await in_thread(append, indexed, 5)
@@ -193,13 +201,18 @@ def test_cursor_survives_a_triggerer_restart(indexed: SqlCatalog, state: Metasto
 def test_every_index_of_the_table_and_a_missing_table(catalog: SqlCatalog) -> None:
     async def scenario() -> None:
         # Without a table (yet), the watcher waits instead of failing.
-        running = Running(IcebergIndexLagEventTrigger(table=TABLE, iceberg_conn_id="iceberg_default",
-                                                      poll_interval=POLL))
+        running = Running(
+            IcebergIndexLagEventTrigger(table=TABLE, iceberg_conn_id="iceberg_default", poll_interval=POLL)
+        )
         assert await running.quiet() == 0
         await in_thread(events_table, catalog)
         assert await running.quiet() == 0  # no index yet
-        await in_thread(IcebergCreateMissingIndexesOperator(
-            task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute, {"ti": TaskContextTI()})
+        await in_thread(
+            IcebergCreateMissingIndexesOperator(
+                task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")
+            ).execute,
+            {"ti": TaskContextTI()},
+        )
         await running.wait_for(1)
         assert [i["index"] for i in running.events[0]["indexes"]] == ["events_by_id", "events_by_kind"]
         assert [i["reasons"] for i in running.events[0]["indexes"]] == [["no extract yet"], ["no extract yet"]]

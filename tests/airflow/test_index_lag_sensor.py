@@ -24,7 +24,8 @@ def indexed(catalog: SqlCatalog, context: dict) -> SqlCatalog:
     """demo.events with both defined indexes, each with an extract of the current snapshot."""
     events_table(catalog)
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
-        context)
+        context
+    )
     for index in ("events_by_id", "events_by_kind"):
         IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index=index).execute(context)
     return catalog
@@ -66,9 +67,15 @@ def test_deferrable_waits_in_the_trigger_until_the_lag_exceeds(indexed: SqlCatal
     assert deferred.value.method_name == "execute_complete"
     classpath, kwargs = deferred.value.trigger.serialize()
     assert classpath == "airflow_iceberg_maint.airflow.triggers.index_lag.IcebergIndexLagTrigger"
-    assert kwargs == {"table": TABLE, "index": "events_by_kind", "iceberg_conn_id": "iceberg_default",
-                      "max_snapshots_behind": 1, "max_lag_seconds": None, "max_added_files": None,
-                      "poll_interval": 0.05}
+    assert kwargs == {
+        "table": TABLE,
+        "index": "events_by_kind",
+        "iceberg_conn_id": "iceberg_default",
+        "max_snapshots_behind": 1,
+        "max_lag_seconds": None,
+        "max_added_files": None,
+        "poll_interval": 0.05,
+    }
 
     append(indexed, 2)  # one snapshot behind: within the bound
     assert asyncio.run(next_event(IcebergIndexLagTrigger(**kwargs), timeout=1.0)) is None

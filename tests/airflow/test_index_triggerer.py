@@ -31,8 +31,14 @@ CURSOR_KEY = "index_lag_cursor:events_by_id"
 
 
 def airflow(*args: str, timeout: float = 180) -> str:
-    done = subprocess.run([sys.executable, "-m", "airflow", *args], env=dict(os.environ), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return done.stdout
 
@@ -45,8 +51,11 @@ class Triggerer:
         # Its log server on a free port: other test sessions may run triggerers on this machine.
         env = {**os.environ, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "triggerer"], env=env, stdout=log.open("ab"),
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "airflow", "triggerer"],
+            env=env,
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def started_watcher(self) -> bool:
@@ -74,8 +83,13 @@ def watcher_events() -> list[dict]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-                .filter(AssetModel.name == ASSET).order_by(AssetEvent.id).all())
+        rows = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == ASSET)
+            .order_by(AssetEvent.id)
+            .all()
+        )
         return [row.extra["payload"] for row in rows if (row.extra or {}).get("from_trigger")]
 
 
@@ -85,8 +99,12 @@ def stored_cursor() -> dict | None:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        row = (session.query(AssetStateStoreModel).join(AssetModel, AssetStateStoreModel.asset_id == AssetModel.id)
-               .filter(AssetModel.name == ASSET, AssetStateStoreModel.key == CURSOR_KEY).one_or_none())
+        row = (
+            session.query(AssetStateStoreModel)
+            .join(AssetModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .filter(AssetModel.name == ASSET, AssetStateStoreModel.key == CURSOR_KEY)
+            .one_or_none()
+        )
         return None if row is None else json.loads(row.value)
 
 
@@ -109,7 +127,8 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, trigg
 
 def commit_extract() -> int:
     summary = IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index="events_by_id").execute(
-        {"ti": TaskContextTI()})
+        {"ti": TaskContextTI()}
+    )
     return summary["source_table_snapshot_id"]
 
 
@@ -126,7 +145,8 @@ def test_real_triggerer_fires_once_per_crossing_across_a_restart(
 ) -> None:
     events_table(catalog)
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
-        {"ti": TaskContextTI()})
+        {"ti": TaskContextTI()}
+    )
     base = commit_extract()
 
     # The DAG processor registers the watcher of the (unpaused) DAG; a second pass sees it active.

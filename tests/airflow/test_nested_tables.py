@@ -54,8 +54,9 @@ def test_scheduled_run_shares_one_catalog_pass_and_keeps_a_nested_table(demo_tab
         assert not planted["old"].exists() and planted["fresh"].exists()
 
 
-def test_removal_tops_up_a_saved_pass_with_tables_created_since(demo_tables: dict, catalog: SqlCatalog,
-                                                                context: dict, tmp_path: Path, state_url: str):
+def test_removal_tops_up_a_saved_pass_with_tables_created_since(
+    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+):
     # A pass saved before the nested table existed: the task loads the tables created since.
     from airflow_iceberg_maint.orphans.other_tables import catalog_table_paths, save_table_paths
 
@@ -68,17 +69,20 @@ def test_removal_tops_up_a_saved_pass_with_tables_created_since(demo_tables: dic
     assert {p for p in Path(nested_location.removeprefix("file://")).rglob("*") if p.is_file()} == nested_files
 
 
-def test_removal_with_an_unreadable_pass_lists_the_catalog_itself(demo_tables: dict, catalog: SqlCatalog,
-                                                                  context: dict, tmp_path: Path, state_url: str):
+def test_removal_with_an_unreadable_pass_lists_the_catalog_itself(
+    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+):
     catalog.create_namespace("other")
     _nested(catalog, "demo.orders")
-    operator = remover(state_url, tmp_path, table="demo.orders", other_tables_uri=f"file://{tmp_path}/missing.json",
-                       dry_run=True)
+    operator = remover(
+        state_url, tmp_path, table="demo.orders", other_tables_uri=f"file://{tmp_path}/missing.json", dry_run=True
+    )
     assert operator.execute(context)["protected_location_count"] == 1
 
 
-def test_only_this_table_is_a_checked_boolean(demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path,
-                                              state_url: str):
+def test_only_this_table_is_a_checked_boolean(
+    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+):
     operator = remover(state_url, tmp_path, table="demo.orders", only_this_table="maybe")
     with pytest.raises(AirflowFailException, match="only_this_table"):
         operator.execute(context)

@@ -21,12 +21,24 @@ from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 SUMMARY_KEYS = {
-    "table", "table_uuid", "policy", "location", "older_than", "dry_run", "orphan_file_count", "orphan_bytes",
-    "deleted_file_count", "failed_count", "conflict_count", "files_listed", "list_calls", "phase_seconds", "report",
-    "protected_location_count", "kept_undecodable_count",
+    "table",
+    "table_uuid",
+    "policy",
+    "location",
+    "older_than",
+    "dry_run",
+    "orphan_file_count",
+    "orphan_bytes",
+    "deleted_file_count",
+    "failed_count",
+    "conflict_count",
+    "files_listed",
+    "list_calls",
+    "phase_seconds",
+    "report",
+    "protected_location_count",
+    "kept_undecodable_count",
 }
-
-
 
 
 def test_removal_deletes_exactly_the_old_orphan(
@@ -49,6 +61,22 @@ def test_removal_deletes_exactly_the_old_orphan(
     assert state.last_success_at is not None and state.last_attempt_counts["deleted_file_count"] == 1
 
 
+def test_removal_logs_its_phases_in_the_task_log(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = remover(state_url, tmp_path, table="demo.orders").execute(context)
+    out = capsys.readouterr().out
+    listed = summary["files_listed"]
+    for line in [
+        "listing: 0, started",
+        f"listing: {listed}, done",
+        "reading manifests: 0, started",
+        "deleting: 0 of 1, started",
+        "deleting: 1 of 1, done",
+    ]:
+        assert line in out, line
+
+
 def test_retry_is_safe(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
     first = remover(state_url, tmp_path, table="demo.orders").execute(context)
     again = remover(state_url, tmp_path, table="demo.orders").execute(context)
@@ -62,8 +90,14 @@ def test_dry_run_from_rendered_strings_deletes_nothing_and_keeps_the_clock(
     planted = demo_tables["demo.orders"]
     # What "{{ params.x }}" renders to without native rendering.
     summary = remover(
-        state_url, tmp_path, table="demo.orders", older_than_days="3", location="None", dry_run="True",
-        max_concurrent_deletes="4", equal_schemes="s3a=s3",
+        state_url,
+        tmp_path,
+        table="demo.orders",
+        older_than_days="3",
+        location="None",
+        dry_run="True",
+        max_concurrent_deletes="4",
+        equal_schemes="s3a=s3",
     ).execute(context)
     assert planted["old"].exists()
     assert summary["dry_run"] is True
@@ -102,8 +136,7 @@ def test_bad_arguments_fail_without_retry_and_delete_nothing(
     assert demo_tables["demo.orders"]["old"].exists()
 
 
-def test_location_of_another_table_is_refused(demo_tables: dict, state_url: str, tmp_path: Path,
-                                              context: dict) -> None:
+def test_location_of_another_table_is_refused(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
     other = demo_tables["demo.events"]["old"].parent.parent
     with pytest.raises(AirflowFailException, match="is not under the table location"):
         remover(state_url, tmp_path, table="demo.orders", location=f"file://{other}").execute(context)
@@ -137,8 +170,14 @@ def test_expansion_returns_jobs_for_due_tables_only(
     demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict
 ) -> None:
     events_uuid = str(catalog.load_table("demo.events").metadata.table_uuid)
-    record_attempt(SqlStateStore(state_url), table_uuid=events_uuid, table="demo.events",
-                   at=datetime.now(UTC) - timedelta(days=2), dry_run=False, succeeded=True)
+    record_attempt(
+        SqlStateStore(state_url),
+        table_uuid=events_uuid,
+        table="demo.events",
+        at=datetime.now(UTC) - timedelta(days=2),
+        dry_run=False,
+        succeeded=True,
+    )
     catalog.create_namespace("other")
     catalog.create_table("other.untouched", pa.schema([("id", pa.int64())]))
 
@@ -161,8 +200,7 @@ def test_expansion_returns_jobs_for_due_tables_only(
     assert evaluations["demo.events"]["reason"] == "last cleaned 2 days ago, interval 7 days: not due"
 
 
-def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str, tmp_path: Path,
-                                              context: dict) -> None:
+def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
     jobs = IcebergOrphanPolicyExpansionOperator(
         task_id="plan", policy_file=str(DAGS / "iceberg_maint_policies.yaml"), state_url=state_url
     ).execute(context)
@@ -175,16 +213,21 @@ def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str,
 @pytest.mark.parametrize(
     ("policy_text", "message"),
     [
-        ("name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.gone']\n",
-         "policy 'p' attaches table 'demo.gone', which is not in catalog"),
-        ("name: p\ntype: system_iceberg_orphan_file_removal\ncontent: {olderThanDays: -3}\n",
-         "content.olderThanDays"),
-        ("name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\n"
-         "content: {location: 'file:///tmp'}\n", "location 'file:///tmp'"),
+        (
+            "name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.gone']\n",
+            "policy 'p' attaches table 'demo.gone', which is not in catalog",
+        ),
+        ("name: p\ntype: system_iceberg_orphan_file_removal\ncontent: {olderThanDays: -3}\n", "content.olderThanDays"),
+        (
+            "name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\n"
+            "content: {location: 'file:///tmp'}\n",
+            "location 'file:///tmp'",
+        ),
     ],
 )
-def test_expansion_failures_name_the_cause(demo_tables: dict, state_url: str, tmp_path: Path, context: dict,
-                                           policy_text: str, message: str) -> None:
+def test_expansion_failures_name_the_cause(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, policy_text: str, message: str
+) -> None:
     policy_file = tmp_path / "policies.yaml"
     policy_file.write_text(policy_text)
     expand = IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=str(policy_file), state_url=state_url)
@@ -193,8 +236,7 @@ def test_expansion_failures_name_the_cause(demo_tables: dict, state_url: str, tm
     assert message in str(caught.value)
 
 
-def test_cleanup_clock_is_the_schedule_tick(demo_tables: dict, state_url: str, tmp_path: Path,
-                                            context: dict) -> None:
+def test_cleanup_clock_is_the_schedule_tick(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
     summary = remover(state_url, tmp_path, table="demo.orders").execute({**context, "logical_date": tick})
     assert SqlStateStore(state_url).get(summary["table_uuid"]).last_success_at == tick

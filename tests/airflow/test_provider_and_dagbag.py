@@ -45,7 +45,13 @@ def test_manual_dag_form() -> None:
     assert dag.schedule is None
     params = dag.params
     assert set(params.keys()) == {
-        "table", "older_than_days", "allow_recent_files", "location", "only_this_table", "dry_run"
+        "table",
+        "older_than_days",
+        "allow_recent_files",
+        "location",
+        "only_this_table",
+        "dry_run",
+        "shards",
     }
     assert params["dry_run"] is True
     assert params["only_this_table"] is False

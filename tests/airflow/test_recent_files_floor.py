@@ -33,13 +33,17 @@ WARNING = "under the 1-day floor; allow_recent_files is set, so files of writes 
 
 
 def refusal(typed: str) -> str:
-    return (f"argument older_than_days: expected a number of days >= 1, got {typed} "
-            f"({RISK}; set allow_recent_files to allow down to 0)")
+    return (
+        f"argument older_than_days: expected a number of days >= 1, got {typed} "
+        f"({RISK}; set allow_recent_files to allow down to 0)"
+    )
 
 
 def policy_refusal(typed: str) -> str:
-    return (f"content.olderThanDays: expected a number of days >= 1, got {typed} "
-            f"({RISK}; set content.allowRecentFiles: true to allow down to 0)")
+    return (
+        f"content.olderThanDays: expected a number of days >= 1, got {typed} "
+        f"({RISK}; set content.allowRecentFiles: true to allow down to 0)"
+    )
 
 
 def files_under(root: Path) -> list[str]:
@@ -53,8 +57,6 @@ def recent(demo_tables: dict) -> dict:
     for planted in demo_tables.values():
         os.utime(planted["fresh"], (stamp, stamp))
     return demo_tables
-
-
 
 
 def without(files: list[str], warehouse: Path, *removed: Path) -> list[str]:
@@ -85,7 +87,13 @@ def test_form_has_no_bound_to_clamp_to_and_keeps_what_was_typed() -> None:
 
     dag = DagBag(dag_folder=str(DAGS)).get_dag(MANUAL)
     assert set(dag.params.keys()) == {
-        "table", "older_than_days", "allow_recent_files", "location", "only_this_table", "dry_run"
+        "table",
+        "older_than_days",
+        "allow_recent_files",
+        "location",
+        "only_this_table",
+        "dry_run",
+        "shards",
     }
     days = dag.params.get_param("older_than_days")
     # The trigger form clamps a number to its schema's minimum/maximum: there must be none.
@@ -114,7 +122,10 @@ def test_manual_dag_refuses_a_cutoff_under_a_day_as_typed(
     out = capsys.readouterr().out
 
     assert run.state == "failed"
-    assert task_states(MANUAL, run.run_id) == {("remove_orphan_files", -1): "failed"}
+    assert {k: v for k, v in task_states(MANUAL, run.run_id).items() if v != "skipped"} == {
+        ("single_or_sharded", -1): "success",
+        ("remove_orphan_files", -1): "failed",
+    }
     # -1 reached the task as -1: not clamped
     assert f"AirflowFailException: table demo.orders: {refusal(shown)}\n" in out
     assert files_under(warehouse) == before
@@ -126,8 +137,9 @@ def test_manual_dag_with_allow_recent_files_runs_at_zero_and_warns(
     orders = recent["demo.orders"]
     before = files_under(warehouse)
     dag = DagBag(dag_folder=str(DAGS)).get_dag(MANUAL)
-    run = dag.test(run_conf={"table": "demo.orders", "dry_run": False, "older_than_days": 0,
-                             "allow_recent_files": True})
+    run = dag.test(
+        run_conf={"table": "demo.orders", "dry_run": False, "older_than_days": 0, "allow_recent_files": True}
+    )
     out = capsys.readouterr().out
 
     assert run.state == "success"
@@ -173,15 +185,21 @@ def test_operator_refuses_a_cutoff_under_a_day(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"older_than_days": -1, "allow_recent_files": True},
-         "argument older_than_days: expected a number of days >= 0, got -1 (a negative age is a future cutoff)"),
+        (
+            {"older_than_days": -1, "allow_recent_files": True},
+            "argument older_than_days: expected a number of days >= 0, got -1 (a negative age is a future cutoff)",
+        ),
         ({"older_than_days": "inf"}, "argument older_than_days: expected a finite number of days, got 'inf'"),
-        ({"older_than_days": "nan", "allow_recent_files": True},
-         "argument older_than_days: expected a finite number of days, got 'nan'"),
+        (
+            {"older_than_days": "nan", "allow_recent_files": True},
+            "argument older_than_days: expected a finite number of days, got 'nan'",
+        ),
         ({"older_than_days": 1e10}, "argument older_than_days: 1e+10 days before now is out of range"),
         ({"older_than_days": 1e6}, "argument older_than_days: 1e+06 days before now is out of range"),
-        ({"older_than_days": 0, "allow_recent_files": "maybe"},
-         "argument allow_recent_files: expected true or false, got 'maybe'"),
+        (
+            {"older_than_days": 0, "allow_recent_files": "maybe"},
+            "argument allow_recent_files: expected true or false, got 'maybe'",
+        ),
     ],
 )
 def test_operator_refuses_bad_cutoffs_even_with_the_opt_in(
@@ -194,8 +212,9 @@ def test_operator_refuses_bad_cutoffs_even_with_the_opt_in(
     assert files_under(warehouse) == before
 
 
-@pytest.mark.parametrize("age", [timedelta(hours=23), timedelta(days=1) - timedelta(minutes=2), timedelta(0),
-                                 -timedelta(hours=1)])
+@pytest.mark.parametrize(
+    "age", [timedelta(hours=23), timedelta(days=1) - timedelta(minutes=2), timedelta(0), -timedelta(hours=1)]
+)
 def test_operator_refuses_an_absolute_cutoff_less_than_a_day_ago(
     recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict, age: timedelta
 ) -> None:
@@ -212,38 +231,54 @@ def test_operator_refuses_an_absolute_cutoff_less_than_a_day_ago(
 
 
 def test_operator_with_the_opt_in_runs_under_a_day_and_warns(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict,
+    recent: dict,
+    warehouse: Path,
+    state_url: str,
+    tmp_path: Path,
+    context: dict,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     orders, events = recent["demo.orders"], recent["demo.events"]
     before = files_under(warehouse)
     # As the manual DAG renders them without native objects: strings.
-    summary = remover(state_url, tmp_path, table="demo.orders", older_than_days="0", allow_recent_files="True",
-                      ).execute(context)
+    summary = remover(
+        state_url,
+        tmp_path,
+        table="demo.orders",
+        older_than_days="0",
+        allow_recent_files="True",
+    ).execute(context)
     assert summary["deleted_file_count"] == 2
     assert files_under(warehouse) == without(before, warehouse, orders["old"], orders["fresh"])
     assert WARNING in capsys.readouterr().out
 
     cutoff = datetime.now(UTC) - timedelta(minutes=1)
     before = files_under(warehouse)
-    summary = remover(state_url, tmp_path, table="demo.events", older_than=cutoff.isoformat(),
-                      allow_recent_files=True).execute(context)
+    summary = remover(
+        state_url, tmp_path, table="demo.events", older_than=cutoff.isoformat(), allow_recent_files=True
+    ).execute(context)
     assert summary["deleted_file_count"] == 2
     assert files_under(warehouse) == without(before, warehouse, events["old"], events["fresh"])
     assert f"table demo.events: cutoff {cutoff.isoformat()} is 0:01:00" in capsys.readouterr().out
 
 
 def test_operator_at_one_day_or_more_keeps_recent_files_without_a_warning(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict,
+    recent: dict,
+    warehouse: Path,
+    state_url: str,
+    tmp_path: Path,
+    context: dict,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     orders, events = recent["demo.orders"], recent["demo.events"]
     before = files_under(warehouse)
-    assert remover(state_url, tmp_path, table="demo.orders", older_than_days=1).execute(context)[
-        "deleted_file_count"] == 1
+    assert (
+        remover(state_url, tmp_path, table="demo.orders", older_than_days=1).execute(context)["deleted_file_count"] == 1
+    )
     cutoff = (datetime.now(UTC) - timedelta(days=1, minutes=1)).isoformat()
-    assert remover(state_url, tmp_path, table="demo.events", older_than=cutoff).execute(context)[
-        "deleted_file_count"] == 1
+    assert (
+        remover(state_url, tmp_path, table="demo.events", older_than=cutoff).execute(context)["deleted_file_count"] == 1
+    )
     assert files_under(warehouse) == without(before, warehouse, orders["old"], events["old"])
     assert WARNING not in capsys.readouterr().out
 
@@ -259,8 +294,10 @@ def test_scheduled_dag_refuses_a_policy_under_a_day_before_anything_runs(
     out = capsys.readouterr().out
 
     assert run.state == "failed"
-    assert task_states(SCHEDULED, run.run_id) == {("plan_due_tables", -1): "failed",
-                                                  ("remove_orphan_files", -1): "upstream_failed"}
+    assert task_states(SCHEDULED, run.run_id) == {
+        ("plan_due_tables", -1): "failed",
+        ("remove_orphan_files", -1): "upstream_failed",
+    }
     assert policy_refusal("0.5") + "\n" in out
     assert files_under(warehouse) == before
 
@@ -274,8 +311,7 @@ def test_scheduled_dag_with_a_policy_that_opts_in_runs_under_a_day_and_warns(
 
     assert run.state == "success"
     jobs = xcom(SCHEDULED, run.run_id, "plan_due_tables")
-    assert [(job["table"], job["allow_recent_files"]) for job in jobs] == [("demo.events", True),
-                                                                           ("demo.orders", True)]
+    assert [(job["table"], job["allow_recent_files"]) for job in jobs] == [("demo.events", True), ("demo.orders", True)]
     planted = [path for tables in recent.values() for path in (tables["old"], tables["fresh"])]
     assert files_under(warehouse) == without(before, warehouse, *planted)
     assert out.count(WARNING) == 2
@@ -298,11 +334,13 @@ def test_planned_jobs_carry_the_opt_in_and_the_removal_checks_it(
     recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict
 ) -> None:
     policy = write_policy(tmp_path, "{olderThanDays: 0.25, allowRecentFiles: true}")
-    jobs = IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=str(policy),
-                                                state_url=state_url).execute(context)
+    jobs = IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=str(policy), state_url=state_url).execute(
+        context
+    )
     assert {job["table"]: job["allow_recent_files"] for job in jobs} == {"demo.orders": True, "demo.events": True}
-    named = IcebergOrphanDueTablesOperator(task_id="due", tables=["demo.orders"], policy_file=str(policy),
-                                           state_url=state_url).execute(context)
+    named = IcebergOrphanDueTablesOperator(
+        task_id="due", tables=["demo.orders"], policy_file=str(policy), state_url=state_url
+    ).execute(context)
     assert [(job["table"], job["allow_recent_files"]) for job in named] == [("demo.orders", True)]
 
     # The same job without the opt-in is refused by the removal task: its absolute cutoff is 6 hours ago.
@@ -323,10 +361,13 @@ def test_planning_refuses_a_policy_under_a_day(
     demo_tables: dict, state_url: str, tmp_path: Path, context: dict, operator: str
 ) -> None:
     policy = str(write_policy(tmp_path, "{olderThanDays: 0}"))
-    task = (IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=policy, state_url=state_url)
-            if operator == "expansion" else
-            IcebergOrphanDueTablesOperator(task_id="due", tables=["demo.orders"], policy_file=policy,
-                                           state_url=state_url))
+    task = (
+        IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=policy, state_url=state_url)
+        if operator == "expansion"
+        else IcebergOrphanDueTablesOperator(
+            task_id="due", tables=["demo.orders"], policy_file=policy, state_url=state_url
+        )
+    )
     with pytest.raises(AirflowFailException) as caught:
         task.execute(context)
     assert str(caught.value) == f"policy file {policy!r}: policy 'fast' {policy_refusal('0')}"

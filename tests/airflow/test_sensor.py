@@ -26,13 +26,20 @@ def state_url(tmp_path: Path) -> str:
 
 def cleaned(state_url: str, catalog: SqlCatalog, table: str, days_ago: float) -> None:
     uuid = str(catalog.load_table(table).metadata.table_uuid)
-    record_attempt(SqlStateStore(state_url), table_uuid=uuid, table=table,
-                   at=datetime.now(UTC) - timedelta(days=days_ago), dry_run=False, succeeded=True)
+    record_attempt(
+        SqlStateStore(state_url),
+        table_uuid=uuid,
+        table=table,
+        at=datetime.now(UTC) - timedelta(days=days_ago),
+        dry_run=False,
+        succeeded=True,
+    )
 
 
 def sensor(state_url: str, **kwargs: object) -> IcebergTableDueSensor:
-    return IcebergTableDueSensor(task_id="due", table="demo.orders", policy_file=POLICY_FILE, state_url=state_url,
-                                 poke_interval=0.05, **kwargs)
+    return IcebergTableDueSensor(
+        task_id="due", table="demo.orders", policy_file=POLICY_FILE, state_url=state_url, poke_interval=0.05, **kwargs
+    )
 
 
 def test_poke_reports_the_evaluation(demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict) -> None:
@@ -46,13 +53,15 @@ def test_poke_reports_the_evaluation(demo_tables: dict, catalog: SqlCatalog, sta
     assert second.xcom_value["reason"] == "last cleaned 1 day ago, interval 7 days: not due"
 
 
-def test_unattached_table_and_missing_table_fail_at_once(demo_tables: dict, state_url: str, tmp_path: Path,
-                                                         context: dict) -> None:
+def test_unattached_table_and_missing_table_fail_at_once(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+) -> None:
     policy_file = tmp_path / "p.yaml"
     policy_file.write_text("name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['sales.*']\n")
     with pytest.raises(AirflowFailException, match=r"no orphan-removal policy .* attaches to demo\.orders"):
-        IcebergTableDueSensor(task_id="due", table="demo.orders", policy_file=str(policy_file),
-                              state_url=state_url).poke(context)
+        IcebergTableDueSensor(
+            task_id="due", table="demo.orders", policy_file=str(policy_file), state_url=state_url
+        ).poke(context)
     with pytest.raises(AirflowFailException, match=r"'demo\.nope': not found"):
         IcebergTableDueSensor(task_id="due", table="demo.nope", state_url=state_url).poke(context)
 

@@ -19,20 +19,35 @@ INTERVAL_SECONDS = 30  # longer than the first task start of a fresh process, so
 
 
 def test_deferred_sensor_resumes_when_the_table_becomes_due(
-    demo_tables: dict, catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    demo_tables: dict,
+    catalog: SqlCatalog,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     policy_file = tmp_path / "policy.json"
-    policy_file.write_text(json.dumps({
-        "name": "every_30_seconds", "type": "system_iceberg_orphan_file_removal",
-        "minIntervalDays": INTERVAL_SECONDS / 86_400, "tables": ["demo.orders"],
-    }))
+    policy_file.write_text(
+        json.dumps(
+            {
+                "name": "every_30_seconds",
+                "type": "system_iceberg_orphan_file_removal",
+                "minIntervalDays": INTERVAL_SECONDS / 86_400,
+                "tables": ["demo.orders"],
+            }
+        )
+    )
     state_url = f"sqlite:///{tmp_path}/state.db"
     monkeypatch.setenv("ICEBERG_MAINT_TEST_POLICY_FILE", str(policy_file))
     monkeypatch.setenv("ICEBERG_MAINT_TEST_STATE_URL", state_url)
     table_uuid = str(catalog.load_table("demo.orders").metadata.table_uuid)
-    record_attempt(SqlStateStore(state_url), table_uuid=table_uuid, table="demo.orders", at=datetime.now(UTC),
-                   dry_run=False, succeeded=True)
+    record_attempt(
+        SqlStateStore(state_url),
+        table_uuid=table_uuid,
+        table="demo.orders",
+        at=datetime.now(UTC),
+        dry_run=False,
+        succeeded=True,
+    )
 
     run = DagBag(dag_folder=str(TEST_DAGS)).dags["due_sensor_deferred"].test()
 

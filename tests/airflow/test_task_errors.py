@@ -9,12 +9,19 @@ from airflow_iceberg_maint import errors
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 
 RETRYABLE = [
-    errors.MetadataReadError, errors.StorageError, errors.CatalogListingError,
-    errors.CommitOutcomeUnknownError, errors.IndexCommitConflictError,
+    errors.MetadataReadError,
+    errors.StorageError,
+    errors.CatalogListingError,
+    errors.CommitOutcomeUnknownError,
+    errors.IndexCommitConflictError,
 ]
 FINAL = [
-    errors.InvalidInputError, errors.LocationRefusedError, errors.GcDisabledError, errors.TableNotFoundError,
-    errors.IndexNotFoundError, errors.IndexExistsError,
+    errors.InvalidInputError,
+    errors.LocationRefusedError,
+    errors.GcDisabledError,
+    errors.TableNotFoundError,
+    errors.IndexNotFoundError,
+    errors.IndexExistsError,
 ]
 
 

@@ -22,28 +22,38 @@ from pyiceberg.table import Table
 
 from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
 
-SCHEMA = pa.schema([
-    ("rid", pa.int64()),
-    ("k_int", pa.int32()),
-    ("k_long", pa.int64()),
-    ("k_str", pa.string()),
-    ("k_date", pa.date32()),
-    ("k_ts", pa.timestamp("us")),
-    ("payload", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("rid", pa.int64()),
+        ("k_int", pa.int32()),
+        ("k_long", pa.int64()),
+        ("k_str", pa.string()),
+        ("k_date", pa.date32()),
+        ("k_ts", pa.timestamp("us")),
+        ("payload", pa.string()),
+    ]
+)
 KEY_COLUMNS = ("k_int", "k_long", "k_str", "k_date", "k_ts")
 POOLS: dict[str, list[Any]] = {
     "k_int": [-(2**31), -7, -1, 0, 1, 2, 3, 5, 8, 13, 21, 2**31 - 1],
     "k_long": [-(2**62), -(2**40), -3, 0, 4, 99, 2**33 + 7, 2**40, 2**62],
     "k_str": ["", "a", "ab", "abc", "abd", "b", "zz", "é", "日本", "naïve", "x" * 40],
     "k_date": [date(1969, 12, 31), date(1970, 1, 1), date(2000, 2, 29), date(2024, 1, 1), date(2024, 1, 2)],
-    "k_ts": [datetime(1969, 12, 31, 23, 59, 59, 999999), datetime(1970, 1, 1), datetime(2024, 1, 1, 12, 30),
-             datetime(2024, 1, 1, 13, 0), datetime(2024, 6, 30, 23, 59, 59, 1)],
+    "k_ts": [
+        datetime(1969, 12, 31, 23, 59, 59, 999999),
+        datetime(1970, 1, 1),
+        datetime(2024, 1, 1, 12, 30),
+        datetime(2024, 1, 1, 13, 0),
+        datetime(2024, 6, 30, 23, 59, 59, 1),
+    ],
 }
 #: Values of each key column that no row ever gets.
 ABSENT: dict[str, list[Any]] = {
-    "k_int": [4, -8, 2**30], "k_long": [5, -(2**41)], "k_str": ["ac", "zzz", "A"],
-    "k_date": [date(1999, 1, 1)], "k_ts": [datetime(2024, 1, 1, 12, 30, 0, 1)],
+    "k_int": [4, -8, 2**30],
+    "k_long": [5, -(2**41)],
+    "k_str": ["ac", "zzz", "A"],
+    "k_date": [date(1999, 1, 1)],
+    "k_ts": [datetime(2024, 1, 1, 12, 30, 0, 1)],
 }
 
 
@@ -161,4 +171,3 @@ class OracleTable:
         present = [r[column] for r in self.rows.values() if r[column] is not None]
         chosen = self.rng.sample(present, min(count, len(present)))
         return [*dict.fromkeys(chosen), *ABSENT[column], None]
-

@@ -34,10 +34,12 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 from pyroaring import BitMap
 
-POSITION_DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
-])
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+    ]
+)
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
@@ -62,13 +64,20 @@ class _AddDeleteFiles(_FastAppendFiles):
             by_spec.setdefault(delete.spec_id, []).append(delete)
         manifests = []
         for spec_id, deletes in sorted(by_spec.items()):
-            writer = _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),
-                                           self._snapshot_id, self._compression)
+            writer = _DeleteManifestWriter(
+                self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
+            )
             with writer:
                 for delete in deletes:
-                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                       sequence_number=None, file_sequence_number=None,
-                                                       data_file=delete))
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self._snapshot_id,
+                            sequence_number=None,
+                            file_sequence_number=None,
+                            data_file=delete,
+                        )
+                    )
             manifests.append(writer.to_manifest_file())
         return [*manifests, *self._existing_manifests()]
 
@@ -95,9 +104,19 @@ def _deletion_vector_blob(positions: Sequence[int]) -> bytes:
 def commit_deletion_vector(table: Table, data_path: str, positions: Sequence[int]) -> Table:
     """Commit one Puffin deletion vector removing ``positions`` of one data file."""
     blob = _deletion_vector_blob(positions)
-    footer = {"blobs": [{"type": "deletion-vector-v1", "fields": [2147483645], "snapshot-id": -1,
-                         "sequence-number": -1, "offset": 4, "length": len(blob),
-                         "properties": {"referenced-data-file": data_path, "cardinality": str(len(set(positions)))}}]}
+    footer = {
+        "blobs": [
+            {
+                "type": "deletion-vector-v1",
+                "fields": [2147483645],
+                "snapshot-id": -1,
+                "sequence-number": -1,
+                "offset": 4,
+                "length": len(blob),
+                "properties": {"referenced-data-file": data_path, "cardinality": str(len(set(positions)))},
+            }
+        ]
+    }
     payload = json.dumps(footer).encode()
     puffin = b"PFA1" + blob + b"PFA1" + payload + len(payload).to_bytes(4, "little") + bytes(4) + b"PFA1"
     spec_id, partition = _partitions(table)[data_path]
@@ -105,8 +124,12 @@ def commit_deletion_vector(table: Table, data_path: str, positions: Sequence[int
     with table.io.new_output(path).create() as stream:
         stream.write(puffin)
     delete = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PUFFIN,
-        partition=partition, record_count=len(set(positions)), file_size_in_bytes=len(puffin),
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PUFFIN,
+        partition=partition,
+        record_count=len(set(positions)),
+        file_size_in_bytes=len(puffin),
         referenced_data_file=data_path,
     )
     delete.spec_id = spec_id
@@ -116,15 +139,20 @@ def commit_deletion_vector(table: Table, data_path: str, positions: Sequence[int
 def _commit(table: Table, delete_files: Sequence[DataFile]) -> Table:
     with table.transaction() as tx:
         _AddDeleteFiles(table, tx, delete_files).commit()
-    return table.refresh()
+    # The commit updated ``table`` in place. No refresh: a concurrent cutoff-0 orphan run may have
+    # deleted the new metadata file in flight, which the reliability writer repairs on its own.
+    return table
 
 
 def _partitions(table: Table) -> dict[str, tuple[int, Record]]:
     """Spec ID and partition tuple of every live data file of the current snapshot."""
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    return {e.data_file.file_path: (e.data_file.spec_id, e.data_file.partition)
-            for m in snapshot.manifests(table.io) for e in m.fetch_manifest_entry(table.io)}
+    return {
+        e.data_file.file_path: (e.data_file.spec_id, e.data_file.partition)
+        for m in snapshot.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io)
+    }
 
 
 def commit_position_deletes(table: Table, positions: Mapping[str, Sequence[int]]) -> Table:
@@ -136,12 +164,17 @@ def commit_position_deletes(table: Table, positions: Mapping[str, Sequence[int]]
     deletes = []
     for (spec_id, partition), pairs in groups.items():
         pairs.sort()
-        data = pa.table({"file_path": [p for p, _ in pairs], "pos": [q for _, q in pairs]},
-                        schema=POSITION_DELETE_SCHEMA)
+        data = pa.table(
+            {"file_path": [p for p, _ in pairs], "pos": [q for _, q in pairs]}, schema=POSITION_DELETE_SCHEMA
+        )
         path, size = _write(table, data)
         delete = DataFile.from_args(
-            content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-            partition=partition, record_count=len(pairs), file_size_in_bytes=size,
+            content=DataFileContent.POSITION_DELETES,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=partition,
+            record_count=len(pairs),
+            file_size_in_bytes=size,
         )
         delete.spec_id = spec_id
         deletes.append(delete)
@@ -155,8 +188,12 @@ def commit_equality_deletes(table: Table, columns: Sequence[str], rows: Sequence
     data = pa.Table.from_pylist([dict(zip(columns, row, strict=True)) for row in rows], schema=arrow_schema)
     path, size = _write(table, data)
     delete = DataFile.from_args(
-        content=DataFileContent.EQUALITY_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-        partition=Record(), record_count=len(rows), file_size_in_bytes=size,
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=len(rows),
+        file_size_in_bytes=size,
         equality_ids=[table.schema().find_field(c).field_id for c in columns],
     )
     delete.spec_id = next(i for i, spec in table.specs().items() if spec.is_unpartitioned())

@@ -100,8 +100,9 @@ def test_extract_files_follow_the_spec(catalog: Catalog, ordering: str) -> None:
         oracle.append(70)
     oracle.delete_positions(10)
     table = oracle.table
-    metadata = new_index_metadata(table, "ix", split_expression_list(ordering), [], True,
-                                  {"write.region.target-file-size-bytes": "800"})
+    metadata = new_index_metadata(
+        table, "ix", split_expression_list(ordering), [], True, {"write.region.target-file-size-bytes": "800"}
+    )
     IndexStore(table).create(metadata, "ix")
     result = refresh_full(table, "ix")
 
@@ -117,8 +118,13 @@ def test_extract_files_follow_the_spec(catalog: Catalog, ordering: str) -> None:
 
     with table.io.new_input(extract.tracking_file).open() as stream:
         tracking_schema = pq.read_schema(stream)
-    assert _field_ids(tracking_schema) == {"file_path": 100, "file_format": 101, "record_count": 103,
-                                           "file_size_in_bytes": 104, "content_stats": 146}
+    assert _field_ids(tracking_schema) == {
+        "file_path": 100,
+        "file_format": 101,
+        "record_count": 103,
+        "file_size_in_bytes": 104,
+        "content_stats": 146,
+    }
     stats_ids = {int(f.metadata[b"PARQUET:field_id"]) for f in tracking_schema.field("content_stats").type}
     assert stats_ids >= {10_000 + 200 * fid for fid in committed.ordering_key}
 
@@ -130,8 +136,10 @@ def test_extract_files_follow_the_spec(catalog: Catalog, ordering: str) -> None:
         with table.io.new_input(entry.file_path).open() as stream:
             region = pq.read_table(stream)
         assert _field_ids(region.schema) == {f.name: f.field_id for f in committed.extract_schema(extract).fields}
-        assert (region.num_rows, entry.file_size_in_bytes) == (entry.record_count, len(table.io.new_input(
-            entry.file_path)))
+        assert (region.num_rows, entry.file_size_in_bytes) == (
+            entry.record_count,
+            len(table.io.new_input(entry.file_path)),
+        )
         keys = [o.expression.evaluate(region, layout.extract_schema).to_pylist() for o in ordering_fields]
         tuples = [comparable(k, types) for k in zip(*keys, strict=True)]
         assert tuples == sorted(tuples)  # index order inside the region
@@ -178,7 +186,10 @@ def test_concurrent_refreshes_all_commit(sqlite_catalog: Catalog) -> None:
     metadata, _, version = IndexStore(oracle.table).load("ix")
     assert sorted(e.extract_id for e in metadata.extracts) == sorted(ids)  # no extract lost
     assert version == 4 and [e.metadata_file.rsplit("/", 1)[1] for e in metadata.metadata_log] == [
-        "00001.metadata.json", "00002.metadata.json", "00003.metadata.json"]
+        "00001.metadata.json",
+        "00002.metadata.json",
+        "00003.metadata.json",
+    ]
     for extract in metadata.extracts:
         entries = read_tracking_file(oracle.table.io, extract.tracking_file)
         assert sum(e.record_count for e in entries) == 50

@@ -23,10 +23,25 @@ ROWS = [
     {"id": None, "name": "nil", "day": date(2024, 1, 4), "ts": None},
 ]
 LIST_KEYS = {"name", "metadata_location", "index_uuid", "ordering", "extracts", "newest_extract_snapshot_id"}
-REFRESH_KEYS = {"index", "extract_id", "source_table_snapshot_id", "mode", "region_files_written",
-                "region_files_reused", "entries"}
-LAG_KEYS = {"index", "table_snapshot_id", "extract_snapshot_id", "snapshots_behind", "lag_seconds", "added_files",
-            "removed_files", "stale"}
+REFRESH_KEYS = {
+    "index",
+    "extract_id",
+    "source_table_snapshot_id",
+    "mode",
+    "region_files_written",
+    "region_files_reused",
+    "entries",
+}
+LAG_KEYS = {
+    "index",
+    "table_snapshot_id",
+    "extract_snapshot_id",
+    "snapshots_behind",
+    "lag_seconds",
+    "added_files",
+    "removed_files",
+    "stale",
+}
 LOOKUP_KEYS = {"index", "snapshot_id", "rows", "region_files_read", "reconciled_files"}
 
 
@@ -51,8 +66,13 @@ def table(tmp_path: Path) -> Table:
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Path(sys.executable).parent / "iceberg-maint"), "index", *args],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "iceberg-maint"), "index", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _json(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -68,8 +88,19 @@ def _fails(env: dict[str, str], *args: str, message: str) -> None:
 
 
 def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) -> None:
-    created = _json(env, "create", "db.t", "by_id", "--ordering", "bucket(4, id), id", "--identity", "name",
-                    "--with-row-location", "--property", "write.region.target-file-size-bytes=100")
+    created = _json(
+        env,
+        "create",
+        "db.t",
+        "by_id",
+        "--ordering",
+        "bucket(4, id), id",
+        "--identity",
+        "name",
+        "--with-row-location",
+        "--property",
+        "write.region.target-file-size-bytes=100",
+    )
     assert created["ordering"] == ["bucket(4, id)", "id"]
 
     listed = _json(env, "list", "db.t")["indexes"]
@@ -89,7 +120,11 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
 
     lag = _json(env, "lag", "db.t", "by_id")
     assert (lag["table_snapshot_id"], lag["extract_snapshot_id"], lag["snapshots_behind"], lag["stale"]) == (
-        first, first, 0, False)
+        first,
+        first,
+        0,
+        False,
+    )
 
     found = _json(env, "lookup", "db.t", "by_id", "--eq", "2")
     assert set(found) >= LOOKUP_KEYS
@@ -107,7 +142,11 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
     table.append(pa.Table.from_pylist([{"id": 1, "name": "amy", "day": None, "ts": None}], schema=SCHEMA))
     lagging = _json(env, "lag", "db.t", "by_id")
     assert (lagging["snapshots_behind"], lagging["stale"], lagging["added_files"], lagging["removed_files"]) == (
-        1, True, {"data": 1, "delete": 0}, {"data": 0, "delete": 0})
+        1,
+        True,
+        {"data": 1, "delete": 0},
+        {"data": 0, "delete": 0},
+    )
     reconciled = _json(env, "lookup", "db.t", "by_id", "--eq", "1", "--columns", "name")
     assert sorted(r["name"] for r in reconciled["rows"]) == ["amy", "ann"]
     # The new file is half of the table's bytes, over the reconciliation threshold: a plain scan.
@@ -121,8 +160,7 @@ def test_index_lifecycle_through_the_command(env: dict[str, str], table: Table) 
     # The first extract's tracking file and its regions the second one did not reuse.
     assert expired["expired_extract_ids"] == [refreshed["extract_id"]]
     assert expired["deleted_files"] == 1 + refreshed["region_files_written"] - second["region_files_reused"]
-    assert _json(env, "list", "db.t")["indexes"][0]["newest_extract_snapshot_id"] == second[
-        "source_table_snapshot_id"]
+    assert _json(env, "list", "db.t")["indexes"][0]["newest_extract_snapshot_id"] == second["source_table_snapshot_id"]
     assert sorted(r["name"] for r in _json(env, "lookup", "db.t", "by_id", "--eq", "1")["rows"]) == ["amy", "ann"]
 
 
@@ -136,4 +174,5 @@ def test_index_command_errors_name_the_input(env: dict[str, str], table: Table) 
     _fails(env, "create", "db.t", "by_day", "--ordering", "day", message="already exists")
     _fails(env, "refresh", "db.t", "by_day", "--snapshot-id", "12345", message="12345")
     assert _json(env, "lookup", "db.t", "by_day", "--eq", "2024-01-04", "--columns", "name")["rows"] == [
-        {"name": "nil"}]
+        {"name": "nil"}
+    ]

@@ -105,9 +105,17 @@ class Store:
     def __init__(self, table: Table) -> None:
         self.table = table
         uri = Uri.parse(table.location())
-        self.s3 = None if uri.is_local else boto3.client(
-            "s3", endpoint_url=table.io.properties["s3.endpoint"], aws_access_key_id=S3_PROPS["s3.access-key-id"],
-            aws_secret_access_key=S3_PROPS["s3.secret-access-key"], region_name=S3_PROPS["s3.region"])
+        self.s3 = (
+            None
+            if uri.is_local
+            else boto3.client(
+                "s3",
+                endpoint_url=table.io.properties["s3.endpoint"],
+                aws_access_key_id=S3_PROPS["s3.access-key-id"],
+                aws_secret_access_key=S3_PROPS["s3.secret-access-key"],
+                region_name=S3_PROPS["s3.region"],
+            )
+        )
 
     def index_files(self) -> set[str]:
         root = f"{self.table.location().rstrip('/')}/index/"
@@ -134,8 +142,10 @@ class Faults:
 
     def attach(self, client: Any) -> None:
         for event, handler in self.handlers:
+
             def guarded(handler: Callable[..., Any] = handler, **kwargs: Any) -> Any:
                 return handler(**kwargs) if self.enabled else None
+
             client.meta.events.register(event, guarded)
 
 
@@ -231,8 +241,9 @@ def test_s3_refresh_whose_put_reply_is_lost_is_settled_as_committed(s3_catalog: 
 
 
 @pytest.mark.s3
-def test_s3_refresh_whose_retried_put_gets_412_from_its_own_first_attempt(s3_catalog: SqlCatalog,
-                                                                          faults: Faults) -> None:
+def test_s3_refresh_whose_retried_put_gets_412_from_its_own_first_attempt(
+    s3_catalog: SqlCatalog, faults: Faults
+) -> None:
     table = indexed_table(s3_catalog)
     store, before = Store(table), current(table)
     _, _, version = IndexStore(table).load(INDEX)
@@ -249,8 +260,9 @@ def test_s3_refresh_whose_retried_put_gets_412_from_its_own_first_attempt(s3_cat
 
 
 @pytest.mark.s3
-def test_s3_refresh_whose_old_metadata_delete_fails_is_committed(s3_catalog: SqlCatalog, faults: Faults,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_s3_refresh_whose_old_metadata_delete_fails_is_committed(
+    s3_catalog: SqlCatalog, faults: Faults, caplog: pytest.LogCaptureFixture
+) -> None:
     table = indexed_table(s3_catalog)
     store, before = Store(table), current(table)
     versions = IndexStore(table).versions(INDEX)
@@ -299,8 +311,9 @@ def test_s3_refresh_terminated_during_put_keeps_its_files(s3_catalog: SqlCatalog
 
 
 @pytest.mark.s3
-def test_s3_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_files(s3_catalog: SqlCatalog,
-                                                                                faults: Faults) -> None:
+def test_s3_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_files(
+    s3_catalog: SqlCatalog, faults: Faults
+) -> None:
     table = indexed_table(s3_catalog, **{COMMIT_NUM_RETRIES: "0"})
     store = Store(table)
     files_before = store.index_files()
@@ -383,8 +396,9 @@ def test_s3_expire_whose_outcome_cannot_be_read_deletes_nothing(s3_catalog: SqlC
 # Local disk
 
 
-def test_local_refresh_terminated_right_after_the_link_keeps_its_files(sqlite_catalog: SqlCatalog,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_refresh_terminated_right_after_the_link_keeps_its_files(
+    sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = indexed_table(sqlite_catalog)
     store, before = Store(table), current(table)
     real = LocalStorage.create_exclusive
@@ -402,9 +416,9 @@ def test_local_refresh_terminated_right_after_the_link_keeps_its_files(sqlite_ca
     assert orphan_run(table) == []
 
 
-def test_local_refresh_whose_old_metadata_delete_fails_is_committed(sqlite_catalog: SqlCatalog,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_local_refresh_whose_old_metadata_delete_fails_is_committed(
+    sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     table = indexed_table(sqlite_catalog)
     store, before = Store(table), current(table)
     versions = IndexStore(table).versions(INDEX)
@@ -425,7 +439,8 @@ def test_local_refresh_whose_old_metadata_delete_fails_is_committed(sqlite_catal
 
 
 def test_local_refresh_that_lost_to_a_concurrent_winner_deletes_only_its_own_files(
-        sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    sqlite_catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = indexed_table(sqlite_catalog, **{COMMIT_NUM_RETRIES: "0"})
     store = Store(table)
     files_before = store.index_files()
@@ -461,4 +476,3 @@ def test_operators_retry_a_commit_of_unknown_outcome() -> None:
     error = task_exception("table db.t index by_id", CommitOutcomeUnknownError("may or may not have landed"))
     assert type(error) is AirflowException and not isinstance(error, AirflowFailException)
     assert str(error) == "table db.t index by_id: may or may not have landed"
-

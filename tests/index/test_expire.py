@@ -32,8 +32,14 @@ def three_extracts(catalog: SqlCatalog, **properties: str) -> tuple[Table, Index
     store.create(new_index_metadata(table, "by_id", ["bucket(4, id)", "id"], [], True, dict(properties)), "by_id")
     extracts = []
     for start in (0, 40, 80):
-        table.append(pa.table({"id": pa.array(range(start, start + 40), pa.int64()),
-                               "name": pa.array([str(i) for i in range(start, start + 40)])}))
+        table.append(
+            pa.table(
+                {
+                    "id": pa.array(range(start, start + 40), pa.int64()),
+                    "name": pa.array([str(i) for i in range(start, start + 40)]),
+                }
+            )
+        )
         extracts.append(refresh_full(table, "by_id").extract)
     assert len({e.timestamp_ms for e in extracts}) == 3
     return table, store, extracts
@@ -54,8 +60,12 @@ def check_retain_last(table: Table, store: IndexStore, extracts: list[Extract]) 
 
     result = expire_extracts(table, "by_id", retain_last=1, older_than=None)
 
-    assert result == {"index": "by_id", "expired_extract_ids": [extracts[0].extract_id, extracts[1].extract_id],
-                      "deleted_files": len(old), "failed": []}
+    assert result == {
+        "index": "by_id",
+        "expired_extract_ids": [extracts[0].extract_id, extracts[1].extract_id],
+        "deleted_files": len(old),
+        "failed": [],
+    }
     assert storage.list(store.index_dir("by_id")) == before - old | {store.version_location("by_id", 5)}
     metadata, _, version = store.load("by_id")
     assert (version, metadata.extracts) == (5, (extracts[2],))
@@ -109,8 +119,15 @@ def test_files_still_referenced_by_a_remaining_extract_are_kept(sqlite_catalog: 
     reuse: list[Extract] = []
 
     def add_reuse(metadata: IndexMetadata) -> IndexMetadata:
-        reuse[:] = [new_extract(metadata, first.source_table_snapshot_id, first.extract_schema_id,
-                                first.tracking_file, first.tracking_file_size_in_bytes)]
+        reuse[:] = [
+            new_extract(
+                metadata,
+                first.source_table_snapshot_id,
+                first.extract_schema_id,
+                first.tracking_file,
+                first.tracking_file_size_in_bytes,
+            )
+        ]
         return metadata.with_extract(reuse[0])
 
     store.commit("by_id", add_reuse)
@@ -129,9 +146,12 @@ def test_unreadable_remaining_tracking_file_deletes_nothing(sqlite_catalog: SqlC
         f.write(b"garbage")
     before = Storage(table).list(store.index_dir("by_id"))
 
-    with pytest.raises(MetadataReadError, match=re.escape(
-        f"index 'by_id': extracts {[extracts[0].extract_id]} were expired, but no file was deleted: tracking file"
-    )):
+    with pytest.raises(
+        MetadataReadError,
+        match=re.escape(
+            f"index 'by_id': extracts {[extracts[0].extract_id]} were expired, but no file was deleted: tracking file"
+        ),
+    ):
         expire_extracts(table, "by_id", retain_last=2, older_than=None)
     assert Storage(table).list(store.index_dir("by_id")) == before | {store.version_location("by_id", 5)}
     assert os.path.exists(local_path(extracts[0].tracking_file))
@@ -144,8 +164,9 @@ def test_unreadable_remaining_tracking_file_deletes_nothing(sqlite_catalog: SqlC
         (0, None, "--retain-last 0: must be at least 1 (the newest extract is never expired)"),
     ],
 )
-def test_bad_arguments_change_nothing(sqlite_catalog: SqlCatalog, retain_last: int | None,
-                                      older_than: datetime | None, message: str) -> None:
+def test_bad_arguments_change_nothing(
+    sqlite_catalog: SqlCatalog, retain_last: int | None, older_than: datetime | None, message: str
+) -> None:
     table, store, _ = three_extracts(sqlite_catalog)
     with pytest.raises(InvalidInputError, match=re.escape(message)):
         expire_extracts(table, "by_id", retain_last=retain_last, older_than=older_than)

@@ -64,8 +64,15 @@ SPEC_HASHES: list[tuple[str, Any, int]] = [
 
 
 ARROW_TYPES = {
-    "i": pa.int32(), "l": pa.int64(), "s": pa.string(), "d": pa.date32(), "ts": pa.timestamp("us"),
-    "tstz": pa.timestamp("us", tz="UTC"), "dec": pa.decimal128(9, 2), "b": pa.binary(), "x": pa.float64(),
+    "i": pa.int32(),
+    "l": pa.int64(),
+    "s": pa.string(),
+    "d": pa.date32(),
+    "ts": pa.timestamp("us"),
+    "tstz": pa.timestamp("us", tz="UTC"),
+    "dec": pa.decimal128(9, 2),
+    "b": pa.binary(),
+    "x": pa.float64(),
 }
 
 
@@ -104,8 +111,12 @@ def test_bucket_of_uuid_matches_the_spec_hash() -> None:
         ("hour(ts)", [TS, None], [419686, None], IntegerType()),
         ("year(d)", [dt.date(2017, 11, 16)], [47], IntegerType()),
         ("month(d)", [dt.date(2017, 11, 16)], [574], IntegerType()),
-        ("day(d)", [dt.date(2017, 11, 16), dt.date(1969, 12, 31)], [dt.date(2017, 11, 16), dt.date(1969, 12, 31)],
-         DateType()),
+        (
+            "day(d)",
+            [dt.date(2017, 11, 16), dt.date(1969, 12, 31)],
+            [dt.date(2017, 11, 16), dt.date(1969, 12, 31)],
+            DateType(),
+        ),
         ("hour(tstz)", [TSTZ], [419686], IntegerType()),
         ("identity(s)", ["a", None], ["a", None], StringType()),
         ("l", [5, None], [5, None], LongType()),
@@ -138,7 +149,9 @@ def test_evaluate_accepts_dictionary_view_and_large_layouts() -> None:
     for layout in (strings.dictionary_encode(), strings.cast(pa.string_view()), strings.cast(pa.large_string())):
         assert Apply("bucket", Reference(3), 16).evaluate(pa.table({"s": layout}), SCHEMA).to_pylist() == expected
         assert Apply("truncate", Reference(3), 3).evaluate(pa.table({"s": layout}), SCHEMA).to_pylist() == [
-            "ice", None, "ice"
+            "ice",
+            None,
+            "ice",
         ]
     binary = pa.table({"b": pa.array([b"\x00\x01\x02"], pa.large_binary())})
     assert Apply("truncate", Reference(8), 2).evaluate(binary, SCHEMA).to_pylist() == [b"\x00\x01"]
@@ -172,9 +185,14 @@ def test_json_round_trip() -> None:
     expression = IndexExpression.from_json(APPENDIX_C_BUCKET)
     assert expression == Apply("bucket", Reference(1), 256)
     assert expression.to_json() == APPENDIX_C_BUCKET
-    for obj in ({"type": "reference", "id": 2147483646},
-                {"type": "apply", "function": {"catalog": "iceberg_functions", "identifier": ["day"]},
-                 "arguments": [{"type": "reference", "id": 5}]}):
+    for obj in (
+        {"type": "reference", "id": 2147483646},
+        {
+            "type": "apply",
+            "function": {"catalog": "iceberg_functions", "identifier": ["day"]},
+            "arguments": [{"type": "reference", "id": 5}],
+        },
+    ):
         assert IndexExpression.from_json(obj).to_json() == obj
 
 
@@ -182,8 +200,9 @@ def test_json_round_trip() -> None:
     "function",
     ["bucket", ["bucket"], {"identifier": ["bucket"]}, {"catalog": "iceberg_functions", "identifier": ["BUCKET"]}],
 )
-@pytest.mark.parametrize("parameter", [16, {"type": "literal", "value": 16}, {"type": "literal", "value": 16,
-                                                                              "data-type": "int"}])
+@pytest.mark.parametrize(
+    "parameter", [16, {"type": "literal", "value": 16}, {"type": "literal", "value": 16, "data-type": "int"}]
+)
 def test_json_accepts_every_function_reference_and_literal_form(function: Any, parameter: Any) -> None:
     obj = {"type": "apply", "function": function, "arguments": [parameter, {"type": "reference", "id": 2}]}
     assert IndexExpression.from_json(obj) == Apply("bucket", Reference(2), 16)
@@ -196,17 +215,34 @@ def test_json_accepts_every_function_reference_and_literal_form(function: Any, p
         ({"type": "reference", "id": "1"}, "'id' must be an integer"),
         (5, "expected a 'reference' or an 'apply' expression"),
         ({"type": "literal", "value": 5}, "expected a 'reference' or an 'apply' expression"),
-        ({"type": "apply", "function": {"catalog": "mine", "identifier": ["bucket"]},
-          "arguments": [4, {"type": "reference", "id": 1}]}, "function catalog 'mine' is not 'iceberg_functions'"),
-        ({"type": "apply", "function": "lower", "arguments": [{"type": "reference", "id": 1}]},
-         "function 'lower' is not supported"),
-        ({"type": "apply", "function": "bucket", "arguments": [{"type": "reference", "id": 1}]},
-         "bucket takes 2 argument"),
-        ({"type": "apply", "function": "bucket", "arguments": [0, {"type": "reference", "id": 1}]},
-         "parameter 0 must be a positive integer"),
-        ({"type": "apply", "function": "truncate", "arguments": [{"type": "literal", "value": 4, "data-type": "string"},
-                                                                  {"type": "reference", "id": 1}]},
-         "must be an int"),
+        (
+            {
+                "type": "apply",
+                "function": {"catalog": "mine", "identifier": ["bucket"]},
+                "arguments": [4, {"type": "reference", "id": 1}],
+            },
+            "function catalog 'mine' is not 'iceberg_functions'",
+        ),
+        (
+            {"type": "apply", "function": "lower", "arguments": [{"type": "reference", "id": 1}]},
+            "function 'lower' is not supported",
+        ),
+        (
+            {"type": "apply", "function": "bucket", "arguments": [{"type": "reference", "id": 1}]},
+            "bucket takes 2 argument",
+        ),
+        (
+            {"type": "apply", "function": "bucket", "arguments": [0, {"type": "reference", "id": 1}]},
+            "parameter 0 must be a positive integer",
+        ),
+        (
+            {
+                "type": "apply",
+                "function": "truncate",
+                "arguments": [{"type": "literal", "value": 4, "data-type": "string"}, {"type": "reference", "id": 1}],
+            },
+            "must be an int",
+        ),
         ({"type": "apply", "function": ["a", "b"], "arguments": []}, "function reference ['a', 'b'] is malformed"),
     ],
 )

@@ -36,8 +36,9 @@ SMALL_REGIONS = {"write.region.target-file-size-bytes": "500"}
 
 
 def create_index(oracle: OracleTable, name: str, ordering: str, properties: dict[str, str] | None = None) -> None:
-    metadata = new_index_metadata(oracle.table, name, split_expression_list(ordering), [], True,
-                                  {**SMALL_REGIONS, **(properties or {})})
+    metadata = new_index_metadata(
+        oracle.table, name, split_expression_list(ordering), [], True, {**SMALL_REGIONS, **(properties or {})}
+    )
     IndexStore(oracle.table).create(metadata, name)
 
 
@@ -73,13 +74,17 @@ def check_layout(table: Table, name: str, extract: Extract) -> None:
         expressions = {f.field_id: f.expr for f in metadata.stats_fields}
         for column in layout.stats_columns:
             if column.field_id not in values:
-                values[column.field_id] = (expressions[column.field_id].evaluate(rows, layout.extract_schema)
-                                           if column.field_id in expressions else rows.column(names[column.field_id]))
+                values[column.field_id] = (
+                    expressions[column.field_id].evaluate(rows, layout.extract_schema)
+                    if column.field_id in expressions
+                    else rows.column(names[column.field_id])
+                )
         assert region.stats == region_stats(layout.stats_columns, values)
 
 
-def refresh_and_compare(table: Table, live_rows: int, name: str = "ix", twin: str = "full",
-                        snapshot_id: int | None = None) -> RefreshResult:
+def refresh_and_compare(
+    table: Table, live_rows: int, name: str = "ix", twin: str = "full", snapshot_id: int | None = None
+) -> RefreshResult:
     """Refresh ``name`` (default mode) and ``twin`` fully to a snapshot; both must hold the same entries."""
     result = refresh_index(table, name, snapshot_id)
     reference = refresh_index(table, twin, snapshot_id, full=True)
@@ -104,8 +109,9 @@ def compact(oracle: OracleTable, count: int) -> None:
         for path in sorted(chosen):
             overwrite.delete_data_file(plan.data_files[path].data_file)
         if rows:
-            for data_file in _dataframe_to_data_files(tx.table_metadata, pa.Table.from_pylist(rows, schema=SCHEMA),
-                                                      table.io):
+            for data_file in _dataframe_to_data_files(
+                tx.table_metadata, pa.Table.from_pylist(rows, schema=SCHEMA), table.io
+            ):
                 overwrite.append_data_file(data_file)
     oracle._remember()
 
@@ -127,8 +133,10 @@ def overwrite(oracle: OracleTable, count: int) -> None:
 ORDERINGS = ["k_long", "bucket(4, k_long), k_long", "k_str", "truncate(1, k_str), k_str", "day(k_ts)"]
 
 
-@pytest.mark.parametrize(("kind", "seed"), [*(("sqlite", seed) for seed in range(10)),
-                                            *(pytest.param("s3", seed, marks=pytest.mark.s3) for seed in (1, 3))])
+@pytest.mark.parametrize(
+    ("kind", "seed"),
+    [*(("sqlite", seed) for seed in range(10)), *(pytest.param("s3", seed, marks=pytest.mark.s3) for seed in (1, 3))],
+)
 def test_random_histories_equal_full_builds(request: pytest.FixtureRequest, kind: str, seed: int) -> None:
     oracle = OracleTable.create(request.getfixturevalue(f"{kind}_catalog"), f"t{seed}", seed=500 + seed)
     ordering = ORDERINGS[seed % len(ORDERINGS)]
@@ -141,8 +149,9 @@ def test_random_histories_equal_full_builds(request: pytest.FixtureRequest, kind
     cow_allowed = True  # pyiceberg cannot delete or overwrite through equality deletes
     steps: Counter[str] = Counter()
     for _ in range(14):
-        step = oracle.rng.choice(["append", "append", "positions", "vector", "equality", "cow", "overwrite",
-                                  "compact", "refresh"])
+        step = oracle.rng.choice(
+            ["append", "append", "positions", "vector", "equality", "cow", "overwrite", "compact", "refresh"]
+        )
         if step == "append":
             oracle.append(oracle.rng.randint(1, 60))
         elif step == "positions" and len(oracle.rows) > 10:

@@ -133,7 +133,8 @@ def test_index_without_row_location_is_rebuilt_fully(sqlite_catalog: Catalog) ->
 
 
 def test_base_that_lacks_deleted_rows_means_a_full_build(
-    sqlite_catalog: Catalog, caplog: pytest.LogCaptureFixture,
+    sqlite_catalog: Catalog,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     oracle = _oracle(sqlite_catalog, "k_long", seed=7)
     first = refresh_index(oracle.table, "ix")
@@ -142,8 +143,9 @@ def test_base_that_lacks_deleted_rows_means_a_full_build(
     def lie(base: IndexMetadata) -> IndexMetadata:
         # An extract claiming the new snapshot but holding the old one's entries.
         (old,) = base.extracts
-        fake = new_extract(base, oracle.snapshot_id, old.extract_schema_id, old.tracking_file,
-                           old.tracking_file_size_in_bytes)
+        fake = new_extract(
+            base, oracle.snapshot_id, old.extract_schema_id, old.tracking_file, old.tracking_file_size_in_bytes
+        )
         return base.with_extract(replace(fake, timestamp_ms=old.timestamp_ms + 1))
 
     IndexStore(oracle.table).commit("ix", lie)
@@ -192,7 +194,9 @@ def test_lost_race_commits_on_top_of_the_winner(sqlite_catalog: Catalog, monkeyp
 
 
 def test_race_with_an_expiry_redoes_from_the_new_extract(
-    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    sqlite_catalog: Catalog,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     oracle = _oracle(sqlite_catalog, "k_long", seed=9)
     refresh_index(oracle.table, "ix")
@@ -233,8 +237,7 @@ def test_concurrent_incremental_refreshes_all_commit(sqlite_catalog: Catalog) ->
     reference = refresh_index(oracle.table, "full", full=True)
     for _, extract_id in results:
         extract = next(e for e in metadata.extracts if e.extract_id == extract_id)
-        assert extract_entries(oracle.table, "ix", extract) == extract_entries(oracle.table, "full",
-                                                                               reference.extract)
+        assert extract_entries(oracle.table, "ix", extract) == extract_entries(oracle.table, "full", reference.extract)
 
 
 # The command line
@@ -244,14 +247,20 @@ def test_cli_refresh_is_incremental_unless_full(tmp_path: Path) -> None:
     catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("db")
     oracle = _oracle(catalog, "k_long", seed=10)
-    env = {"PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
-           "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
-           "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{tmp_path}/wh"}
+    env = {
+        "PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
+        "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
+        "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{tmp_path}/wh",
+    }
 
     def refresh(*extra: str) -> dict[str, Any]:
-        done = subprocess.run([str(Path(sys.executable).parent / "iceberg-maint"), "index", "refresh", "db.t", "ix",
-                               *extra, "--json"], env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "iceberg-maint"), "index", "refresh", "db.t", "ix", *extra, "--json"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return dict(json.loads(done.stdout))
 

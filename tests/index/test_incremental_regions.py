@@ -34,8 +34,9 @@ def _indexed_table(catalog: Catalog, properties: dict[str, str] | None = None) -
     table.append(_rows(list(range(0, 10_000, 10)), seed=1))  # file A: 0, 10, ..., 9990
     table.append(_rows(list(range(10_000, 20_000, 10)), seed=2))  # file B: 10000, ..., 19990
     for name in ("ix", "full"):
-        metadata = new_index_metadata(table, name, ["id"], [], True,
-                                      {"write.region.target-file-size-bytes": REGION_BYTES, **(properties or {})})
+        metadata = new_index_metadata(
+            table, name, ["id"], [], True, {"write.region.target-file-size-bytes": REGION_BYTES, **(properties or {})}
+        )
         IndexStore(table).create(metadata, name)
     return table
 
@@ -69,7 +70,10 @@ def test_untouched_regions_are_reused(sqlite_catalog: Catalog) -> None:
     appended = refresh_and_compare(table, 2020)
     after = _regions(table, appended)
     assert (appended.mode, appended.region_files_written, appended.region_files_reused) == (
-        "incremental", 1, len(regions))
+        "incremental",
+        1,
+        len(regions),
+    )
     assert [r.file_path for r in after[:-1]] == [r.file_path for r in regions]
     assert after[:-1] == regions  # tracking entries copied as they were
 
@@ -81,10 +85,10 @@ def test_untouched_regions_are_reused(sqlite_catalog: Catalog) -> None:
     assert (deleted.region_files_written, deleted.region_files_reused) == (1, len(after) - 1)
     assert {r.file_path for r in after} - {r.file_path for r in _regions(table, deleted)} == {touched.file_path}
 
-    # A key inside an existing range: again a single region rewritten.
+    # A key inside an existing range: again a single region rewritten (cut in two: it was full).
     table.append(_rows([2505], seed=4))
     inserted = refresh_and_compare(table, 2020)
-    assert (inserted.region_files_written, inserted.region_files_reused) == (1, len(after) - 1)
+    assert (inserted.region_files_written, inserted.region_files_reused) == (2, len(after) - 1)
 
 
 def test_compaction_rewrites_only_regions_of_the_rewritten_file(sqlite_catalog: Catalog) -> None:

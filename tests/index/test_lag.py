@@ -24,16 +24,30 @@ def _indexed(sqlite_catalog: Catalog) -> OracleTable:
 
 def test_lag_of_an_index_without_snapshots_or_extracts(sqlite_catalog: Catalog) -> None:
     oracle = _indexed(sqlite_catalog)
-    assert _lag(oracle) == {"index": "ix", "table_snapshot_id": None, "extract_snapshot_id": None,
-                            "snapshots_behind": 0, "lag_seconds": None, "added_files": {"data": 0, "delete": 0},
-                            "removed_files": {"data": 0, "delete": 0}, "stale": False}
+    assert _lag(oracle) == {
+        "index": "ix",
+        "table_snapshot_id": None,
+        "extract_snapshot_id": None,
+        "snapshots_behind": 0,
+        "lag_seconds": None,
+        "added_files": {"data": 0, "delete": 0},
+        "removed_files": {"data": 0, "delete": 0},
+        "stale": False,
+    }
     oracle.append(10)
     oracle.append(10)
     lag = _lag(oracle)
     assert (lag["table_snapshot_id"], lag["extract_snapshot_id"], lag["snapshots_behind"], lag["stale"]) == (
-        oracle.snapshot_id, None, 2, True)
-    assert (lag["added_files"], lag["removed_files"], lag["lag_seconds"]) == ({"data": 2, "delete": 0},
-                                                                             {"data": 0, "delete": 0}, None)
+        oracle.snapshot_id,
+        None,
+        2,
+        True,
+    )
+    assert (lag["added_files"], lag["removed_files"], lag["lag_seconds"]) == (
+        {"data": 2, "delete": 0},
+        {"data": 0, "delete": 0},
+        None,
+    )
 
 
 def test_lag_counts_every_change_since_the_extract(sqlite_catalog: Catalog) -> None:
@@ -42,10 +56,16 @@ def test_lag_counts_every_change_since_the_extract(sqlite_catalog: Catalog) -> N
         oracle.append(30)
     refresh_full(oracle.table, "ix")
     extract_snapshot = oracle.table.current_snapshot()
-    assert _lag(oracle) == {"index": "ix", "table_snapshot_id": extract_snapshot.snapshot_id,
-                            "extract_snapshot_id": extract_snapshot.snapshot_id, "snapshots_behind": 0,
-                            "lag_seconds": 0.0, "added_files": {"data": 0, "delete": 0},
-                            "removed_files": {"data": 0, "delete": 0}, "stale": False}
+    assert _lag(oracle) == {
+        "index": "ix",
+        "table_snapshot_id": extract_snapshot.snapshot_id,
+        "extract_snapshot_id": extract_snapshot.snapshot_id,
+        "snapshots_behind": 0,
+        "lag_seconds": 0.0,
+        "added_files": {"data": 0, "delete": 0},
+        "removed_files": {"data": 0, "delete": 0},
+        "stale": False,
+    }
 
     oracle.append(10)  # +1 data file
     oracle.delete_positions(5)  # +1 delete file
@@ -54,7 +74,11 @@ def test_lag_counts_every_change_since_the_extract(sqlite_catalog: Catalog) -> N
     lag = _lag(oracle)
     current = oracle.table.current_snapshot()
     assert (lag["table_snapshot_id"], lag["extract_snapshot_id"], lag["snapshots_behind"], lag["stale"]) == (
-        current.snapshot_id, extract_snapshot.snapshot_id, 4, True)
+        current.snapshot_id,
+        extract_snapshot.snapshot_id,
+        4,
+        True,
+    )
     assert lag["lag_seconds"] == (current.timestamp_ms - extract_snapshot.timestamp_ms) / 1000
     assert lag["added_files"] == FileCounts(2, 2).to_json()
     assert lag["removed_files"] == FileCounts(1, 0).to_json()

@@ -60,8 +60,9 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
 
 
 def _index(oracle: OracleTable, ordering: str, properties: dict[str, str] | None = None) -> str:
-    metadata = new_index_metadata(oracle.table, "ix", split_expression_list(ordering), [], True,
-                                  {**SMALL_REGIONS, **(properties or {})})
+    metadata = new_index_metadata(
+        oracle.table, "ix", split_expression_list(ordering), [], True, {**SMALL_REGIONS, **(properties or {})}
+    )
     IndexStore(oracle.table).create(metadata, "ix")
     return "ix"
 
@@ -148,7 +149,11 @@ def test_lookup_without_extract_scans(sqlite_catalog: Catalog) -> None:
     IndexStore(oracle.table).create(new_index_metadata(oracle.table, "empty", ["k_str"], [], True, {}), "empty")
     nothing = lookup(oracle.table, "empty", [("a",)], columns=["rid"])  # a table without snapshots
     assert (nothing.snapshot_id, nothing.mode, nothing.rows.column_names, nothing.rows.num_rows) == (
-        None, "scan", ["rid"], 0)
+        None,
+        "scan",
+        ["rid"],
+        0,
+    )
     oracle.append(40)
     _index(oracle, "k_str")
     _check_all(oracle, "k_str", "scan")
@@ -234,8 +239,9 @@ def test_lookup_fetches_rows_from_many_row_groups(sqlite_catalog: Catalog) -> No
     refresh_full(oracle.table, "ix")
     files = oracle.table.inspect.files()
     assert len(files) == 3
-    data_file = next(p for p, c in zip(files["file_path"].to_pylist(), files["content"].to_pylist(), strict=True)
-                     if c == 0)
+    data_file = next(
+        p for p, c in zip(files["file_path"].to_pylist(), files["content"].to_pylist(), strict=True) if c == 0
+    )
     with oracle.table.io.new_input(data_file).open() as stream:
         assert pq.ParquetFile(stream).metadata.num_row_groups > 10
     _check_all(oracle, "k_str", "index")
@@ -337,8 +343,9 @@ def test_composite_key_lookups(sqlite_catalog: Catalog) -> None:
 
 
 @pytest.mark.parametrize("region_row_group_rows", [4096, 2])
-def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch,
-                                      region_row_group_rows: int) -> None:
+def test_timestamptz_and_decimal_keys(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, region_row_group_rows: int
+) -> None:
     # With 2-entry region row groups the row groups are found by binary search over
     # timezone-aware datetimes and Decimals.
     monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", region_row_group_rows)
@@ -352,8 +359,12 @@ def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog, monkeypatch: pyte
     table.append(pa.Table.from_pylist(rows, schema=schema))
     found = []
     for name, ordering, column in [("by_at", "hour(at), at", "at"), ("by_amount", "amount", "amount")]:
-        IndexStore(table).create(new_index_metadata(table, name, split_expression_list(ordering), [], True,
-                                                    {"write.region.target-file-size-bytes": "200"}), name)
+        IndexStore(table).create(
+            new_index_metadata(
+                table, name, split_expression_list(ordering), [], True, {"write.region.target-file-size-bytes": "200"}
+            ),
+            name,
+        )
         refresh_full(table, name)
         key = key_columns(IndexStore(table).load(name)[0])[0]
         for text in ["2024-03-01T13:00:00+00:00", "2024-03-01T14:00:00+01:00", "1.50", "-2.00", "3.00"]:
@@ -365,8 +376,13 @@ def test_timestamptz_and_decimal_keys(sqlite_catalog: Catalog, monkeypatch: pyte
             expected = sorted(r["rid"] for r in rows if r[column] == value)
             assert (result.mode, sorted(result.rows.column("rid").to_pylist())) == ("index", expected), text
             found.append((text, len(expected)))
-    assert found == [("2024-03-01T13:00:00+00:00", 20), ("2024-03-01T14:00:00+01:00", 20), ("1.50", 21),
-                     ("-2.00", 21), ("3.00", 0)]
+    assert found == [
+        ("2024-03-01T13:00:00+00:00", 20),
+        ("2024-03-01T14:00:00+01:00", 20),
+        ("1.50", 21),
+        ("-2.00", 21),
+        ("3.00", 0),
+    ]
     if region_row_group_rows == 2:
         assert {type(v) for v in searches} == {datetime, Decimal}
 
@@ -402,7 +418,11 @@ def test_extract_of_an_expired_snapshot_means_a_scan(sqlite_catalog: Catalog) ->
     metadata, _, _ = IndexStore(oracle.table).load("ix")
     lag = index_lag(oracle.table, "ix", metadata)
     assert (lag.extract_snapshot_id, lag.removed_files, lag.lag_seconds, lag.stale) == (
-        extract_snapshot, None, None, True)
+        extract_snapshot,
+        None,
+        None,
+        True,
+    )
     assert lag.added_files.data == 5
 
 
@@ -483,19 +503,22 @@ def test_repeated_lookups_keep_column_order_renames_and_promotions(sqlite_catalo
     for _ in range(2):
         result = lookup(oracle.table, "ix", [(value,)], columns=["row_id", "k_int"])
         assert result.rows.schema.field("k_int").type == pa.int64()
-        assert multiset(result.rows.to_pylist(), ["row_id", "k_int"]) == Counter(
-            (r["rid"], r["k_int"]) for r in rows)
+        assert multiset(result.rows.to_pylist(), ["row_id", "k_int"]) == Counter((r["rid"], r["k_int"]) for r in rows)
 
 
-@pytest.mark.parametrize(("ordering", "column", "searched"), [
-    ("k_str", "k_str", True),
-    ("k_ts", "k_ts", True),
-    ("k_date", "k_date", True),
-    ("truncate(3, k_int), k_int", "k_int", False),  # k_int does not ascend where the truncated value ties
-    ("bucket(8, k_long), k_long", "k_long", False),
-])
-def test_lookups_in_regions_of_many_row_groups(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch,
-                                               ordering: str, column: str, searched: bool) -> None:
+@pytest.mark.parametrize(
+    ("ordering", "column", "searched"),
+    [
+        ("k_str", "k_str", True),
+        ("k_ts", "k_ts", True),
+        ("k_date", "k_date", True),
+        ("truncate(3, k_int), k_int", "k_int", False),  # k_int does not ascend where the truncated value ties
+        ("bucket(8, k_long), k_long", "k_long", False),
+    ],
+)
+def test_lookups_in_regions_of_many_row_groups(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, ordering: str, column: str, searched: bool
+) -> None:
     # Region row groups of 3 entries: row groups are pruned by binary search where the looked-up
     # column ascends through the region, else by comparing every row group's bounds.
     monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", 3)
@@ -509,8 +532,9 @@ def test_lookups_in_regions_of_many_row_groups(sqlite_catalog: Catalog, monkeypa
     region = tracking[0].file_path
     with opened_parquet(oracle.table.io, region) as handle:
         assert handle.file.metadata.num_row_groups > 20
-        field_id = next(i for i, (_, f) in lookup_module._columns_by_id(handle.file, region).items()
-                        if f.name == column)
+        field_id = next(
+            i for i, (_, f) in lookup_module._columns_by_id(handle.file, region).items() if f.name == column
+        )
         column_index, arrow_field = lookup_module._columns_by_id(handle.file, region)[field_id]
         stats = lookup_module._column_group_stats(handle.file, region, column_index, arrow_field)
     assert (stats.ascending is not None) == searched
@@ -549,19 +573,22 @@ def test_index_only_lookup_answers_from_the_extract(sqlite_catalog: Catalog, mon
     for value in probes:
         result = lookup(oracle.table, "ix", [(value,)], columns=columns)
         assert result.mode == "index"
-        assert result.rows.schema == schema_to_pyarrow(Schema(*map(oracle.table.schema().find_field, columns)),
-                                                       include_field_ids=False)
+        assert result.rows.schema == schema_to_pyarrow(
+            Schema(*map(oracle.table.schema().find_field, columns)), include_field_ids=False
+        )
         expected = multiset((r for r in oracle.rows.values() if r["k_long"] == value), columns)
         assert multiset(result.rows.to_pylist(), columns) == expected, value
     assert reads == []
     several = lookup(oracle.table, "ix", [(v,) for v in probes], columns=["rid"])
     assert sorted(several.rows.column("rid").to_pylist()) == sorted(
-        r["rid"] for r in oracle.rows.values() if r["k_long"] in probes)
+        r["rid"] for r in oracle.rows.values() if r["k_long"] in probes
+    )
     assert reads == []
 
 
 def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
-        sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     oracle = OracleTable.create(sqlite_catalog, "t", seed=71)
     for _ in range(3):
         oracle.append(60)
@@ -572,13 +599,15 @@ def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
     assert result.mode == "index" and reads
     assert all(c == ["payload"] for _, c in reads)  # rid comes from the extract
     assert multiset(result.rows.to_pylist(), ["rid", "payload"]) == multiset(
-        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "payload"])
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "payload"]
+    )
     reads.clear()
     oracle.delete_positions(15)
     result = lookup(oracle.table, "ix", [(value,)], columns=["rid", "k_str"])
     assert result.mode == "reconciled" and all(c == ["rid", "k_str"] for _, c in reads) and reads
     assert multiset(result.rows.to_pylist(), ["rid", "k_str"]) == multiset(
-        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_str"])
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_str"]
+    )
     reads.clear()
     refresh_full(oracle.table, "ix")
     with oracle.table.update_schema() as update:
@@ -589,7 +618,8 @@ def test_lookup_fetches_columns_the_extract_does_not_hold_or_after_new_commits(
     assert result.mode == "index" and reads and all(c == ["k_int"] for _, c in reads)  # no snapshot: still exact
     assert result.rows.schema.field("k_int").type == pa.int64()
     assert multiset(result.rows.to_pylist(), ["rid", "k_int"]) == multiset(
-        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_int"])
+        (r for r in oracle.rows.values() if r["k_long"] == value), ["rid", "k_int"]
+    )
 
 
 def test_lookups_over_regions_written_before_and_after_a_promotion(sqlite_catalog: Catalog) -> None:
@@ -599,7 +629,8 @@ def test_lookups_over_regions_written_before_and_after_a_promotion(sqlite_catalo
     for _ in range(3):
         oracle.append(60)
     IndexStore(oracle.table).create(
-        new_index_metadata(oracle.table, "ix", ["k_long"], ["rid", "k_int"], True, SMALL_REGIONS), "ix")
+        new_index_metadata(oracle.table, "ix", ["k_long"], ["rid", "k_int"], True, SMALL_REGIONS), "ix"
+    )
     refresh_full(oracle.table, "ix")
     with oracle.table.update_schema() as update:
         update.update_column("k_int", LongType())
@@ -621,11 +652,24 @@ def test_lookups_over_regions_written_before_and_after_a_promotion(sqlite_catalo
 
 
 def test_lookups_return_list_map_and_struct_columns_like_a_scan(sqlite_catalog: Catalog) -> None:
-    schema = pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string())),
-                        ("attrs", pa.map_(pa.string(), pa.int64())), ("pos", pa.struct([("x", pa.int32())]))])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("tags", pa.list_(pa.string())),
+            ("attrs", pa.map_(pa.string(), pa.int64())),
+            ("pos", pa.struct([("x", pa.int32())])),
+        ]
+    )
     table = sqlite_catalog.create_table("db.nested", schema=schema)
-    rows = [{"id": i % 4, "tags": [f"t{i}", None][: 1 + i % 2], "attrs": [("a", i)] if i % 3 else [],
-             "pos": {"x": i} if i % 5 else None} for i in range(2000)]
+    rows = [
+        {
+            "id": i % 4,
+            "tags": [f"t{i}", None][: 1 + i % 2],
+            "attrs": [("a", i)] if i % 3 else [],
+            "pos": {"x": i} if i % 5 else None,
+        }
+        for i in range(2000)
+    ]
     table.append(pa.Table.from_pylist(rows, schema=schema))
     IndexStore(table).create(new_index_metadata(table, "ix", ["id"], [], True, {}), "ix")
     refresh_full(table, "ix")

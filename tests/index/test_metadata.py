@@ -153,11 +153,15 @@ def _set(path: str, value: Any) -> Mutation:
 
 
 _DELETE = object()
-_GEO_SCHEMA = {"type": "struct", "schema-id": 0, "fields": [
-    {"id": 1, "name": "user_id", "type": "geometry", "required": False},
-    {"id": 105, "name": "file", "type": "string", "required": True},
-    {"id": 106, "name": "pos", "type": "long", "required": True},
-]}
+_GEO_SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "user_id", "type": "geometry", "required": False},
+        {"id": 105, "name": "file", "type": "string", "required": True},
+        {"id": 106, "name": "pos", "type": "long", "required": True},
+    ],
+}
 
 RULES: list[tuple[str, Mutation, str]] = [
     ("format-version", _set("format-version", 2), "format-version: must be 1, got 2"),
@@ -167,54 +171,110 @@ RULES: list[tuple[str, Mutation, str]] = [
     ("index-type", _set("index-type", "bloom"), "index-type: 'bloom' is not supported (expected 'scalar')"),
     ("unknown field", _set("materialized-fields", []), "index metadata: unknown field(s) 'materialized-fields'"),
     ("identity empty", _set("identity-fields", []), "identity-fields: must not be empty"),
-    ("identity unique source", _set("identity-fields.1.source-id", 1),
-     "identity-fields[1].source-id: 1 appears more than once"),
-    ("identity unique field", _set("identity-fields.2.field-id", 105),
-     "identity-fields[2].field-id: 105 appears more than once"),
-    ("forbidden metadata column", _set("identity-fields.1.source-id", 2147483644),
-     "identity-fields[1].source-id: metadata column '_deleted' (2147483644) cannot be indexed"),
-    ("forbidden _partition", _set("identity-fields.1.source-id", 2147483642),
-     "identity-fields[1].source-id: metadata column '_partition' (2147483642) cannot be indexed"),
+    (
+        "identity unique source",
+        _set("identity-fields.1.source-id", 1),
+        "identity-fields[1].source-id: 1 appears more than once",
+    ),
+    (
+        "identity unique field",
+        _set("identity-fields.2.field-id", 105),
+        "identity-fields[2].field-id: 105 appears more than once",
+    ),
+    (
+        "forbidden metadata column",
+        _set("identity-fields.1.source-id", 2147483644),
+        "identity-fields[1].source-id: metadata column '_deleted' (2147483644) cannot be indexed",
+    ),
+    (
+        "forbidden _partition",
+        _set("identity-fields.1.source-id", 2147483642),
+        "identity-fields[1].source-id: metadata column '_partition' (2147483642) cannot be indexed",
+    ),
     ("forbidden changelog", _set("identity-fields.1.source-id", 2147483543), "metadata column '_change_type'"),
     ("forbidden delete column", _set("identity-fields.1.source-id", 2147483546), "metadata column 'file_path'"),
     ("reserved field id", _set("identity-fields.1.field-id", 2147483500), "identity-fields[1].field-id: 2147483500"),
     ("schemas empty", _set("schemas", []), "schemas: must not be empty"),
-    ("schema fields", _set("schemas.0.fields", [{"id": 1, "name": "user_id", "type": "long", "required": False}]),
-     "schemas[0]: fields must be the identity columns [1, 105, 106] in identity-fields order, got [1]"),
-    ("metadata column type", _set("schemas.0.fields.2", {"id": 106, "name": "pos", "type": "int", "required": True}),
-     "schemas[0]: identity column 106 of _pos must be required long"),
-    ("stats unique id", _set("stats-fields.0.field-id", 105),
-     "stats-fields[0].field-id: 105 is not unique among index field IDs"),
+    (
+        "schema fields",
+        _set("schemas.0.fields", [{"id": 1, "name": "user_id", "type": "long", "required": False}]),
+        "schemas[0]: fields must be the identity columns [1, 105, 106] in identity-fields order, got [1]",
+    ),
+    (
+        "metadata column type",
+        _set("schemas.0.fields.2", {"id": 106, "name": "pos", "type": "int", "required": True}),
+        "schemas[0]: identity column 106 of _pos must be required long",
+    ),
+    (
+        "stats unique id",
+        _set("stats-fields.0.field-id", 105),
+        "stats-fields[0].field-id: 105 is not unique among index field IDs",
+    ),
     ("stats type", _set("stats-fields.0.type", "identity"), "stats-fields[0].type: must be 'expr-value'"),
-    ("stats references identity only", _set("stats-fields.0.expr.arguments.1.id", 2),
-     "stats-fields[0].expr: references [2], which are not identity columns"),
-    ("stats data-type", _set("stats-fields.0.data-type", "long"),
-     "stats-fields[0].data-type: long is not the expression's type int"),
-    ("stats expr", _set("stats-fields.0.expr", {"type": "apply", "function": "random", "arguments": []}),
-     "stats-fields[0].expr: expression"),
+    (
+        "stats references identity only",
+        _set("stats-fields.0.expr.arguments.1.id", 2),
+        "stats-fields[0].expr: references [2], which are not identity columns",
+    ),
+    (
+        "stats data-type",
+        _set("stats-fields.0.data-type", "long"),
+        "stats-fields[0].data-type: long is not the expression's type int",
+    ),
+    (
+        "stats expr",
+        _set("stats-fields.0.expr", {"type": "apply", "function": "random", "arguments": []}),
+        "stats-fields[0].expr: expression",
+    ),
     ("stats id range", _set("stats-fields.0.field-id", 1_000_000), "stats-fields[0].field-id: 1000000 is outside"),
     ("ordering empty", _set("ordering-key", []), "ordering-key: must not be empty"),
-    ("ordering unknown", _set("ordering-key", [104, 7]),
-     "ordering-key[1]: 7 is not an extract schema field nor a stats-only field"),
+    (
+        "ordering unknown",
+        _set("ordering-key", [104, 7]),
+        "ordering-key[1]: 7 is not an extract schema field nor a stats-only field",
+    ),
     ("ordering repeats", _set("ordering-key", [104, 104]), "ordering-key: [104, 104] repeats a field"),
-    ("ordering orderable", lambda o: (o.update({"schemas": [copy.deepcopy(_GEO_SCHEMA)], "stats-fields": []}),
-                                      o.update({"ordering-key": [1]})),
-     "ordering-key[0]: field 1 has type geometry, which has no order"),
-    ("extract unique id", _set("extracts.1.extract-id", 8744736658442914487),
-     "extracts[1].extract-id: 8744736658442914487 appears more than once"),
-    ("extract schema id", _set("extracts.0.extract-schema-id", 3),
-     "extracts[0].extract-schema-id: no schema with ID 3"),
-    ("extract size", _set("extracts.0.tracking-file-size-in-bytes", -1),
-     "extracts[0].tracking-file-size-in-bytes: must not be negative, got -1"),
-    ("extract size required", _set("extracts.0.tracking-file-size-in-bytes", _DELETE),
-     "extracts[0]: required field 'tracking-file-size-in-bytes' is missing"),
+    (
+        "ordering orderable",
+        lambda o: (
+            o.update({"schemas": [copy.deepcopy(_GEO_SCHEMA)], "stats-fields": []}),
+            o.update({"ordering-key": [1]}),
+        ),
+        "ordering-key[0]: field 1 has type geometry, which has no order",
+    ),
+    (
+        "extract unique id",
+        _set("extracts.1.extract-id", 8744736658442914487),
+        "extracts[1].extract-id: 8744736658442914487 appears more than once",
+    ),
+    (
+        "extract schema id",
+        _set("extracts.0.extract-schema-id", 3),
+        "extracts[0].extract-schema-id: no schema with ID 3",
+    ),
+    (
+        "extract size",
+        _set("extracts.0.tracking-file-size-in-bytes", -1),
+        "extracts[0].tracking-file-size-in-bytes: must not be negative, got -1",
+    ),
+    (
+        "extract size required",
+        _set("extracts.0.tracking-file-size-in-bytes", _DELETE),
+        "extracts[0]: required field 'tracking-file-size-in-bytes' is missing",
+    ),
     ("extract key-id", _set("extracts.0.key-id", "k9"), "extracts[0].key-id: 'k9' is not in encryption-keys"),
     ("extract id type", _set("extracts.0.extract-id", "1"), "extracts[0].extract-id: expected an integer, got '1'"),
-    ("metadata-log entry", _set("metadata-log.0.timestamp-ms", _DELETE),
-     "metadata-log[0]: required field 'timestamp-ms' is missing"),
+    (
+        "metadata-log entry",
+        _set("metadata-log.0.timestamp-ms", _DELETE),
+        "metadata-log[0]: required field 'timestamp-ms' is missing",
+    ),
     ("properties", _set("properties", {"a": 1}), "properties: expected a map of strings to strings"),
-    ("encryption keys unique", _set("encryption-keys", [{"key-id": "k", "encrypted-key-metadata": "A"}] * 2),
-     "encryption-keys: key-id values must be unique"),
+    (
+        "encryption keys unique",
+        _set("encryption-keys", [{"key-id": "k", "encrypted-key-metadata": "A"}] * 2),
+        "encryption-keys: key-id values must be unique",
+    ),
     ("data type", _set("stats-fields.0.data-type", "struct"), "stats-fields[0].data-type: 'struct' is not an Iceberg"),
 ]
 
@@ -228,12 +288,21 @@ def test_each_rule_is_enforced_with_the_field_named(mutate: Mutation, message: s
 
 
 EVOLUTION: list[tuple[str, dict[str, Any], str]] = [
-    ("optional to required", {"id": 1, "name": "user_id", "type": "long", "required": True},
-     "schemas[1]: field 1 changed from optional to required"),
-    ("narrowing", {"id": 1, "name": "user_id", "type": "int", "required": False},
-     "schemas[1]: field 1 type long -> int is not a valid promotion"),
-    ("rename", {"id": 1, "name": "uid", "type": "long", "required": False},
-     "schemas[1]: field 1 renamed from 'user_id' to 'uid'"),
+    (
+        "optional to required",
+        {"id": 1, "name": "user_id", "type": "long", "required": True},
+        "schemas[1]: field 1 changed from optional to required",
+    ),
+    (
+        "narrowing",
+        {"id": 1, "name": "user_id", "type": "int", "required": False},
+        "schemas[1]: field 1 type long -> int is not a valid promotion",
+    ),
+    (
+        "rename",
+        {"id": 1, "name": "uid", "type": "long", "required": False},
+        "schemas[1]: field 1 renamed from 'user_id' to 'uid'",
+    ),
 ]
 
 
@@ -266,18 +335,31 @@ TABLE_SCHEMA = Schema(
 
 def make_table(catalog: SqlCatalog) -> Table:
     table = catalog.create_table("db.events", TABLE_SCHEMA)
-    table.append(pa.Table.from_pylist(
-        [{"id": 1, "name": "a", "ts": None}],
-        schema=pa.schema([pa.field("id", pa.int32()), pa.field("name", pa.string(), nullable=False),
-                          pa.field("ts", pa.timestamp("us"))]),
-    ))
+    table.append(
+        pa.Table.from_pylist(
+            [{"id": 1, "name": "a", "ts": None}],
+            schema=pa.schema(
+                [
+                    pa.field("id", pa.int32()),
+                    pa.field("name", pa.string(), nullable=False),
+                    pa.field("ts", pa.timestamp("us")),
+                ]
+            ),
+        )
+    )
     return table
 
 
 def test_new_index_metadata_from_cli_arguments(sqlite_catalog: SqlCatalog) -> None:
     table = make_table(sqlite_catalog)
-    metadata = new_index_metadata(table, "by_id", ["bucket(16, id)", "id", "day(ts)"], ["name"], True,
-                                  {"write.region.target-file-size-bytes": "1000"})
+    metadata = new_index_metadata(
+        table,
+        "by_id",
+        ["bucket(16, id)", "id", "day(ts)"],
+        ["name"],
+        True,
+        {"write.region.target-file-size-bytes": "1000"},
+    )
     out = metadata.to_json()
     assert out["location"] == f"{table.location()}/index/by_id"
     assert out["table-uuid"] == str(table.metadata.table_uuid)
@@ -288,13 +370,19 @@ def test_new_index_metadata_from_cli_arguments(sqlite_catalog: SqlCatalog) -> No
         {"source-id": 2147483646, "field-id": 4},
         {"source-id": 2147483645, "field-id": 5},
     ]
-    assert out["schemas"] == [{"type": "struct", "schema-id": 0, "fields": [
-        {"id": 1, "name": "id", "type": "int", "required": False},
-        {"id": 3, "name": "ts", "type": "timestamp", "required": False},
-        {"id": 2, "name": "name", "type": "string", "required": True},
-        {"id": 4, "name": "_file", "type": "string", "required": True},
-        {"id": 5, "name": "_pos", "type": "long", "required": True},
-    ]}]
+    assert out["schemas"] == [
+        {
+            "type": "struct",
+            "schema-id": 0,
+            "fields": [
+                {"id": 1, "name": "id", "type": "int", "required": False},
+                {"id": 3, "name": "ts", "type": "timestamp", "required": False},
+                {"id": 2, "name": "name", "type": "string", "required": True},
+                {"id": 4, "name": "_file", "type": "string", "required": True},
+                {"id": 5, "name": "_pos", "type": "long", "required": True},
+            ],
+        }
+    ]
     assert out["stats-fields"] == [
         {"field-id": 6, "type": "expr-value", "data-type": "int", "expr": Apply("bucket", Reference(1), 16).to_json()},
         {"field-id": 7, "type": "expr-value", "data-type": "date", "expr": Apply("day", Reference(3)).to_json()},
@@ -314,14 +402,29 @@ def test_new_index_metadata_from_cli_arguments(sqlite_catalog: SqlCatalog) -> No
         ([], [], {}, "ordering: at least one expression is required"),
         (["id"], ["missing"], {}, "identity column 'missing': the table has no top-level column of that name"),
         (["id", "id"], [], {}, "ordering-key: [1, 1] repeats a field"),
-        (["id"], [], {"write.region.target-file-size-bytes": "big"},
-         "properties.write.region.target-file-size-bytes: expected an integer >= 1, got 'big'"),
-        (["id"], [], {"write.region.allow-key-spanning": "yes"},
-         "properties.write.region.allow-key-spanning: expected 'true' or 'false', got 'yes'"),
+        (
+            ["id"],
+            [],
+            {"write.region.target-file-size-bytes": "big"},
+            "properties.write.region.target-file-size-bytes: expected an integer >= 1, got 'big'",
+        ),
+        (
+            ["id"],
+            [],
+            {"write.region.allow-key-spanning": "yes"},
+            "properties.write.region.allow-key-spanning: expected 'true' or 'false', got 'yes'",
+        ),
+        (
+            ["id"],
+            [],
+            {"write.build.memory-budget-bytes": "0"},
+            "properties.write.build.memory-budget-bytes: expected an integer >= 1, got '0'",
+        ),
     ],
 )
-def test_new_index_metadata_errors(sqlite_catalog: SqlCatalog, ordering: list[str], identity: list[str],
-                                   properties: dict[str, str], message: str) -> None:
+def test_new_index_metadata_errors(
+    sqlite_catalog: SqlCatalog, ordering: list[str], identity: list[str], properties: dict[str, str], message: str
+) -> None:
     table = make_table(sqlite_catalog)
     with pytest.raises(InvalidInputError, match=re.escape(message)):
         new_index_metadata(table, "by_id", ordering, identity, False, properties)
@@ -329,8 +432,14 @@ def test_new_index_metadata_errors(sqlite_catalog: SqlCatalog, ordering: list[st
 
 def test_property_defaults(sqlite_catalog: SqlCatalog) -> None:
     metadata = new_index_metadata(make_table(sqlite_catalog), "by_id", ["id"], [], False, {})
-    assert (metadata.region_target_size_bytes(), metadata.allow_key_spanning(), metadata.previous_versions_max(),
-            metadata.delete_after_commit(), metadata.commit_num_retries()) == (64 * 1024 * 1024, False, 100, False, 10)
+    assert (
+        metadata.region_target_size_bytes(),
+        metadata.allow_key_spanning(),
+        metadata.previous_versions_max(),
+        metadata.delete_after_commit(),
+        metadata.commit_num_retries(),
+        metadata.build_memory_budget_bytes(),
+    ) == (64 * 1024 * 1024, False, 100, False, 10, 1024 * 1024 * 1024)
 
 
 def test_validate_against_the_table(sqlite_catalog: SqlCatalog) -> None:
@@ -346,10 +455,13 @@ def test_validate_against_the_table(sqlite_catalog: SqlCatalog) -> None:
 
     obj = metadata.to_json()
     obj["schemas"][0]["fields"][0]["type"] = "long"  # the snapshot's schema says int
-    with pytest.raises(InvalidInputError, match=re.escape(
-        f"extracts[0].extract-schema-id: identity column 1 is optional long, but its source in snapshot {snapshot_id} "
-        "is optional int"
-    )):
+    with pytest.raises(
+        InvalidInputError,
+        match=re.escape(
+            "extracts[0].extract-schema-id: identity column 1 is optional long, "
+            f"but its source in snapshot {snapshot_id} is optional int"
+        ),
+    ):
         validate_against_table(IndexMetadata.from_json(obj), table.metadata)
 
     obj = metadata.to_json()
@@ -367,8 +479,11 @@ def test_extract_schema_follows_source_promotion(sqlite_catalog: SqlCatalog) -> 
 
     with table.update_schema() as update:
         update.update_column("id", LongType())
-    table.append(pa.table({"id": pa.array([2], pa.int64()), "name": pa.array(["b"]),
-                           "ts": pa.array([None], pa.timestamp("us"))}).cast(table.schema().as_arrow()))
+    table.append(
+        pa.table(
+            {"id": pa.array([2], pa.int64()), "name": pa.array(["b"]), "ts": pa.array([None], pa.timestamp("us"))}
+        ).cast(table.schema().as_arrow())
+    )
     evolved, schema_id = with_extract_schema_for(metadata, table.metadata, table.current_snapshot().snapshot_id)
 
     assert schema_id == 1
@@ -384,10 +499,13 @@ def test_dropped_source_field_blocks_new_extracts(sqlite_catalog: SqlCatalog) ->
         update.delete_column("ts")
     table.append(pa.table({"id": pa.array([2], pa.int32()), "name": pa.array(["b"])}).cast(table.schema().as_arrow()))
     snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
-    with pytest.raises(InvalidInputError, match=re.escape(
-        f"identity-fields: source field 3 is not in the schema of snapshot {snapshot_id} (dropped): "
-        "no new extract can be created"
-    )):
+    with pytest.raises(
+        InvalidInputError,
+        match=re.escape(
+            f"identity-fields: source field 3 is not in the schema of snapshot {snapshot_id} (dropped): "
+            "no new extract can be created"
+        ),
+    ):
         with_extract_schema_for(metadata, table.metadata, snapshot_id)
 
 

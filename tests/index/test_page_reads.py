@@ -33,24 +33,34 @@ def _data() -> pa.Table:
     """Columns of several kinds: nulls, a dictionary-encoded string, unique strings (dictionary
     fallback mid-chunk), a large string, and fixed-width values."""
     ids = list(range(ROWS))
-    return pa.table({
-        "id": pa.array(ids, pa.int64()),
-        "maybe": pa.array([None if i % 7 == 0 else i * 3 for i in ids], pa.int32()),
-        "color": pa.array([("red", "green", None, "blue")[i % 4] for i in ids], pa.string()),
-        "unique": pa.array([f"u{i:06d}-{'x' * (i % 13)}" for i in ids], pa.string()),
-        "big": pa.array([f"b{i}" for i in ids], pa.large_string()),
-        "ratio": pa.array([i / 7 for i in ids], pa.float64()),
-        "flag": pa.array([i % 3 == 0 for i in ids], pa.bool_()),
-        "day": pa.array([date(2024, 1, 1 + i % 28) for i in ids], pa.date32()),
-        "at": pa.array([datetime(2024, 1, 1, i % 24, i % 60) for i in ids], pa.timestamp("us")),
-        "amount": pa.array([Decimal(i) / 100 for i in ids], pa.decimal128(12, 2)),
-    })
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "maybe": pa.array([None if i % 7 == 0 else i * 3 for i in ids], pa.int32()),
+            "color": pa.array([("red", "green", None, "blue")[i % 4] for i in ids], pa.string()),
+            "unique": pa.array([f"u{i:06d}-{'x' * (i % 13)}" for i in ids], pa.string()),
+            "big": pa.array([f"b{i}" for i in ids], pa.large_string()),
+            "ratio": pa.array([i / 7 for i in ids], pa.float64()),
+            "flag": pa.array([i % 3 == 0 for i in ids], pa.bool_()),
+            "day": pa.array([date(2024, 1, 1 + i % 28) for i in ids], pa.date32()),
+            "at": pa.array([datetime(2024, 1, 1, i % 24, i % 60) for i in ids], pa.timestamp("us")),
+            "amount": pa.array([Decimal(i) / 100 for i in ids], pa.decimal128(12, 2)),
+        }
+    )
 
 
 def _write(path: Path, page_index: bool = True, **options: Any) -> str:
     options = {"compression": "zstd", **options}
-    pq.write_table(_data(), path, row_group_size=GROUP_ROWS, write_page_index=page_index, data_page_size=256,
-                   write_batch_size=50, dictionary_pagesize_limit=2048, **options)
+    pq.write_table(
+        _data(),
+        path,
+        row_group_size=GROUP_ROWS,
+        write_page_index=page_index,
+        data_page_size=256,
+        write_batch_size=50,
+        dictionary_pagesize_limit=2048,
+        **options,
+    )
     return str(path)
 
 
@@ -91,8 +101,9 @@ def test_only_the_pages_holding_the_rows_are_read(tmp_path: Path, monkeypatch: p
     path = _write(tmp_path / "f.parquet", compression="none")
     reads: list[int] = []
     real = page_reads._read
-    monkeypatch.setattr(page_reads, "_read", lambda handle, offset, length: reads.append(length) or real(
-        handle, offset, length))
+    monkeypatch.setattr(
+        page_reads, "_read", lambda handle, offset, length: reads.append(length) or real(handle, offset, length)
+    )
     assert _read(path, [1500], ["id"]) is not None
     chunk = pq.ParquetFile(path).metadata.row_group(1).column(0)
     # The offset index, then one data page (PLAIN int64: no dictionary): a small share of the chunk.
@@ -107,15 +118,23 @@ def test_files_without_an_offset_index_are_left_to_the_usual_reader(tmp_path: Pa
 
 def test_nested_columns_are_left_to_the_usual_reader(tmp_path: Path) -> None:
     path = str(tmp_path / "nested.parquet")
-    table = pa.table({"id": [1, 2, 3], "point": [{"x": 1, "y": 2}, None, {"x": 5, "y": 6}],
-                      "tags": [["a"], [], None], "last": ["p", "q", "r"]})
+    table = pa.table(
+        {
+            "id": [1, 2, 3],
+            "point": [{"x": 1, "y": 2}, None, {"x": 5, "y": 6}],
+            "tags": [["a"], [], None],
+            "last": ["p", "q", "r"],
+        }
+    )
     pq.write_table(table, path, write_page_index=True)
     with opened_parquet(PyArrowFileIO(), path) as handle:
         assert page_reads.read_positions(handle, path, {0: [1]}, ["id", "point"]) is None
         assert page_reads.read_positions(handle, path, {0: [1]}, ["tags"]) is None
         # Flat columns after nested ones are found by their leaf position.
         assert page_reads.read_positions(handle, path, {0: [0, 2]}, ["last", "id"]).to_pylist() == [  # type: ignore[union-attr]
-            {"last": "p", "id": 1}, {"last": "r", "id": 3}]
+            {"last": "p", "id": 1},
+            {"last": "r", "id": 3},
+        ]
 
 
 # Lookups over data files pyiceberg writes with the page index (as Spark writes them by default).
@@ -125,8 +144,11 @@ def test_nested_columns_are_left_to_the_usual_reader(tmp_path: Path) -> None:
 def page_indexed_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     """pyiceberg's writer with the page index on; yields the outcome of each page read."""
     real_kwargs = pyiceberg_pyarrow._get_parquet_writer_kwargs
-    monkeypatch.setattr(pyiceberg_pyarrow, "_get_parquet_writer_kwargs",
-                        lambda properties: {**real_kwargs(properties), "write_page_index": True})
+    monkeypatch.setattr(
+        pyiceberg_pyarrow,
+        "_get_parquet_writer_kwargs",
+        lambda properties: {**real_kwargs(properties), "write_page_index": True},
+    )
     outcomes: list[bool] = []
     real_read = page_reads.read_positions
 
@@ -139,8 +161,11 @@ def page_indexed_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]
     yield outcomes
 
 
-SMALL_PAGES = {"write.parquet.page-size-bytes": "64", "write.parquet.page-row-limit": "8",
-               "write.parquet.row-group-limit": "24"}
+SMALL_PAGES = {
+    "write.parquet.page-size-bytes": "64",
+    "write.parquet.page-row-limit": "8",
+    "write.parquet.row-group-limit": "24",
+}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("s3", marks=pytest.mark.s3)])
@@ -149,8 +174,9 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
 
 
 @pytest.mark.parametrize("column", ["k_long", "k_str"])
-def test_lookups_through_pages_with_deletes_equal_the_oracle(catalog: Catalog, page_indexed_writes: list[bool],
-                                                            column: str) -> None:
+def test_lookups_through_pages_with_deletes_equal_the_oracle(
+    catalog: Catalog, page_indexed_writes: list[bool], column: str
+) -> None:
     oracle = OracleTable.create(catalog, "t", seed=5, properties=SMALL_PAGES)
     for _ in range(3):
         oracle.append(70)

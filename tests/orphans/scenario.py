@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import boto3
 import pyarrow as pa
@@ -43,14 +44,14 @@ def rows(start: int, count: int) -> pa.Table:
 
 
 class Files:
-    """Plant and list files on the table's storage (local or S3), independently of the engine."""
+    """Plant and list files on the table's storage (local, S3, GCS, Azure) with plain clients, not the engine's."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
         self.uri = Uri.parse(table.location())
         props = table.io.properties
         self.s3 = None
-        if not self.uri.is_local:
+        if self.uri.scheme in ("s3", "s3a", "s3n"):
             self.s3 = boto3.client(
                 "s3",
                 endpoint_url=props["s3.endpoint"],
@@ -58,10 +59,17 @@ class Files:
                 aws_secret_access_key=props["s3.secret-access-key"],
                 region_name=props.get("s3.region", "us-east-1"),
             )
+        self.store: _Store | None = None
+        if self.uri.scheme == "gs":
+            self.store = _Gcs(props["gcs.service.host"])
+        elif self.uri.scheme in ("abfs", "abfss", "wasb", "wasbs"):
+            self.store = _Azure(props["adls.connection-string"])
 
     def put(self, path: str, data: bytes = b"orphan") -> str:
         uri = Uri.parse(path)
-        if self.s3 is None:
+        if self.store is not None:
+            self.store.put(uri.authority, uri.path.lstrip("/"), data)
+        elif self.s3 is None:
             os.makedirs(os.path.dirname(uri.path), exist_ok=True)
             with open(uri.path, "wb") as fh:
                 fh.write(data)
@@ -71,21 +79,62 @@ class Files:
 
     def exists(self, path: str) -> bool:
         uri = Uri.parse(path)
+        if self.store is not None:
+            return uri.path.lstrip("/") in self.store.keys(uri.authority, uri.path.lstrip("/"))
         if self.s3 is None:
             return os.path.lexists(uri.path)
         return "Contents" in self.s3.list_objects_v2(Bucket=uri.authority, Prefix=uri.path.lstrip("/"), MaxKeys=1)
 
     def all_files(self, root: str) -> set[str]:
         uri = Uri.parse(root.rstrip("/"))
+        head = f"{uri.scheme}://{uri.authority}/"
+        if self.store is not None:
+            return {head + k for k in self.store.keys(uri.authority, uri.path.lstrip("/") + "/")}
         if self.s3 is None:
             found = set()
             for dirpath, _, names in os.walk(uri.path):
-                found.update(f"{root.rstrip('/')}{dirpath[len(uri.path):]}/{n}" for n in names)
+                found.update(f"{root.rstrip('/')}{dirpath[len(uri.path) :]}/{n}" for n in names)
             return found
-        head = f"{uri.scheme}://{uri.authority}/"
         paginator = self.s3.get_paginator("list_objects_v2")
         pages = paginator.paginate(Bucket=uri.authority, Prefix=uri.path.lstrip("/") + "/")
         return {head + o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+class _Store(Protocol):
+    def put(self, authority: str, key: str, data: bytes, **options: Any) -> None: ...
+
+    def keys(self, authority: str, prefix: str) -> set[str]: ...
+
+
+class _Gcs:
+    def __init__(self, endpoint: str) -> None:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        self.client = storage.Client(
+            project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
+        )
+
+    def put(self, authority: str, key: str, data: bytes, **options: Any) -> None:
+        self.client.bucket(authority).blob(key).upload_from_string(data)
+
+    def keys(self, authority: str, prefix: str) -> set[str]:
+        return {b.name for b in self.client.list_blobs(authority, prefix=prefix)}
+
+
+class _Azure:
+    def __init__(self, connection_string: str) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        self.service = BlobServiceClient.from_connection_string(connection_string)
+
+    def put(self, authority: str, key: str, data: bytes, **options: Any) -> None:
+        """``options`` go to upload_blob (``metadata=`` plants a hierarchical-namespace folder marker)."""
+        self.service.get_container_client(authority.partition("@")[0]).upload_blob(key, data, **options)
+
+    def keys(self, authority: str, prefix: str) -> set[str]:
+        container = self.service.get_container_client(authority.partition("@")[0])
+        return {b.name for b in container.list_blobs(name_starts_with=prefix)}
 
 
 def referenced_by_oracle(table: Table) -> set[str]:
@@ -101,10 +150,14 @@ def referenced_by_oracle(table: Table) -> set[str]:
 
 def snapshot_row_counts(table: Table) -> dict[str, int]:
     """Rows read through every snapshot and every branch and tag head: fails if a file is missing."""
-    counts = {f"snapshot:{s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
-              for s in table.metadata.snapshots}
-    counts |= {f"ref:{name}": len(table.scan(snapshot_id=ref.snapshot_id).to_arrow())
-               for name, ref in table.metadata.refs.items()}
+    counts = {
+        f"snapshot:{s.snapshot_id}": len(table.scan(snapshot_id=s.snapshot_id).to_arrow())
+        for s in table.metadata.snapshots
+    }
+    counts |= {
+        f"ref:{name}": len(table.scan(snapshot_id=ref.snapshot_id).to_arrow())
+        for name, ref in table.metadata.refs.items()
+    }
     return counts
 
 
@@ -137,11 +190,17 @@ def _history(table: Table) -> set[str]:
     return expired
 
 
-def build(catalog: Catalog, name: str = "db.events", partitioned: bool = True,
-          plant_extra: Callable[[Scenario], None] | None = None) -> Scenario:
+def build(
+    catalog: Catalog,
+    name: str = "db.events",
+    partitioned: bool = True,
+    plant_extra: Callable[[Scenario], None] | None = None,
+) -> Scenario:
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category")) if partitioned else PartitionSpec()
     table = catalog.create_table(
-        name, schema=SCHEMA, partition_spec=spec,
+        name,
+        schema=SCHEMA,
+        partition_spec=spec,
         properties={"write.metadata.previous-versions-max": "3"},
     )
     expired = _history(table)
@@ -163,12 +222,13 @@ def build(catalog: Catalog, name: str = "db.events", partitioned: bool = True,
     }
     if plant_extra:
         plant_extra(scenario)
-    time.sleep(1.2)  # S3 times have one-second resolution: separate old from fresh files
+    time.sleep(1.2)  # S3 and Azure times have one-second resolution: separate old from fresh files
     scenario.cutoff = datetime.now(UTC)
     time.sleep(1.2)
     scenario.kept_planted |= {files.put(f"{loc}/data/fresh-orphan.parquet")}
     scenario.row_counts = snapshot_row_counts(table)
-    listed = {p for p in files.all_files(loc)
-              if not any(part.startswith(("_", ".")) for part in p[len(loc):].split("/"))}
+    listed = {
+        p for p in files.all_files(loc) if not any(part.startswith(("_", ".")) for part in p[len(loc) :].split("/"))
+    }
     scenario.expected_orphans = listed - referenced_by_oracle(table) - {f"{loc}/data/fresh-orphan.parquet"}
     return scenario

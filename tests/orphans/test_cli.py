@@ -13,8 +13,18 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.orphans.scenario import SCHEMA, rows
 
-CLI_KEYS = {"table", "location", "older_than", "dry_run", "orphan_file_count", "orphan_bytes",
-            "deleted_file_count", "failed", "conflicts", "orphan_files"}
+CLI_KEYS = {
+    "table",
+    "location",
+    "older_than",
+    "dry_run",
+    "orphan_file_count",
+    "orphan_bytes",
+    "deleted_file_count",
+    "failed",
+    "conflicts",
+    "orphan_files",
+}
 
 
 def _env(tmp_path):
@@ -27,8 +37,13 @@ def _env(tmp_path):
 
 
 def _run(env, *args):
-    return subprocess.run([str(Path(sys.executable).parent / "iceberg-maint"), *args],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "iceberg-maint"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _table_with_orphan(tmp_path):

@@ -131,9 +131,9 @@ def test_a_table_nested_in_the_data_folder_is_kept_whole_and_named(request, cata
     # its own run keeps everything, unless the user says the location holds the inner table only.
     inner_run = _run(catalog.load_table("db.inner"))
     assert inner_run.orphan_files == []
-    assert inner_run.protected_locations == [{
-        "location": inner_location, "reason": f"table db.outer writes under '{outer.location()}/data'"
-    }]
+    assert inner_run.protected_locations == [
+        {"location": inner_location, "reason": f"table db.outer writes under '{outer.location()}/data'"}
+    ]
     assert _run(catalog.load_table("db.inner"), only_this_table=True).orphan_files == [inner_orphan]
 
 
@@ -194,10 +194,13 @@ def test_a_catalog_that_cannot_be_listed_refuses_unless_the_location_holds_this_
     table = _table(catalog)
     orphan = _plant(f"{table.location()}/data/orphan.parquet")
     _age(local_path(table.location()))
-    with pytest.raises(CatalogListingError, match=(
-        r"table db\.t: catalog 'default': its tables cannot be listed .*ConnectionError: catalog endpoint "
-        r"unreachable\); nothing was deleted\. If the location holds this table only, say so with only_this_table"
-    )):
+    with pytest.raises(
+        CatalogListingError,
+        match=(
+            r"table db\.t: catalog 'default': its tables cannot be listed .*ConnectionError: catalog endpoint "
+            r"unreachable\); nothing was deleted\. If the location holds this table only, say so with only_this_table"
+        ),
+    ):
         _run(table)
     assert _exists(orphan)
     assert _run(table, only_this_table=True).orphan_files == [orphan]
@@ -313,10 +316,13 @@ def test_a_relative_table_location_is_refused_and_nothing_is_deleted(tmp_path, m
     before = _files(str(tmp_path / "rel"))
     assert before
     for location in (None, "./rel/data"):
-        with pytest.raises(LocationRefusedError, match=(
-            r"table location '\./rel': is not an absolute local path, so the files it names depend on the "
-            r"working directory of each reader"
-        )):
+        with pytest.raises(
+            LocationRefusedError,
+            match=(
+                r"table location '\./rel': is not an absolute local path, so the files it names depend on the "
+                r"working directory of each reader"
+            ),
+        ):
             _run(table, location=location)
     assert _files(str(tmp_path / "rel")) == before
 
@@ -325,12 +331,19 @@ def test_a_relative_table_location_is_refused_and_nothing_is_deleted(tmp_path, m
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ,
-           "PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
-           "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
-           "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{tmp_path}/warehouse"}
-    return subprocess.run([str(Path(sys.executable).parent / "iceberg-maint"), *args],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
+        "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
+        "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{tmp_path}/warehouse",
+    }
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "iceberg-maint"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
@@ -360,12 +373,15 @@ def test_names_that_are_not_utf8_are_kept_and_reported_without_a_crash(sqlite_ca
 # Item 7: cutoffs that are not a number of days.
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("1e10", "--older-than-days 1e+10: expected at most "),
-    ("inf", "--older-than-days inf: expected a finite number of days >= 0"),
-    ("nan", "--older-than-days nan: expected a finite number of days >= 0"),
-    ("-1", "--older-than-days -1.0: expected a finite number of days >= 0"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e10", "--older-than-days 1e+10: expected at most "),
+        ("inf", "--older-than-days inf: expected a finite number of days >= 0"),
+        ("nan", "--older-than-days nan: expected a finite number of days >= 0"),
+        ("-1", "--older-than-days -1.0: expected a finite number of days >= 0"),
+    ],
+)
 def test_a_cutoff_out_of_range_is_a_one_line_error(tmp_path, value, message):
     result = _cli(tmp_path, "orphans", "db.t", f"--older-than-days={value}")
     assert result.returncode == 2
@@ -378,8 +394,9 @@ def test_the_command_line_makes_a_catalog_pass_unless_told_the_location_holds_th
     catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
     catalog.create_namespace("db")
     outer = _table(catalog, "db.outer")
-    writer = catalog.create_table("db.writer", schema=SCHEMA,
-                                  properties={"write.data.path": f"{outer.location()}/data/foreign"})
+    writer = catalog.create_table(
+        "db.writer", schema=SCHEMA, properties={"write.data.path": f"{outer.location()}/data/foreign"}
+    )
     writer.append(rows(0, 3))
     _age(local_path(outer.location()))
     foreign = sorted(f"file://{p}" for p in _files(local_path(f"{outer.location()}/data/foreign")))

@@ -13,8 +13,15 @@ from airflow_iceberg_maint.policy.state import CleanupState
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UUID = "0b8a6f52-6a4c-4bfb-9d0e-3c1e2f8f1a01"
-POLICY = parse_policy({"name": "weekly", "type": "system_iceberg_orphan_file_removal", "minIntervalDays": 7,
-                       "tables": ["db.*"], "content": {}})
+POLICY = parse_policy(
+    {
+        "name": "weekly",
+        "type": "system_iceberg_orphan_file_removal",
+        "minIntervalDays": 7,
+        "tables": ["db.*"],
+        "content": {},
+    }
+)
 
 
 def cleaned(days_ago: float) -> CleanupState:
@@ -44,9 +51,15 @@ def test_reason_is_readable() -> None:
     result = evaluate("db.t", UUID, POLICY, cleaned(8), NOW)
     assert result.reason == "last cleaned 8 days ago, interval 7 days: due"
     assert result.to_json() == {
-        "table": "db.t", "table_uuid": UUID, "policy": "weekly",
-        "last_cleanup_at": (NOW - timedelta(days=8)).isoformat(), "days_since_last_cleanup": 8.0,
-        "min_interval_days": 7.0, "due": True, "score": 8.0, "reason": result.reason,
+        "table": "db.t",
+        "table_uuid": UUID,
+        "policy": "weekly",
+        "last_cleanup_at": (NOW - timedelta(days=8)).isoformat(),
+        "days_since_last_cleanup": 8.0,
+        "min_interval_days": 7.0,
+        "due": True,
+        "score": 8.0,
+        "reason": result.reason,
     }
 
 

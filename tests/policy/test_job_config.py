@@ -27,8 +27,12 @@ def test_days_become_an_absolute_utc_cutoff(table_location: str) -> None:
     assert job.older_than.tzinfo == UTC
     assert job.location == table_location
     assert job.dry_run is False
-    assert job.to_json() == {"table": "db.t", "older_than": "2026-02-26T06:00:00+00:00",
-                             "location": table_location, "dry_run": False}
+    assert job.to_json() == {
+        "table": "db.t",
+        "older_than": "2026-02-26T06:00:00+00:00",
+        "location": table_location,
+        "dry_run": False,
+    }
 
 
 def test_zero_days_means_now(table_location: str) -> None:

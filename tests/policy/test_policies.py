@@ -45,14 +45,25 @@ def test_content_defaults_when_content_is_empty() -> None:
 
 
 def test_zero_interval_is_allowed_and_zero_days_needs_allow_recent_files() -> None:
-    policy = parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "minIntervalDays": 0,
-                           "content": {"olderThanDays": 0, "allowRecentFiles": True}})
+    policy = parse_policy(
+        {
+            "name": "p",
+            "type": ORPHAN_FILE_REMOVAL,
+            "minIntervalDays": 0,
+            "content": {"olderThanDays": 0, "allowRecentFiles": True},
+        }
+    )
     assert policy.min_interval_days == 0.0
     assert policy.content == OrphanRemovalContent(0.0, None, False, allow_recent_files=True)
-    assert policy.content.to_json() == {"olderThanDays": 0.0, "location": None, "dryRun": False,
-                                        "allowRecentFiles": True}
-    assert parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": {"olderThanDays": 1}}).content.to_json() \
-        == {"olderThanDays": 1.0, "location": None, "dryRun": False}
+    assert policy.content.to_json() == {
+        "olderThanDays": 0.0,
+        "location": None,
+        "dryRun": False,
+        "allowRecentFiles": True,
+    }
+    assert parse_policy(
+        {"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": {"olderThanDays": 1}}
+    ).content.to_json() == {"olderThanDays": 1.0, "location": None, "dryRun": False}
 
 
 @pytest.mark.parametrize(("days", "shown"), [(0, "0"), (0.5, "0.5"), (0.999, "0.999")])
@@ -76,10 +87,14 @@ def test_days_under_one_are_refused_without_allow_recent_files(days: float, show
         ({**SPEC_EXAMPLE, "content": {"olderThanDays": "3"}}, "content.olderThanDays: expected a number, got '3'"),
         ({**SPEC_EXAMPLE, "content": {"olderThanDays": True}}, "content.olderThanDays: expected a number"),
         ({**SPEC_EXAMPLE, "content": {"dryRun": "yes"}}, "content.dryRun: expected true or false"),
-        ({**SPEC_EXAMPLE, "content": {"olderThanDays": 2, "allowRecentFiles": "yes"}},
-         "content.allowRecentFiles: expected true or false, got 'yes'"),
-        ({**SPEC_EXAMPLE, "content": {"olderThanDays": -1, "allowRecentFiles": True}},
-         "content.olderThanDays: must be a finite number >= 0"),
+        (
+            {**SPEC_EXAMPLE, "content": {"olderThanDays": 2, "allowRecentFiles": "yes"}},
+            "content.allowRecentFiles: expected true or false, got 'yes'",
+        ),
+        (
+            {**SPEC_EXAMPLE, "content": {"olderThanDays": -1, "allowRecentFiles": True}},
+            "content.olderThanDays: must be a finite number >= 0",
+        ),
         ({**SPEC_EXAMPLE, "content": {"location": 7}}, "content.location: expected a string"),
         ({**SPEC_EXAMPLE, "content": {"location": " "}}, "content.location: must not be empty"),
         ({**SPEC_EXAMPLE, "minIntervalDays": -0.5}, "minIntervalDays: must be a finite number >= 0"),
@@ -147,7 +162,7 @@ def test_unreadable_and_malformed_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match=r"nope.yaml.*cannot be read"):
         load_policies(missing)
     broken = tmp_path / "broken.json"
-    broken.write_text("{\"name\": ")
+    broken.write_text('{"name": ')
     with pytest.raises(InvalidInputError, match=r"broken.json.*not valid .json"):
         load_policies(broken)
     empty = tmp_path / "empty.yaml"
@@ -167,14 +182,20 @@ def test_attached_tables_resolves_globs_and_exact_names(sqlite_catalog: SqlCatal
         sqlite_catalog.create_namespace(namespace)
     for name in ("sales.orders", "sales.events_raw", "hr.people", "hr.events_hr", "db.events_x"):
         sqlite_catalog.create_table(name, schema)
-    policies = parse_policies([
-        {**SPEC_EXAMPLE, "name": "a", "tables": ["sales.*", "hr.people"]},
-        {**SPEC_EXAMPLE, "name": "b", "tables": ["*.events_*"]},
-        {**SPEC_EXAMPLE, "name": "off", "enabled": False, "tables": ["db.*"]},
-        {**SPEC_EXAMPLE, "name": "none", "tables": ["nowhere.*"]},
-    ])
+    policies = parse_policies(
+        [
+            {**SPEC_EXAMPLE, "name": "a", "tables": ["sales.*", "hr.people"]},
+            {**SPEC_EXAMPLE, "name": "b", "tables": ["*.events_*"]},
+            {**SPEC_EXAMPLE, "name": "off", "enabled": False, "tables": ["db.*"]},
+            {**SPEC_EXAMPLE, "name": "none", "tables": ["nowhere.*"]},
+        ]
+    )
     assert attached_tables(sqlite_catalog, policies) == [
-        "db.events_x", "hr.events_hr", "hr.people", "sales.events_raw", "sales.orders",
+        "db.events_x",
+        "hr.events_hr",
+        "hr.people",
+        "sales.events_raw",
+        "sales.orders",
     ]
     missing = parse_policies([{**SPEC_EXAMPLE, "name": "m", "tables": ["sales.gone"]}])
     with pytest.raises(TableNotFoundError, match=r"policy 'm' attaches table 'sales\.gone'"):

@@ -47,7 +47,10 @@ def test_successful_real_run_sets_the_clock(store: SqlStateStore) -> None:
     assert state.last_success_at == T0
     assert state.last_attempt_status == "success"
     assert state.last_attempt_counts == {
-        "orphan_file_count": 4, "orphan_bytes": 400, "deleted_file_count": 4, "failed_count": 0,
+        "orphan_file_count": 4,
+        "orphan_bytes": 400,
+        "deleted_file_count": 4,
+        "failed_count": 0,
     }
 
 
@@ -61,8 +64,15 @@ def test_dry_runs_and_failures_do_not_reset_the_clock(store: SqlStateStore) -> N
     assert partial.last_success_at == T0
     assert partial.last_attempt_status == "failed"
     assert partial.last_error == "1 deletes failed"
-    failed = record_attempt(store, table_uuid=UUID, table="db.t", at=later + timedelta(hours=2), dry_run=False,
-                            succeeded=False, error="table db.t: gc.enabled=false")
+    failed = record_attempt(
+        store,
+        table_uuid=UUID,
+        table="db.t",
+        at=later + timedelta(hours=2),
+        dry_run=False,
+        succeeded=False,
+        error="table db.t: gc.enabled=false",
+    )
     assert store.get(UUID).last_success_at == T0
     assert store.get(UUID).last_error == failed.last_error == "table db.t: gc.enabled=false"
 

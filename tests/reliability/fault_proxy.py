@@ -104,10 +104,14 @@ _ERRORS = {
 
 def error_reply(fault: str) -> bytes:
     status, reason, code, message = _ERRORS[fault]
-    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
-            "<RequestId>fault-proxy</RequestId></Error>").encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
-            "x-amz-request-id: fault-proxy\r\n\r\n")
+    body = (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+        "<RequestId>fault-proxy</RequestId></Error>"
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
+        "x-amz-request-id: fault-proxy\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -237,8 +241,9 @@ class FaultProxy:
             allow_reuse_address = True
 
         self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fault-proxy", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -259,8 +264,7 @@ class FaultProxy:
     def __enter__(self) -> FaultProxy:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     def _track(self, sock: socket.socket, live: bool) -> None:
@@ -316,8 +320,10 @@ class FaultProxy:
         if headers.get("expect", "").lower() == "100-continue":
             # Answer the interim reply here (clients otherwise wait for it) and forward without it.
             client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-            head = b"".join(line + b"\r\n" for line in head.split(b"\r\n")[:-2]
-                            if not line.lower().startswith(b"expect:")) + b"\r\n"
+            head = (
+                b"".join(line + b"\r\n" for line in head.split(b"\r\n")[:-2] if not line.lower().startswith(b"expect:"))
+                + b"\r\n"
+            )
         body = _read_body(reader, headers)
         parts = urlsplit(target)
         return Request(method, parts.path, parse_qs(parts.query, keep_blank_values=True), headers, head + body)

@@ -27,9 +27,9 @@ _VERSION = re.compile(r"^\d{5,}\.metadata\.json$")
 def fs_path(location: str) -> str:
     """The local path of a ``file:`` URI or a plain path."""
     if location.startswith("file://"):
-        return location[len("file://"):]
+        return location[len("file://") :]
     if location.startswith("file:"):
-        return location[len("file:"):]
+        return location[len("file:") :]
     return location
 
 
@@ -39,7 +39,7 @@ def listing(location: str, hidden: bool = False) -> set[str]:
     base = fs_path(root)
     found: set[str] = set()
     for dirpath, dirnames, names in os.walk(base):
-        rel = dirpath[len(base):]
+        rel = dirpath[len(base) :]
         if not hidden:
             dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
             names = [n for n in names if not n.startswith(("_", "."))]
@@ -59,8 +59,11 @@ def index_references(table_location: str) -> set[str]:
         return refs
     for name in sorted(os.listdir(fs_path(root))):
         meta_dir = f"{root}/{name}/metadata"
-        versions = sorted(n for n in os.listdir(fs_path(meta_dir)) if _VERSION.match(n)) if os.path.isdir(
-            fs_path(meta_dir)) else []
+        versions = (
+            sorted(n for n in os.listdir(fs_path(meta_dir)) if _VERSION.match(n))
+            if os.path.isdir(fs_path(meta_dir))
+            else []
+        )
         if not versions:
             continue
         refs.update(f"{meta_dir}/{v}" for v in versions)

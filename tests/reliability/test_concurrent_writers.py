@@ -86,18 +86,22 @@ def _verdict(path: str, run: Run, live: dict[str, list[Interval]]) -> str:
 
 
 @pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
-def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.FixtureRequest, backend: str,
-                                                              tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_cutoff_zero_runs_never_delete_a_committed_live_file(
+    request: pytest.FixtureRequest, backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     catalog: SqlCatalog = request.getfixturevalue(backend)
     caplog.set_level(logging.ERROR)  # one cutoff-0 warning a run is expected; keep the log small
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
-    table = catalog.create_table("db.busy", schema=SCHEMA, partition_spec=spec,
-                                 properties={"write.metadata.previous-versions-max": "5"})
+    table = catalog.create_table(
+        "db.busy", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "5"}
+    )
     table.append(rows(0, 30))
     log_path, stop_path, result_path = (str(tmp_path / n) for n in ("writer.jsonl", "stop", "writer.json"))
     props = catalog.properties
-    child = worker.context().Process(target=writer.run, args=(
-        catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 7, result_path))
+    child = worker.context().Process(
+        target=writer.run,
+        args=(catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 7, result_path),
+    )
     child.start()
     runs: list[Run] = []
     failed_closed: list[str] = []
@@ -173,11 +177,20 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(request: pytest.Fix
     ops: dict[str, int] = {}
     for e in log[1:]:
         ops[e["op"]] = ops.get(e["op"], 0) + 1
-    report(f"concurrent_writers[{backend}]", seconds=SECONDS, commits=len(log) - 1,
-           **{f"commits_{k}": v for k, v in sorted(ops.items())}, orphan_runs=len(runs),
-           runs_failed_closed=len(failed_closed), files_deleted=len(deleted),
-           orphans_deleted=len(verdicts["orphan"]), in_flight_files_deleted=len(verdicts["in_flight"]),
-           race_files_deleted=len(verdicts["race"]), writes_failed_in_flight=len(failed_writes),
-           undos=len(undone), metadata_log_files_lost=len(log_lost),
-           retained_snapshots_read=len(retained), live_files_lost=0)
-
+    report(
+        f"concurrent_writers[{backend}]",
+        seconds=SECONDS,
+        commits=len(log) - 1,
+        **{f"commits_{k}": v for k, v in sorted(ops.items())},
+        orphan_runs=len(runs),
+        runs_failed_closed=len(failed_closed),
+        files_deleted=len(deleted),
+        orphans_deleted=len(verdicts["orphan"]),
+        in_flight_files_deleted=len(verdicts["in_flight"]),
+        race_files_deleted=len(verdicts["race"]),
+        writes_failed_in_flight=len(failed_writes),
+        undos=len(undone),
+        metadata_log_files_lost=len(log_lost),
+        retained_snapshots_read=len(retained),
+        live_files_lost=0,
+    )

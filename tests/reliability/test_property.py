@@ -37,10 +37,19 @@ from tests.reliability.figures import report, scale
 
 pytestmark = pytest.mark.reliability
 
-settings.register_profile("reliability", max_examples=6, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("reliability-soak", max_examples=60, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    "reliability",
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "reliability-soak",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 PROFILE = settings.get_profile("reliability-soak" if scale(0, 1) else "reliability")
 
 
@@ -48,9 +57,12 @@ SPELLINGS = ["plain", "dot_segments", "double_slash", "symlink_scan", "nested_ta
 
 OPS = st.lists(st.sampled_from(["append", "append", "overwrite", "delete", "expire"]), min_size=1, max_size=6)
 PLANTS = st.lists(
-    st.tuples(st.sampled_from(["data", "data/{partition}", "metadata", "misc", "data/_tmp", "data/.staging",
-                               "metadata/.hidden"]),
-              st.text(alphabet="abcxyz-_.0", min_size=1, max_size=8).filter(lambda n: n not in (".", ".."))),
+    st.tuples(
+        st.sampled_from(
+            ["data", "data/{partition}", "metadata", "misc", "data/_tmp", "data/.staging", "metadata/.hidden"]
+        ),
+        st.text(alphabet="abcxyz-_.0", min_size=1, max_size=8).filter(lambda n: n not in (".", "..")),
+    ),
     max_size=6,
 )
 
@@ -111,8 +123,9 @@ class Case:
         """Commit an existing Parquet file through ``add_files`` under an odd spelling of its path."""
         plain = f"{self.location}/data/added.parquet"
         os.makedirs(oracle.fs_path(f"{self.location}/data"), exist_ok=True)
-        pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "category": pa.array(["a", "a"])}),
-                       oracle.fs_path(plain))
+        pq.write_table(
+            pa.table({"id": pa.array([1, 2], pa.int64()), "category": pa.array(["a", "a"])}), oracle.fs_path(plain)
+        )
         table.add_files([spelled(plain)])
 
     def _dot_segments(self, table: Table) -> None:
@@ -144,8 +157,13 @@ class Case:
         live = {_real(p) for p in oracle.live_files(table)}
         roots = [_real(r) + os.sep for r in self.protected_roots]
         listed = oracle.listing(self.location)
-        return {_real(p) for p in listed if _real(p) not in live and not any(_real(p).startswith(r) for r in roots)
-                and os.fsencode(oracle.fs_path(p)) not in self.unnameable}
+        return {
+            _real(p)
+            for p in listed
+            if _real(p) not in live
+            and not any(_real(p).startswith(r) for r in roots)
+            and os.fsencode(oracle.fs_path(p)) not in self.unnameable
+        }
 
 
 def _check(spelling: str, ops: list[str], plants: list[tuple[str, str]], figures: dict[str, int]) -> None:

@@ -75,14 +75,22 @@ class Case:
 def _cases() -> list[Case]:
     # Bounded: each fault on the first request(s) of every operation at once, then persistent faults per operation.
     cases = [Case(f"{fault}-first{FIRST}-all", tuple((op, fault, 1.0, FIRST) for op in OPERATIONS)) for fault in FAULTS]
-    cases += [Case(f"{op}-reset-always", ((op, "reset", 1.0, None),))
-              for op in ("list", "conditional_put", "get_manifest", "get_metadata")]
+    cases += [
+        Case(f"{op}-reset-always", ((op, "reset", 1.0, None),))
+        for op in ("list", "conditional_put", "get_manifest", "get_metadata")
+    ]
     cases += [Case("delete_objects-drop_after-always", (("delete_objects", "drop_after", 1.0, None),))]
     if figures.SOAK:
-        cases += [Case("delete_objects-reset-always", (("delete_objects", "reset", 1.0, None),)),
-                  Case("conditional_put-drop_after-always", (("conditional_put", "drop_after", 1.0, None),))]
-        cases += [Case(f"{op}-{fault}-p{p}-s{seed}", ((op, fault, p, None),), seed)
-                  for op in OPERATIONS for fault in FAULTS for p, seed in ((0.3, 0), (1.0, 1))]
+        cases += [
+            Case("delete_objects-reset-always", (("delete_objects", "reset", 1.0, None),)),
+            Case("conditional_put-drop_after-always", (("conditional_put", "drop_after", 1.0, None),)),
+        ]
+        cases += [
+            Case(f"{op}-{fault}-p{p}-s{seed}", ((op, fault, p, None),), seed)
+            for op in OPERATIONS
+            for fault in FAULTS
+            for p, seed in ((0.3, 0), (1.0, 1))
+        ]
     return cases
 
 
@@ -108,8 +116,13 @@ def endpoint() -> str:
 @pytest.fixture(scope="module")
 def plain(endpoint: str) -> Any:
     """The oracle's own client, on the real endpoint."""
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_PROPS["s3.access-key-id"],
-                        aws_secret_access_key=S3_PROPS["s3.secret-access-key"], region_name=S3_PROPS["s3.region"])
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_PROPS["s3.access-key-id"],
+        aws_secret_access_key=S3_PROPS["s3.secret-access-key"],
+        region_name=S3_PROPS["s3.region"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +133,9 @@ def proxy(endpoint: str) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture(scope="module")
-def catalogs(tmp_path_factory: pytest.TempPathFactory, endpoint: str, plain: Any,
-             proxy: FaultProxy) -> Iterator[tuple[SqlCatalog, SqlCatalog]]:
+def catalogs(
+    tmp_path_factory: pytest.TempPathFactory, endpoint: str, plain: Any, proxy: FaultProxy
+) -> Iterator[tuple[SqlCatalog, SqlCatalog]]:
     """One catalog database, seen through the real endpoint and through the proxy."""
     with pytest.MonkeyPatch.context() as patch:
         if not figures.SOAK:
@@ -236,8 +250,8 @@ def run(action: Callable[[], Any], what: str) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_maintenance_through_faults_loses_no_live_file(
-        catalogs: tuple[SqlCatalog, SqlCatalog], shared_table: str, plain: Any, proxy: FaultProxy,
-        case: Case) -> None:
+    catalogs: tuple[SqlCatalog, SqlCatalog], shared_table: str, plain: Any, proxy: FaultProxy, case: Case
+) -> None:
     real, faulty = catalogs
     name = shared_table
     planted = plant(real, plain, name)
@@ -265,8 +279,7 @@ def test_maintenance_through_faults_loses_no_live_file(
         assert_nothing_live_lost(plain, real, name, f"{what} through {case.label}")
     TOTALS["faults"] += injected
     assert injected > 0 or any(p < 1.0 for _, _, p, _ in case.rules), f"{case.label}: no request met a fault"
-    figures.report(f"test_s3_faults[{case.label}]", injected=injected,
-                   **{k: v for k, v in outcomes.items()})
+    figures.report(f"test_s3_faults[{case.label}]", injected=injected, **{k: v for k, v in outcomes.items()})
 
     # The same runs on the healthy endpoint complete, and everything live is still there.
     table = real.load_table(name)

@@ -49,9 +49,17 @@ class Writer:
         self.history: list[tuple[int | None, list[int], set[str], set[int]]] = []  # parent, new, added, ids before
         self.seq = 0
         current = table.current_snapshot()
-        self._write({"op": "initial", "start": time.monotonic(), "done": time.monotonic(), "added": sorted(self.refs),
-                     "dropped": [], "rows": {str(current.snapshot_id): len(self.ids)} if current else {},
-                     "rolled_back": False})
+        self._write(
+            {
+                "op": "initial",
+                "start": time.monotonic(),
+                "done": time.monotonic(),
+                "added": sorted(self.refs),
+                "dropped": [],
+                "rows": {str(current.snapshot_id): len(self.ids)} if current else {},
+                "rolled_back": False,
+            }
+        )
 
     def _write(self, entry: dict[str, Any]) -> None:
         entry["seq"] = self.seq
@@ -79,8 +87,10 @@ class Writer:
             return
         done = time.monotonic()
         self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
-        new = sorted((s for s in self.table.metadata.snapshots if s.snapshot_id not in snapshots_before),
-                     key=lambda s: s.sequence_number)
+        new = sorted(
+            (s for s in self.table.metadata.snapshots if s.snapshot_id not in snapshots_before),
+            key=lambda s: s.sequence_number,
+        )
         refs, lost = self._refs_and_lost(new)
         added, dropped = refs - self.refs, self.refs - refs
         counts: dict[int, int] = {}
@@ -88,8 +98,18 @@ class Writer:
             counts[new[-1].snapshot_id] = len(ids_after)
             for s in new[:-1]:  # the delete half of an overwrite: the rows it kept, before the append
                 counts[s.snapshot_id] = len(ids_after & self.ids)
-        self._write({"op": op, "start": start, "done": done, "added": sorted(added), "dropped": sorted(dropped),
-                     "rows": {str(k): v for k, v in counts.items()}, "rolled_back": False, "lost": lost})
+        self._write(
+            {
+                "op": op,
+                "start": start,
+                "done": done,
+                "added": sorted(added),
+                "dropped": sorted(dropped),
+                "rows": {str(k): v for k, v in counts.items()},
+                "rolled_back": False,
+                "lost": lost,
+            }
+        )
         self.refs = refs
         if new:
             parent = current_before.snapshot_id if current_before else None
@@ -110,8 +130,18 @@ class Writer:
         broken = next((i for i, (_, _, added, _) in enumerate(self.history) if added & gone), None)
         start = time.monotonic()
         if broken is None:
-            self._write({"op": "metadata_log_lost", "start": start, "done": start, "added": [],
-                         "dropped": sorted(gone), "rows": {}, "rolled_back": False, "lost": sorted(gone)})
+            self._write(
+                {
+                    "op": "metadata_log_lost",
+                    "start": start,
+                    "done": start,
+                    "added": [],
+                    "dropped": sorted(gone),
+                    "rows": {},
+                    "rolled_back": False,
+                    "lost": sorted(gone),
+                }
+            )
             self.refs -= gone
             return
         parent, _, _, ids_before = self.history[broken]
@@ -125,9 +155,19 @@ class Writer:
         self.ids = ids_before
         self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
         refs = oracle.live_files(self.table)
-        self._write({"op": "undo", "start": start, "done": time.monotonic(), "added": sorted(refs - self.refs),
-                     "dropped": sorted(self.refs - refs), "rows": {}, "rolled_back": True, "lost": sorted(gone),
-                     "undone_snapshots": doomed})
+        self._write(
+            {
+                "op": "undo",
+                "start": start,
+                "done": time.monotonic(),
+                "added": sorted(refs - self.refs),
+                "dropped": sorted(self.refs - refs),
+                "rows": {},
+                "rolled_back": True,
+                "lost": sorted(gone),
+                "undone_snapshots": doomed,
+            }
+        )
         self.refs = refs
 
     def _refs_and_lost(self, new: list[Any]) -> tuple[set[str], list[str]]:
@@ -155,8 +195,19 @@ class Writer:
         self.table = self.catalog.load_table(self.name)
         if oracle.live_files(self.table) != self.refs or oracle.missing(self.refs):
             raise RuntimeError(f"{op} failed on a missing file and the committed state is not intact") from exc
-        self._write({"op": f"failed_{op}", "start": start, "done": time.monotonic(), "added": [], "dropped": [],
-                     "rows": {}, "rolled_back": False, "lost": [], "error": str(exc).splitlines()[0][:300]})
+        self._write(
+            {
+                "op": f"failed_{op}",
+                "start": start,
+                "done": time.monotonic(),
+                "added": [],
+                "dropped": [],
+                "rows": {},
+                "rolled_back": False,
+                "lost": [],
+                "error": str(exc).splitlines()[0][:300],
+            }
+        )
 
     def _metadata_exists(self) -> bool:
         return bool(self.table.metadata_location) and not oracle.missing([self.table.metadata_location])
@@ -187,8 +238,11 @@ class Writer:
         if op == "expire" and len(table.metadata.snapshots) > KEEP_SNAPSHOTS:
             ordered = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
             current = table.current_snapshot()
-            old = [s.snapshot_id for s in ordered[:-KEEP_SNAPSHOTS] if current is None or s.snapshot_id !=
-                   current.snapshot_id]
+            old = [
+                s.snapshot_id
+                for s in ordered[:-KEEP_SNAPSHOTS]
+                if current is None or s.snapshot_id != current.snapshot_id
+            ]
             if old:
                 table.maintenance.expire_snapshots().by_ids(old).commit()
                 return set(ids)
@@ -199,8 +253,12 @@ class Writer:
         snapshot = self.table.current_snapshot()
         if snapshot is None:
             return None
-        data = [e.data_file.file_path for m in snapshot.manifests(self.table.io)
-                for e in m.fetch_manifest_entry(self.table.io) if e.data_file.content == 0]
+        data = [
+            e.data_file.file_path
+            for m in snapshot.manifests(self.table.io)
+            for e in m.fetch_manifest_entry(self.table.io)
+            if e.data_file.content == 0
+        ]
         path = self.rng.choice(sorted(data))
         with self.table.io.new_input(path).open() as stream:
             file_ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
@@ -212,8 +270,9 @@ class Writer:
         return self.ids - {i for _, i in chosen}
 
 
-def run(catalog_name: str, uri: str, warehouse: str, name: str, log_path: str, stop_path: str, seed: int,
-        result_path: str) -> None:
+def run(
+    catalog_name: str, uri: str, warehouse: str, name: str, log_path: str, stop_path: str, seed: int, result_path: str
+) -> None:
     """Commit until ``stop_path`` exists; write a result file (the traceback on failure)."""
     try:
         catalog = SqlCatalog(catalog_name, uri=uri, warehouse=warehouse)

@@ -11,6 +11,7 @@ The file is a list of tables, each with the indexes the maintenance DAGs create 
           properties: {}               # optional index properties
           lag: {max_snapshots_behind: 0, max_lag_seconds: null, max_added_files: null}
           retain_last: 3               # extracts kept when expiring (default 3)
+          shards: 4                    # optional: rebuild fully over 4 mapped tasks (default 1)
 
 Reading the file is cheap (no catalog call), so DAG files may read it at parse time to
 declare one asset per table.
@@ -36,7 +37,9 @@ from airflow_iceberg_maint.index.metadata.rules import check_index_name
 
 DEFAULT_RETAIN_LAST = 3
 _TABLE_KEYS = frozenset({"table", "indexes"})
-_INDEX_KEYS = frozenset({"name", "ordering", "identity", "with_row_location", "properties", "lag", "retain_last"})
+_INDEX_KEYS = frozenset(
+    {"name", "ordering", "identity", "with_row_location", "properties", "lag", "retain_last", "shards"}
+)
 _LAG_KEYS = frozenset({"max_snapshots_behind", "max_lag_seconds", "max_added_files"})
 
 
@@ -50,6 +53,8 @@ class IndexDefinition:
     properties: Mapping[str, str] = field(default_factory=dict)
     threshold: LagThreshold = field(default_factory=LagThreshold)
     retain_last: int = DEFAULT_RETAIN_LAST
+    #: More than 1: a lagging index is rebuilt by a sharded build over this many key ranges.
+    shards: int = 1
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ def _index(table: str, body: Any, where: str) -> IndexDefinition:
     retain_last = body.get("retain_last", DEFAULT_RETAIN_LAST)
     if isinstance(retain_last, bool) or not isinstance(retain_last, int) or retain_last < 1:
         raise InvalidInputError(f"{where} retain_last: expected a whole number >= 1, got {retain_last!r}")
+    shards = body.get("shards", 1)
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise InvalidInputError(f"{where} shards: expected a whole number >= 1, got {shards!r}")
     try:
         threshold = LagThreshold.from_arguments(
             lag.get("max_snapshots_behind"), lag.get("max_lag_seconds"), lag.get("max_added_files")
@@ -115,6 +123,7 @@ def _index(table: str, body: Any, where: str) -> IndexDefinition:
         properties={str(k): str(v) for k, v in properties.items()},
         threshold=threshold,
         retain_last=retain_last,
+        shards=shards,
     )
 
 
@@ -189,8 +198,12 @@ def table_asset(conn_id: str, table: str, watchers: Iterable[AssetWatcher] = ())
     ``Asset``: the DAG processor keeps the watchers of the definition it parsed last, so a copy
     without watchers would drop them, and the triggerer would stop and restart them at every parse.
     """
-    return Asset(name=table_asset_name(conn_id, table), uri=table_asset_uri(conn_id, table), group="iceberg",
-                 watchers=list(watchers))
+    return Asset(
+        name=table_asset_name(conn_id, table),
+        uri=table_asset_uri(conn_id, table),
+        group="iceberg",
+        watchers=list(watchers),
+    )
 
 
 def table_of_asset_uri(uri: str) -> str | None:

@@ -57,8 +57,11 @@ class LagThreshold:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_snapshots_behind": self.snapshots, "max_lag_seconds": self.seconds,
-                "max_added_files": self.added_files}
+        return {
+            "max_snapshots_behind": self.snapshots,
+            "max_lag_seconds": self.seconds,
+            "max_added_files": self.added_files,
+        }
 
     def exceeded(self, lag: IndexLag) -> list[str]:
         """Why the lag exceeds the threshold (empty: it does not)."""

@@ -11,6 +11,7 @@ import json
 
 from airflow.sdk import Variable
 
+from airflow_iceberg_maint.airflow import config
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
 from airflow_iceberg_maint.policy.state import CleanupState, SqlStateStore, StateStore
 
@@ -35,5 +36,7 @@ class VariableStateStore:
 
 
 def state_store_for(state_url: str | None) -> StateStore:
-    """Airflow Variables by default; a SQLAlchemy URL shares state with the ``iceberg-maint`` CLI."""
-    return SqlStateStore(state_url) if state_url else VariableStateStore()
+    """Airflow Variables by default; a SQLAlchemy URL (the argument, else ``[iceberg_maint] state_url``)
+    shares state with the ``iceberg-maint`` CLI."""
+    url = state_url or config.state_url()
+    return SqlStateStore(url) if url else VariableStateStore()

@@ -15,9 +15,11 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_maint import __version__
 from airflow_iceberg_maint.catalog import open_catalog
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 COMMAND_MODULES = ("orphans", "due", "policy", "index")
+PROGRESS_MODES = ("auto", "on", "off")
 DEFAULT_CATALOG = "default"
 _SECRETS_MASKER_LOGGER = "airflow.sdk._shared.secrets_masker"
 
@@ -42,7 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the Airflow 'iceberg' connection NAME (AIRFLOW_CONN_<NAME> or a secrets backend), "
         "as the DAGs do, instead of --catalog",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--version", action="version", version=f"iceberg-maint {__version__}")
+    chatter = parser.add_mutually_exclusive_group()
+    chatter.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    chatter.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing on stderr but errors: no warnings, no progress display",
+    )
+    parser.add_argument(
+        "--progress",
+        choices=PROGRESS_MODES,
+        default="auto",
+        help="draw the long phases on stderr: auto (default) when stdout and stderr are terminals, "
+        "without --json or --quiet; on: always (even when not a terminal); off: never",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"airflow_iceberg_maint.cli.{name}").register(subparsers)
@@ -95,6 +113,19 @@ def _render_text(result: dict[str, Any]) -> str:
     return "\n".join(f"{key}: {value}" for key, value in result.items())
 
 
+def _progress_display(args: argparse.Namespace) -> AbstractContextManager[object]:
+    if args.progress == "auto":
+        # Both streams: a script reading stdout wants no cursor movements on a terminal's stderr either.
+        wanted = not getattr(args, "json", False) and not args.quiet and sys.stdout.isatty() and sys.stderr.isatty()
+    else:
+        wanted = args.progress == "on"
+    if not wanted:
+        return nullcontext()
+    from airflow_iceberg_maint.cli.progress import terminal_progress  # rich is imported only to draw
+
+    return terminal_progress(force=args.progress == "on")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -105,15 +136,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        result: dict[str, Any] = args.func(args)
-    except (MaintenanceError, ValueError, OSError) as exc:
-        print(f"iceberg-maint {args.command}: {exc}".replace("\n", " "), file=sys.stderr)
+    if args.quiet:
+        logging.captureWarnings(True)  # Python warnings then go through logging, which shows errors only
+    error: Exception | None = None
+    with _progress_display(args):
+        # Inside the display, so that log lines print above its bars (it redirects stderr).
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
+            stream=sys.stderr,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        try:
+            result: dict[str, Any] = args.func(args)
+        except (MaintenanceError, ValueError, OSError) as exc:
+            error = exc
+    if error is not None:
+        print(f"iceberg-maint {args.command}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
     if getattr(args, "json", False):
         result.pop("__text__", None)

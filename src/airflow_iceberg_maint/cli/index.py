@@ -68,8 +68,11 @@ def register(subparsers: Any) -> None:
     refresh = commands.add_parser("refresh", help="build and commit an extract")
     _table_and_index(refresh)
     refresh.add_argument("--snapshot-id", type=int, help="table snapshot to index (default: current)")
-    refresh.add_argument("--full", action="store_true",
-                         help="rebuild every region (default: incremental from the nearest usable extract)")
+    refresh.add_argument(
+        "--full",
+        action="store_true",
+        help="rebuild every region (default: incremental from the nearest usable extract)",
+    )
     refresh.set_defaults(func=run_refresh)
 
     lag = commands.add_parser("lag", help="how far the index lags the table")
@@ -97,8 +100,12 @@ def register(subparsers: Any) -> None:
     )
     unreferenced.add_argument("table", help="namespace.table")
     unreferenced.add_argument("index", nargs="?", help="index name (default: every index of the table)")
-    unreferenced.add_argument("--older-than-days", type=float, default=DEFAULT_OLDER_THAN_DAYS,
-                              help=f"only files older than this many days (default {DEFAULT_OLDER_THAN_DAYS:g})")
+    unreferenced.add_argument(
+        "--older-than-days",
+        type=float,
+        default=DEFAULT_OLDER_THAN_DAYS,
+        help=f"only files older than this many days (default {DEFAULT_OLDER_THAN_DAYS:g})",
+    )
     unreferenced.add_argument("--dry-run", action="store_true", help="report, delete nothing")
     add_json_flag(unreferenced)
     unreferenced.set_defaults(func=run_remove_unreferenced)
@@ -123,12 +130,21 @@ def ordering_texts(metadata: IndexMetadata) -> list[str]:
 def run_create(args: argparse.Namespace) -> dict[str, Any]:
     table = _table(args)
     metadata = new_index_metadata(
-        table, args.index, split_expression_list(args.ordering), args.identity, args.with_row_location,
+        table,
+        args.index,
+        split_expression_list(args.ordering),
+        args.identity,
+        args.with_row_location,
         dict(args.property),
     )
     location = IndexStore(table).create(metadata, args.index)
-    return {"index": args.index, "metadata_location": location, "index_uuid": metadata.index_uuid,
-            "ordering": ordering_texts(metadata), "location": metadata.location}
+    return {
+        "index": args.index,
+        "metadata_location": location,
+        "index_uuid": metadata.index_uuid,
+        "ordering": ordering_texts(metadata),
+        "location": metadata.location,
+    }
 
 
 def run_list(args: argparse.Namespace) -> dict[str, Any]:
@@ -138,14 +154,16 @@ def run_list(args: argparse.Namespace) -> dict[str, Any]:
     for name in store.names():
         metadata, location, _ = store.load(name)
         newest = metadata.newest_extract()
-        indexes.append({
-            "name": name,
-            "metadata_location": location,
-            "index_uuid": metadata.index_uuid,
-            "ordering": ordering_texts(metadata),
-            "extracts": len(metadata.extracts),
-            "newest_extract_snapshot_id": newest.source_table_snapshot_id if newest else None,
-        })
+        indexes.append(
+            {
+                "name": name,
+                "metadata_location": location,
+                "index_uuid": metadata.index_uuid,
+                "ordering": ordering_texts(metadata),
+                "extracts": len(metadata.extracts),
+                "newest_extract_snapshot_id": newest.source_table_snapshot_id if newest else None,
+            }
+        )
     text = "\n".join(f"{i['name']}: ordering {', '.join(i['ordering'])}; {i['extracts']} extract(s)" for i in indexes)
     return {"table": args.table, "indexes": indexes, "__text__": text or "no indexes"}
 
@@ -196,7 +214,6 @@ def _json_value(value: Any) -> Any:
 
 def run_expire(args: argparse.Namespace) -> dict[str, Any]:
     return expire_extracts(_table(args), args.index, retain_last=args.retain_last, older_than=args.older_than)
-
 
 
 def run_remove_unreferenced(args: argparse.Namespace) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--equal-authorities", type=_mapping, default={}, help="e.g. nn1=nn2")
     parser.add_argument("--max-concurrent-deletes", type=_positive, default=8)
     parser.add_argument(
-        "--only-this-table", action="store_true",
+        "--only-this-table",
+        action="store_true",
         help="the location holds this table only: skip the catalog pass that finds other tables nested under it",
     )
     add_json_flag(parser)

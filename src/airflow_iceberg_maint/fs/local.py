@@ -46,6 +46,27 @@ class LocalStorage:
             except FileNotFoundError:
                 continue  # removed while listing; nothing under it to consider
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        prefix = directory.rstrip("/")
+        files: list[FileInfo] = []
+        dirs: list[str] = []
+        try:
+            with os.scandir(local_path(prefix)) as entries:
+                self.list_calls += 1
+                for entry in entries:
+                    if entry.is_symlink() or not keep(entry.name):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry.name)
+                    elif entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        files.append(
+                            FileInfo(f"{prefix}/{entry.name}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+                        )
+        except FileNotFoundError:
+            pass  # removed since it was listed: nothing under it to consider
+        return files, dirs
+
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
         outcome = DeleteOutcome()
 
@@ -68,7 +89,6 @@ class LocalStorage:
         return outcome
 
     # Conditional writes (index commits)
-
 
     def list_names(self, directory: str) -> tuple[list[str], list[str]]:
         try:

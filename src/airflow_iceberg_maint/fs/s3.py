@@ -1,7 +1,7 @@
 """S3 listing (paginated, spread over prefixes) and bulk deletion (``DeleteObjects``).
 
 One retry policy per kind of failure: botocore retries whole requests (connection errors,
-500/503, SlowDown) with its adaptive mode; this module only retries the keys a successful
+500/503, SlowDown) with its adaptive mode; ``storage.batches`` only retries the keys a successful
 ``DeleteObjects`` reply lists as throttled, which botocore cannot see. A request that still
 fails surfaces as ``StorageError`` (listing) or as per-file failures (deletion), never as a raw
 botocore exception.
@@ -9,25 +9,32 @@ botocore exception.
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
+from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
 from airflow_iceberg_maint.fs.locations import Uri
+from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
 #: Per-key error codes in a DeleteObjects reply that are worth sending again.
-RETRY_KEY_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503",
-                             "InternalError", "ServiceUnavailable"})
+RETRY_KEY_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "503",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
 NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 #: Replies to a conditional PUT that mean another writer created the object first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
@@ -35,18 +42,19 @@ REQUEST_ERRORS = (ClientError, BotoCoreError)
 SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
 
 
-def _property(props: Mapping[str, str], *names: str) -> str | None:
-    for name in names:
-        if props.get(name):
-            return props[name]
-    return None
-
-
 class S3Storage:
     create_may_retry = True  # botocore retries a PUT whose reply was lost; the retry then gets 412
 
-    def __init__(self, client: Any, list_workers: int = 8, max_attempts: int = 6, backoff_seconds: float = 0.2) -> None:
+    def __init__(
+        self,
+        client: Any,
+        list_workers: int = 8,
+        max_attempts: int = 6,
+        backoff_seconds: float = 0.2,
+        put_arguments: Mapping[str, str] | None = None,
+    ) -> None:
         self.client = client
+        self.put_arguments = dict(put_arguments or {})  # server-side encryption of the files written
         self.list_workers = list_workers
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
@@ -54,18 +62,9 @@ class S3Storage:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> S3Storage:
-        """A client configured like the table's pyiceberg FileIO (``s3.*`` / ``client.*`` properties)."""
-        client = boto3.client(
-            "s3",
-            endpoint_url=_property(props, "s3.endpoint"),
-            aws_access_key_id=_property(props, "s3.access-key-id", "client.access-key-id"),
-            aws_secret_access_key=_property(props, "s3.secret-access-key", "client.secret-access-key"),
-            aws_session_token=_property(props, "s3.session-token", "client.session-token"),
-            region_name=_property(props, "s3.region", "client.region"),
-            config=Config(retries=_retries(), max_pool_connections=32),
-        )
-        return cls(client)
+    def from_properties(cls, props: Mapping[str, Any]) -> S3Storage:
+        """A client with the identity and settings of the table's pyiceberg FileIO (see ``fs.s3_client``)."""
+        return cls(s3_client(props), put_arguments=put_arguments(props))
 
     # Listing
 
@@ -117,84 +116,54 @@ class S3Storage:
                         depth_of[sub] = depth - 1
                         pending.append(sub)
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        bucket, prefix = uri.authority, uri.path.lstrip("/") + "/"
+        head = f"{uri.scheme}://{bucket}/"
+        objects, prefixes = self._list_prefix(bucket, prefix, 1)
+        files = [
+            FileInfo(head + obj["Key"], int(obj.get("Size", 0)), obj.get("LastModified"))
+            for obj in objects
+            if not obj["Key"].endswith("/") and keep(obj["Key"][len(prefix) :])
+        ]
+        names = [p[len(prefix) : -1] for p in prefixes]  # each ends with the delimiter
+        dirs = [name for name in names if not name or keep(name)]
+        return files, dirs
+
     # Deletion
 
-    def _delete_batch(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
-        deleted: list[str] = []
-        failed: list[tuple[str, str]] = []
-        requests = 0
-        todo = keys
-        for attempt in range(self.max_attempts):
-            if attempt:
-                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
-            retry: list[str] = []
-            try:
-                requests += 1
-                response = self.client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in todo], "Quiet": True}
-                )
-            except REQUEST_ERRORS as exc:
-                # botocore has already retried. The request may still have taken effect (its reply lost):
-                # ask which keys are gone rather than report them all as failed.
-                gone, kept = self._settle_deletes(bucket, todo, _error_text(exc))
-                return deleted + gone, failed + kept, requests
-            errors = {e["Key"]: e for e in response.get("Errors", [])}
-            for key in todo:
-                error = errors.get(key)
-                if error is None or error.get("Code") in NOT_FOUND_CODES:
-                    deleted.append(key)
-                elif error.get("Code") in RETRY_KEY_CODES:
-                    retry.append(key)
-                else:
-                    failed.append((key, f"{error.get('Code')}: {error.get('Message', '')}"))
-            if not retry:
-                return deleted, failed, requests
-            todo = retry
-        return deleted, failed + [(k, "SlowDown: still throttled after retries") for k in todo], requests
+    def _send_delete(self, bucket: str, keys: list[str]) -> dict[str, str | None]:
+        objects = [{"Key": k} for k in keys]
+        response = self.client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+        verdicts: dict[str, str | None] = dict.fromkeys(keys)
+        for error in response.get("Errors", []):
+            code = error.get("Code")
+            if code in RETRY_KEY_CODES:
+                verdicts[error["Key"]] = RETRY
+            elif code not in NOT_FOUND_CODES:
+                verdicts[error["Key"]] = f"{code}: {error.get('Message', '')}"
+        return verdicts
 
-    def _settle_deletes(self, bucket: str, keys: list[str], reason: str) -> tuple[list[str], list[tuple[str, str]]]:
-        """After a DeleteObjects with no reply: keys now absent are deleted, the others failed.
-
-        Stops asking at the first key that cannot be checked (the store is unreachable); that key
-        and the rest are reported failed with the outcome unknown.
-        """
-        deleted: list[str] = []
-        failed: list[tuple[str, str]] = []
-        for i, key in enumerate(keys):
-            try:
-                self.client.head_object(Bucket=bucket, Key=key)
-            except ClientError as exc:
-                if _status(exc) == "404" or _code(exc) in NOT_FOUND_CODES:
-                    deleted.append(key)
-                    continue
-                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
-                break
-            except BotoCoreError:
-                failed.extend((k, f"{reason}; outcome unknown") for k in keys[i:])
-                break
-            else:
-                failed.append((key, f"{reason}; not deleted"))
-        return deleted, failed
+    def _exists(self, bucket: str, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) == "404" or _code(exc) in NOT_FOUND_CODES:
+                return False
+            raise
+        return True
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        outcome = DeleteOutcome()
-        by_bucket: dict[tuple[str, str], list[str]] = {}
-        for path in paths:
-            uri = Uri.parse(path)
-            by_bucket.setdefault((f"{uri.scheme}://{uri.authority}/", uri.authority), []).append(uri.path[1:])
-        batches = [
-            (head, bucket, keys[i : i + MAX_KEYS_PER_DELETE])
-            for (head, bucket), keys in by_bucket.items()
-            for i in range(0, len(keys), MAX_KEYS_PER_DELETE)
-        ]
-        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-            results = pool.map(lambda b: (b[0], *self._delete_batch(b[1], b[2])), batches)
-            for head, deleted, failed, requests in results:
-                outcome.deleted.extend(head + k for k in deleted)
-                outcome.failed.extend((head + k, err) for k, err in failed)
-                outcome.requests += requests
-        return outcome
-
+        deleter = BatchDeleter(
+            self._send_delete,
+            self._exists,
+            REQUEST_ERRORS,
+            _error_text,
+            MAX_KEYS_PER_DELETE,
+            self.max_attempts,
+            self.backoff_seconds,
+        )
+        return deleter.delete_files(paths, max_concurrency)
 
     # Conditional writes (index commits)
 
@@ -212,7 +181,9 @@ class S3Storage:
     def create_exclusive(self, location: str, data: bytes) -> bool:
         uri = Uri.parse(location)
         try:
-            self.client.put_object(Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*")
+            self.client.put_object(
+                Bucket=uri.authority, Key=uri.path.lstrip("/"), Body=data, IfNoneMatch="*", **self.put_arguments
+            )
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
@@ -234,17 +205,6 @@ class S3Storage:
     def delete(self, location: str) -> None:
         uri = Uri.parse(location)
         self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
-
-
-def _retries() -> dict[str, Any]:
-    """botocore's adaptive mode with 8 retries, unless the standard AWS_RETRY_MODE / AWS_MAX_ATTEMPTS say otherwise."""
-    retries: dict[str, Any] = {}
-    # botocore reads those variables only for what this leaves unset.
-    if not os.environ.get("AWS_RETRY_MODE"):
-        retries["mode"] = "adaptive"
-    if not os.environ.get("AWS_MAX_ATTEMPTS"):
-        retries["max_attempts"] = 8
-    return retries
 
 
 def _code(exc: ClientError) -> str:

@@ -6,13 +6,19 @@ and conditional writes (the exclusive create of index commits).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import ModuleType
 from typing import Protocol
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import Uri
+
+GCS_SCHEMES = frozenset({"gs", "gcs"})
+AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+SUPPORTED = "file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs"
 
 #: Decides whether a path component (directory or file name) below the scan root is listed.
 KeepComponent = Callable[[str], bool]
@@ -42,6 +48,15 @@ class SupportsPrefixListing(Protocol):
         """Every regular file below ``root`` whose components below the root all pass ``keep``."""
         ...
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        """The files directly in ``directory``, spelled as ``list_files`` spells them, and the names of its
+        sub-directories (``""`` for an S3 prefix ending in ``//``).
+
+        Names that fail ``keep`` and symlinks are left out; a sharded scan lists each
+        sub-directory with ``list_files`` on its own.
+        """
+        ...
+
 
 class SupportsBulkDelete(Protocol):
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
@@ -64,11 +79,9 @@ class SupportsConditionalWrites(Protocol):
         """Write a complete file only if none exists there; False when one already does."""
         ...
 
-    def read(self, location: str) -> bytes:
-        ...
+    def read(self, location: str) -> bytes: ...
 
-    def delete(self, location: str) -> None:
-        ...
+    def delete(self, location: str) -> None: ...
 
 
 class Storage(SupportsPrefixListing, SupportsBulkDelete, SupportsConditionalWrites, Protocol):
@@ -83,8 +96,19 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
 
         return LocalStorage()
     if uri.scheme in ("s3", "s3a", "s3n"):
-        from airflow_iceberg_maint.fs.s3 import S3Storage
+        from airflow_iceberg_maint.fs.s3_client import s3_storage
 
-        return S3Storage.from_properties(io_properties)
+        return s3_storage(location, io_properties)
+    if uri.scheme in GCS_SCHEMES:
+        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)
+    if uri.scheme in AZURE_SCHEMES:
+        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
-    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected file or s3)")
+    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
+
+
+def _backend(module: str, extra: str) -> ModuleType:
+    try:
+        return importlib.import_module(f"airflow_iceberg_maint.fs.{module}")
+    except ImportError as exc:
+        raise ImportError(f"{exc}: install the client with 'pip install airflow-iceberg-maint[{extra}]'") from exc

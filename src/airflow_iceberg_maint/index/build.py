@@ -3,15 +3,23 @@
 The pieces are separate so the incremental refresh can reuse them: ``entries_for_files`` turns
 live rows into entries (identity columns of the extract schema), ``ordering_columns`` evaluates
 the ordering key, ``sort_entries`` puts entries in index order, ``cut_regions`` chooses region
-boundaries, and ``write_regions`` writes region files and returns their tracking entries.
+boundaries, and ``write_region`` writes one region file and returns its tracking entry.
+
+``write_sorted_regions`` does all of it within the index's memory budget: entries go through
+``SortedRuns`` (spilled to local disk when they exceed the budget), and ``regions_of`` cuts the
+merged stream into regions exactly where ``cut_regions`` would cut all entries at once.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,11 +32,15 @@ from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, METADATA_COL
 from airflow_iceberg_maint.index.extract_files import RegionEntry, StatsColumn, region_stats, write_region_file
 from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
-from airflow_iceberg_maint.index.ordering import key_changes, sort_indices
+from airflow_iceberg_maint.index.ordering import key_changes
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, sort_table
+from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 _METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
 
 
@@ -53,22 +65,33 @@ def entry_layout(metadata: IndexMetadata, extract_schema: Schema) -> EntryLayout
     sources = {f.field_id: f.source_id for f in metadata.identity_fields}
     file_field = next((f for f in extract_schema.fields if sources[f.field_id] == FILE_COLUMN_ID), None)
     region_fields = []
-    for arrow_field, field in zip(schema_to_pyarrow(extract_schema, include_field_ids=True), extract_schema.fields,
-                                  strict=True):
+    for arrow_field, field in zip(
+        schema_to_pyarrow(extract_schema, include_field_ids=True), extract_schema.fields, strict=True
+    ):
         # _file repeats few distinct values: keep it dictionary-encoded in memory and in region files.
         is_file = file_field is not None and field.field_id == file_field.field_id
         region_fields.append(arrow_field.with_type(pa.dictionary(pa.int32(), pa.string())) if is_file else arrow_field)
     names = {f.field_id: f.name for f in extract_schema.fields}
     columns = [
-        StatsColumn(o.field_id, names.get(o.field_id) or o.expression.to_text(extract_schema),
-                    schema_to_pyarrow(o.data_type), ordering=True)
+        StatsColumn(
+            o.field_id,
+            names.get(o.field_id) or o.expression.to_text(extract_schema),
+            schema_to_pyarrow(o.data_type),
+            ordering=True,
+        )
         for o in ordering
     ]
     for stats_field in metadata.stats_fields:
         if stats_field.field_id not in metadata.ordering_key:
             # Stats-only fields outside the ordering key still require bounds (spec: content statistics).
-            columns.append(StatsColumn(stats_field.field_id, stats_field.expr.to_text(extract_schema),
-                                       schema_to_pyarrow(stats_field.data_type), ordering=False))
+            columns.append(
+                StatsColumn(
+                    stats_field.field_id,
+                    stats_field.expr.to_text(extract_schema),
+                    schema_to_pyarrow(stats_field.data_type),
+                    ordering=False,
+                )
+            )
     if file_field is not None and file_field.field_id not in metadata.ordering_key:
         # Bounds on _file let maintenance find the regions holding a data file's entries.
         columns.append(StatsColumn(file_field.field_id, file_field.name, pa.string(), ordering=False))
@@ -87,25 +110,66 @@ def _unique_names(columns: list[StatsColumn]) -> tuple[StatsColumn, ...]:
 
 
 def entries_for_files(
-    table: Table, plan: SnapshotFiles, paths: Iterable[str], layout: EntryLayout, table_schema: Schema | None = None,
+    table: Table,
+    plan: SnapshotFiles,
+    paths: Iterable[str],
+    layout: EntryLayout,
+    table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    progress: Phase | None = None,
 ) -> pa.Table:
     """Entries (extract schema columns, by name) for the live rows of the given data files of ``plan``.
 
     Rows are read with ``table_schema`` (default: the plan's snapshot schema); an incremental
     refresh reads an older snapshot's rows with the newer snapshot's (possibly promoted) types.
+    ``keep`` filters each file's entries as soon as they are read (a sharded build keeps one key range).
+    ``progress`` advances by one a file read.
     """
-    table_schema = table_schema or plan_schema(table, plan)
-    table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
-    read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
-    def entries(path: str) -> pa.Table:
-        return _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
-
-    # Decoding Parquet releases the GIL: files are read side by side, results kept in path order.
-    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        parts = list(pool.map(entries, paths))
+    parts = list(entries_by_file(table, plan, paths, layout, table_schema, keep, progress))
     if not parts:
         return layout.region_schema.empty_table()
     return pa.concat_tables(parts).unify_dictionaries()
+
+
+def entries_by_file(
+    table: Table,
+    plan: SnapshotFiles,
+    paths: Iterable[str],
+    layout: EntryLayout,
+    table_schema: Schema | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    progress: Phase | None = None,
+) -> Iterator[pa.Table]:
+    """The entries of each data file in ``paths``, in path order (see ``entries_for_files``)."""
+    table_schema = table_schema or plan_schema(table, plan)
+    table_ids = {s for s in layout.source_ids.values() if s not in _METADATA_COLUMN_NAMES}
+    read_schema = prune_columns(table_schema, table_ids, select_full_types=False)
+
+    def entries(path: str) -> pa.Table:
+        found = _entries_of_rows(live_rows_of_file(table, plan, path, read_schema), read_schema, layout)
+        return found if keep is None else keep(found)
+
+    # Decoding Parquet releases the GIL: files are read side by side.
+    for part in in_order(entries, paths):
+        if progress is not None:
+            progress.advance()
+        yield part
+
+
+def in_order(function: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+    """``function`` of each item on ``IO_THREADS`` threads, results in item order, few held at once.
+
+    Unlike ``ThreadPoolExecutor.map``, items are submitted only as results are taken, so a slow
+    consumer does not let every result pile up in memory.
+    """
+    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
+        pending: deque[Future[_R]] = deque()
+        for item in items:
+            if len(pending) >= IO_THREADS:
+                yield pending.popleft().result()
+            pending.append(pool.submit(function, item))
+        while pending:
+            yield pending.popleft().result()
 
 
 def _entries_of_rows(rows: pa.Table, read_schema: Schema, layout: EntryLayout) -> pa.Table:
@@ -126,9 +190,7 @@ def ordering_columns(entries: pa.Table, layout: EntryLayout) -> list[pa.Array]:
 
 def sort_entries(entries: pa.Table, layout: EntryLayout) -> tuple[pa.Table, list[pa.Array]]:
     """Entries in index order, with their ordering-key columns in the same order."""
-    keys = ordering_columns(entries, layout)
-    order = sort_indices(keys)
-    return entries.take(order), [k.take(order) for k in keys]
+    return sort_table(entries, partial(ordering_columns, layout=layout))
 
 
 def _next_change(changes: pa.Array, at: int) -> int:
@@ -180,47 +242,163 @@ def cut_regions(keys: Sequence[pa.Array], target_rows: int, allow_key_spanning: 
     return regions
 
 
-def target_rows(entries: pa.Table, target_bytes: int) -> int:
-    """Entries per region for a target size, from the in-memory size of the stored columns."""
-    if entries.num_rows == 0:
+def entry_bytes(entries: pa.Table) -> float:
+    """The size of the entries' values, from their types and lengths only.
+
+    Unlike Arrow's ``nbytes`` it does not depend on how the entries are chunked or laid out, so
+    entries counted file by file add up to what the same entries count at once. Dictionary
+    columns (``_file``) count their indices only: their few values are shared by every entry.
+    """
+    size = 0.0
+    for column in entries.columns:
+        kind = column.type
+        if pa.types.is_dictionary(kind):
+            size += kind.index_type.bit_width / 8 * len(column)
+        elif pa.types.is_string(kind) or pa.types.is_binary(kind):
+            size += 4 * len(column) + (pc.sum(pc.binary_length(column)).as_py() or 0)
+        elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+            size += 8 * len(column) + (pc.sum(pc.binary_length(column)).as_py() or 0)
+        else:
+            size += kind.bit_width / 8 * len(column)
+    return size
+
+
+def target_rows(size: float, rows: int, target_bytes: int) -> int:
+    """Entries per region for a target size, given the ``entry_bytes`` of ``rows`` entries."""
+    if rows == 0:
         return 1
-    per_entry = max(entries.nbytes / entries.num_rows, 1.0)
+    per_entry = max(size / rows, 1.0)
     return max(int(target_bytes / per_entry), 1)
 
 
-def write_regions(
-    io: FileIO, location: str, entries: pa.Table, keys: Sequence[pa.Array], regions: Sequence[tuple[int, int]],
+def write_region(
+    io: FileIO,
     layout: EntryLayout,
-) -> list[RegionEntry]:
-    """Write one region file per ``(start, stop)`` of sorted entries; tracking entries in index order."""
-    stats_values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
+    rows: pa.Table,
+    keys: Sequence[pa.Array],
+    directory: str | None = None,
+) -> RegionEntry:
+    """Write one region file of sorted entries (with their ordering-key columns); returns its tracking entry.
 
-    def write(bounds: tuple[int, int]) -> RegionEntry:
-        start, stop = bounds
-        rows = entries.slice(start, stop - start)
-        values = {fid: v.slice(start, stop - start) for fid, v in stats_values.items()}
-        expressions = {f.field_id: f.expr for f in layout.metadata.stats_fields}
-        stored = {f.field_id: f.name for f in layout.extract_schema.fields}
-        for column in layout.stats_columns:
-            if column.field_id in expressions and column.field_id not in values:
-                values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
-            elif column.field_id not in values:
-                values[column.field_id] = rows.column(stored[column.field_id])
-        path = f"{location.rstrip('/')}/data/region-{uuid.uuid4()}.parquet"
-        size = write_region_file(io, path, rows, layout.region_schema)
-        return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
-
-    # Parquet encoding releases the GIL: regions are written side by side, results kept in order.
-    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        return list(pool.map(write, regions))
+    The file goes to ``directory`` (default: the index's ``data/`` directory).
+    """
+    values = {o.field_id: k for o, k in zip(layout.ordering, keys, strict=True)}
+    expressions = {f.field_id: f.expr for f in layout.metadata.stats_fields}
+    stored = {f.field_id: f.name for f in layout.extract_schema.fields}
+    for column in layout.stats_columns:
+        if column.field_id in expressions and column.field_id not in values:
+            values[column.field_id] = expressions[column.field_id].evaluate(rows, layout.extract_schema)
+        elif column.field_id not in values:
+            values[column.field_id] = rows.column(stored[column.field_id])
+    directory = (directory or f"{layout.metadata.location.rstrip('/')}/data").rstrip("/")
+    path = f"{directory}/region-{uuid.uuid4()}.parquet"
+    size = write_region_file(io, path, rows, layout.region_schema)
+    return RegionEntry(path, "parquet", rows.num_rows, size, region_stats(layout.stats_columns, values))
 
 
-def build_regions(table: Table, plan: SnapshotFiles, layout: EntryLayout) -> tuple[list[RegionEntry], int]:
-    """All region files of a full extract of ``plan``'s snapshot; returns their entries and the entry count."""
-    entries = entries_for_files(table, plan, sorted(plan.data_files), layout)
-    entries, keys = sort_entries(entries, layout)
+def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterator[Sorted]:
+    """Regions of sorted entries arriving in pieces, cut exactly as ``cut_regions`` cuts them all at once.
+
+    Only the last region found may still grow with the next piece; the others are final (their
+    end is a key change, or the hot-key cut, seen in the entries held). So at most the entries of
+    about two regions are held, unless a hot key that may not span regions is longer.
+    """
+    held: list[Sorted] = []
+    rows = 0
+    enough = 2 * target + 1  # enough entries to settle the first region held
+    for piece in pieces:
+        if piece[0].num_rows == 0:
+            continue
+        held.append(piece)
+        rows += piece[0].num_rows
+        if rows < enough:
+            continue
+        entries, keys = _joined(held)
+        regions = cut_regions(keys, target, spanning)
+        for start, stop in regions[:-1]:
+            yield entries.slice(start, stop - start), [k.slice(start, stop - start) for k in keys]
+        start = regions[-1][0]
+        held = [(entries.slice(start), [k.slice(start) for k in keys])]
+        rows = held[0][0].num_rows
+        enough = max(2 * target + 1, 2 * rows)  # a region still open waits for twice its entries
+    if rows:
+        entries, keys = _joined(held)
+        for start, stop in cut_regions(keys, target, spanning):
+            yield entries.slice(start, stop - start), [k.slice(start, stop - start) for k in keys]
+
+
+def _joined(pieces: Sequence[Sorted]) -> Sorted:
+    if len(pieces) == 1:
+        return pieces[0]
+    entries = pa.concat_tables([p[0] for p in pieces]).unify_dictionaries()
+    return entries, [pa.chunked_array([p[1][i] for p in pieces]) for i in range(len(pieces[0][1]))]
+
+
+def write_sorted_regions(
+    io: FileIO,
+    layout: EntryLayout,
+    entries: Iterable[pa.Table],
+    *,
+    rows_per_region: int | None = None,
+    directory: str | None = None,
+    spill_dir: str | None = None,
+    progress: Phase | None = None,
+) -> tuple[list[RegionEntry], int]:
+    """Region files of all ``entries`` (tables in input order) within the index's memory budget.
+
+    Entries beyond the budget are spilled to ``spill_dir`` as sorted runs and merged back; the
+    regions equal those of one in-memory sort of every entry. Returns their tracking entries in
+    index order, and the entry count. Regions hold ``rows_per_region`` entries (default: the
+    region target size over the entries' ``entry_bytes``) and go to ``directory`` (see
+    ``write_region``). A shard of a build passes the entries of its key range. ``progress``
+    starts once every entry is in, and advances by one a region file written.
+    """
     metadata = layout.metadata
-    regions = cut_regions(keys, target_rows(entries, metadata.region_target_size_bytes()),
-                          metadata.allow_key_spanning())
-    return write_regions(table.io, metadata.location, entries, keys, regions, layout), entries.num_rows
+    size = 0.0
+    with SortedRuns(partial(ordering_columns, layout=layout), metadata.build_memory_budget_bytes(), spill_dir) as runs:
+        for part in entries:
+            size += entry_bytes(part)
+            runs.add(part)
+        target = rows_per_region or target_rows(size, runs.rows, metadata.region_target_size_bytes())
+        written = []
+        with progress or nullcontext():
+            regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
+            for entry in in_order(lambda region: write_region(io, layout, *region, directory), regions):
+                written.append(entry)
+                if progress is not None:
+                    progress.advance()
+        return written, runs.rows
 
+
+def build_regions(
+    table: Table,
+    plan: SnapshotFiles,
+    layout: EntryLayout,
+    *,
+    paths: Sequence[str] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
+    rows_per_region: int | None = None,
+    directory: str | None = None,
+    spill_dir: str | None = None,
+) -> tuple[list[RegionEntry], int]:
+    """Region files of a full extract of ``plan``'s snapshot, within the memory budget; returns
+    their entries and the entry count.
+
+    A sharded build passes one key range: the data files that may hold it (``paths``), the filter
+    keeping its entries (``keep``), the region size planned for every shard, and its own directory.
+    """
+    files = sorted(plan.data_files) if paths is None else paths
+
+    def entries() -> Iterator[pa.Table]:
+        with Phase("reading data files", total=len(files)) as reading:  # ends once the last file is read
+            yield from entries_by_file(table, plan, files, layout, keep=keep, progress=reading)
+
+    return write_sorted_regions(
+        table.io,
+        layout,
+        entries(),
+        rows_per_region=rows_per_region,
+        directory=directory,
+        spill_dir=spill_dir,
+        progress=Phase("building regions"),
+    )

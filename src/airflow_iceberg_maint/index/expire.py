@@ -30,7 +30,6 @@ from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 log = logging.getLogger(__name__)
 
 
-
 def extracts_to_expire(metadata: IndexMetadata, retain_last: int | None, older_than_ms: int | None) -> list[Extract]:
     """The extracts the rules select, oldest first; never the newest one."""
     # Newest first: by timestamp, and on a tie the later one in the list.

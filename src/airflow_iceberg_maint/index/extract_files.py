@@ -87,13 +87,15 @@ def _stats_struct(column: StatsColumn) -> pa.Field:
 
 
 def tracking_schema(columns: Sequence[StatsColumn]) -> pa.Schema:
-    return pa.schema([
-        _field("file_path", pa.string(), FILE_PATH_ID, nullable=False),
-        _field("file_format", pa.string(), FILE_FORMAT_ID, nullable=False),
-        _field("record_count", pa.int64(), RECORD_COUNT_ID, nullable=False),
-        _field("file_size_in_bytes", pa.int64(), FILE_SIZE_ID, nullable=False),
-        _field("content_stats", pa.struct([_stats_struct(c) for c in columns]), CONTENT_STATS_ID, nullable=False),
-    ])
+    return pa.schema(
+        [
+            _field("file_path", pa.string(), FILE_PATH_ID, nullable=False),
+            _field("file_format", pa.string(), FILE_FORMAT_ID, nullable=False),
+            _field("record_count", pa.int64(), RECORD_COUNT_ID, nullable=False),
+            _field("file_size_in_bytes", pa.int64(), FILE_SIZE_ID, nullable=False),
+            _field("content_stats", pa.struct([_stats_struct(c) for c in columns]), CONTENT_STATS_ID, nullable=False),
+        ]
+    )
 
 
 def _bounds(column: pa.ChunkedArray | pa.Array) -> tuple[Any, Any]:
@@ -138,8 +140,9 @@ def write_region_file(io: FileIO, path: str, rows: pa.Table, schema: pa.Schema) 
     # Entries are small, mostly high-entropy values: dictionary-encode only dictionary columns
     # (_file) and leave pages uncompressed, which writes and decodes several times faster.
     dictionary = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-    with pq.ParquetWriter(buffer, schema, write_statistics=True, use_dictionary=dictionary,
-                          compression="none") as writer:
+    with pq.ParquetWriter(
+        buffer, schema, write_statistics=True, use_dictionary=dictionary, compression="none"
+    ) as writer:
         writer.write_table(rows.cast(schema), row_group_size=REGION_ROW_GROUP_ROWS)
     return _put(io, path, buffer.getvalue())
 
@@ -187,8 +190,11 @@ def write_tracking_file(io: FileIO, path: str, columns: Sequence[StatsColumn], e
 def _stats_row(column: StatsColumn, stats: FieldStats | None) -> dict[str, Any] | None:
     if stats is None:
         return None
-    row = {"lower_bound": stats.lower_bound, "upper_bound": stats.upper_bound,
-           "null_value_count": stats.null_value_count}
+    row = {
+        "lower_bound": stats.lower_bound,
+        "upper_bound": stats.upper_bound,
+        "null_value_count": stats.null_value_count,
+    }
     if column.ordering:
         row["group_max_value"] = stats.group_max_value
     return row
@@ -242,8 +248,9 @@ def _parse_tracking(table: pa.Table, path: str, index_location: str | None) -> l
     missing = {FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID} - ids.keys()
     if missing:
         raise MetadataReadError(f"tracking file {path!r}: missing required fields {sorted(missing)}")
-    values = {fid: table.column(ids[fid]).to_pylist() for fid in (FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID,
-                                                                  FILE_SIZE_ID)}
+    values = {
+        fid: table.column(ids[fid]).to_pylist() for fid in (FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID)
+    }
     stats = _stats_by_field(table.column(ids[CONTENT_STATS_ID]).combine_chunks())
     return [
         RegionEntry(
@@ -265,13 +272,22 @@ def _stats_by_field(content_stats: pa.StructArray) -> dict[int, list[FieldStats 
         if base is None or base < 10_000 or (base - 10_000) % 200:
             continue  # not a field stats struct
         struct = content_stats.field(index)
-        metrics = {fid - base: struct.field(i).to_pylist() for i, child in enumerate(field.type)
-                   if (fid := _field_id(child)) is not None}
+        metrics = {
+            fid - base: struct.field(i).to_pylist()
+            for i, child in enumerate(field.type)
+            if (fid := _field_id(child)) is not None
+        }
         present = struct.is_valid().to_pylist()
         result[(base - 10_000) // 200] = [
-            FieldStats(_metric(metrics, LOWER_BOUND, row), _metric(metrics, UPPER_BOUND, row),
-                       _metric(metrics, NULL_VALUE_COUNT, row), _metric(metrics, GROUP_MAX_VALUE, row),
-                       GROUP_MAX_VALUE in metrics) if present[row] else None
+            FieldStats(
+                _metric(metrics, LOWER_BOUND, row),
+                _metric(metrics, UPPER_BOUND, row),
+                _metric(metrics, NULL_VALUE_COUNT, row),
+                _metric(metrics, GROUP_MAX_VALUE, row),
+                GROUP_MAX_VALUE in metrics,
+            )
+            if present[row]
+            else None
             for row in range(len(struct))
         ]
     return result

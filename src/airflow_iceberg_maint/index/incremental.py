@@ -54,6 +54,7 @@ from airflow_iceberg_maint.index.region_rewrite import (
 )
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
 from airflow_iceberg_maint.index.store import CommitProgress
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,10 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
     if base is None:
         return None
     base_layout = entry_layout(working, working.extract_schema(base))
-    regions = [promote_stats(r, base_layout.stats_columns, layout.stats_columns)
-               for r in read_tracking_file(table.io, working.resolve_location(base.tracking_file), working.location)]
+    regions = [
+        promote_stats(r, base_layout.stats_columns, layout.stats_columns)
+        for r in read_tracking_file(table.io, working.resolve_location(base.tracking_file), working.location)
+    ]
     bounds = region_bounds(regions, layout)
     if bounds is None:
         log.info("index %s: extract %d cannot route entries (group_max_value); building fully", name, base.extract_id)
@@ -107,18 +110,32 @@ def refresh_incremental(table: Table, name: str, snapshot_id: int | None = None)
     tracking = tracking_file_location(working)
     progress = CommitProgress()
     try:
-        rewrite_regions(table.io, layout, regions, bounds, change, rewrite)
+        with Phase("building regions", total=len(regions)) as building:
+            rewrite_regions(table.io, layout, regions, bounds, change, rewrite, progress=building)
         size = write_tracking_file(table.io, tracking, layout.stats_columns, rewrite.entries)
         reused = {r.file_path for r in rewrite.reused}
-        committed = commit_extract(store, name, table, snapshot.snapshot_id, tracking, size,
-                                   check=lambda current: _check_reused_live(table, current, base, reused),
-                                   progress=progress)
+        committed = commit_extract(
+            store,
+            name,
+            table,
+            snapshot.snapshot_id,
+            tracking,
+            size,
+            check=lambda current: _check_reused_live(table, current, base, reused),
+            progress=progress,
+        )
     except BaseException:
         # Only the files this refresh wrote; reused region files belong to the base extract.
         discard_unless_committed(table, name, [tracking, *(r.file_path for r in rewrite.written)], progress)
         raise
-    return RefreshResult(name, committed, "incremental", len(rewrite.written), len(rewrite.reused),
-                         sum(r.record_count for r in rewrite.entries))
+    return RefreshResult(
+        name,
+        committed,
+        "incremental",
+        len(rewrite.written),
+        len(rewrite.reused),
+        sum(r.record_count for r in rewrite.entries),
+    )
 
 
 def _has_row_location(metadata: IndexMetadata) -> bool:
@@ -160,17 +177,18 @@ def table_change(table: Table, base: SnapshotFiles, target: SnapshotFiles, layou
     """The entries to add and drop to turn an extract of ``base`` into one of ``target``."""
     diff = diff_files(base, target)
     schema = plan_schema(table, target)
-    additions = [entries_for_files(table, target, sorted(diff.added_data), layout)]
+    changed = [p for p in sorted(set(base.data_files) & set(target.data_files)) if _deletes_changed(base, target, p)]
     removed = [layout.region_schema.empty_table()]
     pos_name = next(f.name for f in layout.extract_schema.fields if layout.source_ids[f.field_id] == POS_COLUMN_ID)
-    for path in sorted(set(base.data_files) & set(target.data_files)):
-        if not _deletes_changed(base, target, path):
-            continue
-        before = entries_for_files(table, base, [path], layout, table_schema=schema)
-        after = entries_for_files(table, target, [path], layout)
-        before_pos, after_pos = before.column(pos_name), after.column(pos_name)
-        removed.append(before.filter(pc.invert(pc.is_in(before_pos, value_set=after_pos.combine_chunks()))))
-        additions.append(after.filter(pc.invert(pc.is_in(after_pos, value_set=before_pos.combine_chunks()))))
+    with Phase("reading data files", total=len(diff.added_data) + len(changed)) as reading:
+        additions = [entries_for_files(table, target, sorted(diff.added_data), layout, progress=reading)]
+        for path in changed:
+            before = entries_for_files(table, base, [path], layout, table_schema=schema)
+            after = entries_for_files(table, target, [path], layout)
+            before_pos, after_pos = before.column(pos_name), after.column(pos_name)
+            removed.append(before.filter(pc.invert(pc.is_in(before_pos, value_set=after_pos.combine_chunks()))))
+            additions.append(after.filter(pc.invert(pc.is_in(after_pos, value_set=before_pos.combine_chunks()))))
+            reading.advance()
     return RegionChange(
         additions=pa.concat_tables(additions).unify_dictionaries(),
         removed_files=diff.removed_data,
@@ -187,8 +205,9 @@ def _deletes_changed(base: SnapshotFiles, target: SnapshotFiles, path: str) -> b
 
 def _check_reused_live(table: Table, current: IndexMetadata, base: Extract, reused: set[str]) -> None:
     """Raise unless every reused region file is listed by an extract of ``current`` (S1 against expiry)."""
-    if not reused or any(e.extract_id == base.extract_id and e.tracking_file == base.tracking_file
-                         for e in current.extracts):
+    if not reused or any(
+        e.extract_id == base.extract_id and e.tracking_file == base.tracking_file for e in current.extracts
+    ):
         return  # the base extract still lists them all
     live: set[str] = set()
     for extract in current.extracts:

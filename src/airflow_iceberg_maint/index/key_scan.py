@@ -70,8 +70,9 @@ def _file_filter(names: Sequence[str], probes: Sequence[Probe]) -> BooleanExpres
     return expression
 
 
-def prune_files(plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str], probes: Sequence[Probe],
-                schema: Schema) -> list[str]:
+def prune_files(
+    plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str], probes: Sequence[Probe], schema: Schema
+) -> list[str]:
     """The data files whose column bounds may hold a probe (all of them when bounds can't be used)."""
     paths = sorted(paths)
     try:
@@ -81,8 +82,15 @@ def prune_files(plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],
     return [p for p in paths if may_match(plan.data_files[p].data_file)]
 
 
-def scan_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], names: Sequence[str],
-               probes: Sequence[Probe], schema: Schema, read_schema: Schema) -> tuple[list[pa.Table], int]:
+def scan_files(
+    table: Table,
+    plan: SnapshotFiles,
+    paths: Iterable[str],
+    names: Sequence[str],
+    probes: Sequence[Probe],
+    schema: Schema,
+    read_schema: Schema,
+) -> tuple[list[pa.Table], int]:
     """Live rows of the files matching a probe, projected on ``schema``; also the number of files read.
 
     ``names`` are key columns of ``read_schema``, the schema the rows are read with.
@@ -96,4 +104,3 @@ def scan_files(table: Table, plan: SnapshotFiles, paths: Iterable[str], names: S
         rows = rows.filter(probe_mask(rows, names, probes))
         parts.append(rows.select([f.name for f in schema.fields]))
     return parts, len(files)
-

@@ -42,8 +42,10 @@ def diff_files(old: SnapshotFiles, new: SnapshotFiles) -> FileDiff:
     old_data, new_data = set(old.data_files), set(new.data_files)
     old_deletes, new_deletes = set(old.delete_files), set(new.delete_files)
     return FileDiff(
-        frozenset(new_data - old_data), frozenset(old_data - new_data),
-        frozenset(new_deletes - old_deletes), frozenset(old_deletes - new_deletes),
+        frozenset(new_data - old_data),
+        frozenset(old_data - new_data),
+        frozenset(new_deletes - old_deletes),
+        frozenset(old_deletes - new_deletes),
     )
 
 
@@ -85,7 +87,9 @@ def snapshots_behind(table: Table, current: Snapshot, extract_snapshot_id: int |
 
 
 def closest_extract(
-    table: Table, metadata: IndexMetadata, snapshot: Snapshot | None,
+    table: Table,
+    metadata: IndexMetadata,
+    snapshot: Snapshot | None,
     usable: Callable[[Extract], bool] = lambda _: True,
 ) -> Extract | None:
     """The usable extract of the nearest ancestor of ``snapshot`` (itself first), else the newest usable one.

@@ -64,8 +64,9 @@ def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], 
     pieces: list[pa.RecordBatch] = []
     for group, local in sorted(wanted.items()):
         offset = 0  # Arrow may still cut the batch short (a chunk of over 2 GB of strings)
-        for batch in handle.file.iter_batches(batch_size=local[-1] + 1, row_groups=[group], columns=columns,
-                                              use_threads=True):
+        for batch in handle.file.iter_batches(
+            batch_size=local[-1] + 1, row_groups=[group], columns=columns, use_threads=True
+        ):
             end = offset + batch.num_rows
             at = [i - offset for i in local if offset <= i < end]
             if at:
@@ -78,17 +79,21 @@ def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], 
     return pa.Table.from_batches(pieces)
 
 
-@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(),
-        key=lambda table, path, parquet, field_ids: hashkey(path, field_ids))
+@cached(
+    LRUCache(maxsize=_CACHE_SIZE), lock=Lock(), key=lambda table, path, parquet, field_ids: hashkey(path, field_ids)
+)
 def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> Schema:
     """The Iceberg schema of a data file's columns among ``field_ids``, cached per file and projection.
 
     Columns are identified by their Parquet field IDs, or through the table's name mapping.
     """
     metadata = table.metadata
-    file_schema = pyarrow_to_schema(parquet.schema_arrow, metadata.name_mapping(),
-                                    downcast_ns_timestamp_to_us=metadata.format_version <= 2,
-                                    format_version=metadata.format_version)
+    file_schema = pyarrow_to_schema(
+        parquet.schema_arrow,
+        metadata.name_mapping(),
+        downcast_ns_timestamp_to_us=metadata.format_version <= 2,
+        format_version=metadata.format_version,
+    )
     return prune_columns(file_schema, set(field_ids), select_full_types=False)
 
 
@@ -135,8 +140,9 @@ _relabels: LRUCache[tuple[Any, ...], pa.Schema] = LRUCache(maxsize=_CACHE_SIZE)
 _relabels_lock = Lock()
 
 
-def _project(path: str, schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcast: bool,
-             missing: dict[int, Any]) -> pa.RecordBatch:
+def _project(
+    path: str, schema: Schema, file_schema: Schema, batch: pa.RecordBatch, downcast: bool, missing: dict[int, Any]
+) -> pa.RecordBatch:
     """pyiceberg's projection of a batch of the data file ``path`` on ``schema``.
 
     pyiceberg's visitor costs about 0.15 ms a call, most of a point lookup's fetch overhead. When
@@ -159,8 +165,10 @@ def _project(path: str, schema: Schema, file_schema: Schema, batch: pa.RecordBat
 
 def _only_renames(schema: Schema, file_schema: Schema, before: pa.Schema, after: pa.Schema) -> bool:
     same_fields = [f.field_id for f in schema.fields] == [f.field_id for f in file_schema.fields]
-    return same_fields and len(before) == len(after) and all(
-        not pa.types.is_nested(b.type) and b.type == a.type for b, a in zip(before, after, strict=True)
+    return (
+        same_fields
+        and len(before) == len(after)
+        and all(not pa.types.is_nested(b.type) and b.type == a.type for b, a in zip(before, after, strict=True))
     )
 
 
@@ -203,8 +211,11 @@ def equality_deleted_mask(table: Table, rows: pa.Table, schema: Schema, delete_f
     return mask
 
 
-@cached(LRUCache(maxsize=_DELETES_CACHE_SIZE), lock=Lock(),
-        key=lambda table, delete, key_schema: hashkey(delete.file_path, tuple(key_schema.fields)))
+@cached(
+    LRUCache(maxsize=_DELETES_CACHE_SIZE),
+    lock=Lock(),
+    key=lambda table, delete, key_schema: hashkey(delete.file_path, tuple(key_schema.fields)),
+)
 def _equality_delete_rows(table: Table, delete: DataFile, key_schema: Schema) -> pa.Table:
     """The key columns of an equality delete file's rows."""
     return read_rows(table, delete, key_schema).drop_columns([POS_COLUMN])

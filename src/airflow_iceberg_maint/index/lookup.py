@@ -181,8 +181,12 @@ class _Plan:
 
 
 def lookup(
-    table: Table, name: str, probes: Sequence[Probe], snapshot_id: int | None = None,
-    columns: Sequence[str] | None = None, store: IndexStore | None = None,
+    table: Table,
+    name: str,
+    probes: Sequence[Probe],
+    snapshot_id: int | None = None,
+    columns: Sequence[str] | None = None,
+    store: IndexStore | None = None,
 ) -> LookupResult:
     """Rows of the snapshot (default: current) whose key columns equal one of the probes."""
     metadata = current_metadata(store or IndexStore(table), name)
@@ -202,18 +206,29 @@ def lookup(
     table_names = [_table_name(table_schema, metadata.source_id_of(k.field_id)) for k in keys]
     tracking = _usable_tracking(table.io, metadata, plan.extract) if plan.extract else None
     if plan.extract is None or tracking is None:
-        parts, scanned = scan_files(table, plan.target, plan.target.data_files, table_names, unique, output,
-                                    table_schema)
+        parts, scanned = scan_files(
+            table, plan.target, plan.target.data_files, table_names, unique, output, table_schema
+        )
         return LookupResult(name, snapshot.snapshot_id, _concat(parts, output), "scan", reconciled_files=scanned)
     # At the extract's own snapshot its entries are the live rows: columns it stores need no fetch.
     stored = _stored_ids(metadata, tracking, output) if plan.source is None else {}
     entries, regions_read = _index_entries(table.io, metadata, tracking, keys, unique, list(stored.values()))
     parts = _fetch(table, plan, entries, output, list(stored))
-    scanned_parts, scanned = ([], 0) if not plan.rescan else scan_files(
-        table, plan.target, plan.rescan, table_names, unique, output, table_schema)
+    scanned_parts, scanned = (
+        ([], 0)
+        if not plan.rescan
+        else scan_files(table, plan.target, plan.rescan, table_names, unique, output, table_schema)
+    )
     mode = "index" if plan.source is None else "reconciled"
-    return LookupResult(name, snapshot.snapshot_id, _concat(parts + scanned_parts, output), mode,
-                        plan.extract.source_table_snapshot_id, regions_read, scanned)
+    return LookupResult(
+        name,
+        snapshot.snapshot_id,
+        _concat(parts + scanned_parts, output),
+        mode,
+        plan.extract.source_table_snapshot_id,
+        regions_read,
+        scanned,
+    )
 
 
 def _table_name(schema: Schema, source_id: int) -> str:
@@ -241,8 +256,11 @@ def _concat(parts: list[pa.Table], schema: Schema) -> pa.Table:
     whichever way each part was read."""
     arrow = _arrow_schema(tuple(schema.fields))
     # from_arrays casts each column to the schema's type (string to large_string, ...).
-    conformed = [part if part.schema == arrow else pa.Table.from_arrays(part.columns, schema=arrow)
-                 for part in parts if part.num_rows]
+    conformed = [
+        part if part.schema == arrow else pa.Table.from_arrays(part.columns, schema=arrow)
+        for part in parts
+        if part.num_rows
+    ]
     if len(conformed) == 1:
         return conformed[0]
     return pa.concat_tables(conformed) if conformed else arrow.empty_table()
@@ -317,8 +335,13 @@ class _Tracking:
     types: list[pa.DataType]
 
 
-@cached(LRUCache(maxsize=64), lock=Lock(), key=lambda io, metadata, extract: hashkey(
-    metadata.resolve_location(extract.tracking_file), extract.extract_schema_id))
+@cached(
+    LRUCache(maxsize=64),
+    lock=Lock(),
+    key=lambda io, metadata, extract: hashkey(
+        metadata.resolve_location(extract.tracking_file), extract.extract_schema_id
+    ),
+)
 def _usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> _Tracking | None:
     """The extract's tracking file, or None when it cannot answer lookups exactly (cached: both are immutable).
 
@@ -346,8 +369,10 @@ def candidate_regions(tracking: _Tracking, key: tuple[Any, ...]) -> list[RegionE
     index = bisect_left(tracking.bounds, wanted)  # the first region whose inclusive upper bound >= key
     while index < len(tracking.entries):
         entry = tracking.entries[index]
-        if all(_admits(entry.stats.get(o.field_id), v, t) for o, v, t in zip(tracking.ordering, key, tracking.types,
-                                                                             strict=True)):
+        if all(
+            _admits(entry.stats.get(o.field_id), v, t)
+            for o, v, t in zip(tracking.ordering, key, tracking.types, strict=True)
+        ):
             found.append(entry)
         if tracking.bounds[index] != wanted:
             break  # the key cannot continue past a region that ends above it
@@ -364,8 +389,14 @@ def _key_variants(probe: Probe) -> list[Probe]:
     return variants
 
 
-def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, keys: Sequence[NestedField],
-                   probes: Sequence[Probe], stored_ids: Sequence[int]) -> tuple[pa.Table, int]:
+def _index_entries(
+    io: FileIO,
+    metadata: IndexMetadata,
+    tracking: _Tracking,
+    keys: Sequence[NestedField],
+    probes: Sequence[Probe],
+    stored_ids: Sequence[int],
+) -> tuple[pa.Table, int]:
     """The ``_file``, ``_pos`` and ``stored_ids`` columns of the entries matching a probe; and the
     number of region files read."""
     regions: dict[str, list[Probe]] = defaultdict(list)
@@ -379,11 +410,18 @@ def _index_entries(io: FileIO, metadata: IndexMetadata, tracking: _Tracking, key
     pos_id = next(f.field_id for f in metadata.identity_fields if f.source_id == POS_COLUMN_ID)
     output_ids = [file_id, pos_id, *stored_ids]
     names = [f"c{i}" for i in range(len(output_ids))]
-    parts = [read_region_matches(io, path, [k.field_id for k in keys], output_ids, region_probes).rename_columns(names)
-             for path, region_probes in regions.items()]
+    parts = [
+        read_region_matches(io, path, [k.field_id for k in keys], output_ids, region_probes).rename_columns(names)
+        for path, region_probes in regions.items()
+    ]
     if not parts:
-        types = dict(zip([f.field_id for f in tracking.schema.fields],
-                         _arrow_schema(tuple(tracking.schema.fields)).types, strict=True))
+        types = dict(
+            zip(
+                [f.field_id for f in tracking.schema.fields],
+                _arrow_schema(tuple(tracking.schema.fields)).types,
+                strict=True,
+            )
+        )
         return pa.schema([(n, types[i]) for n, i in zip(names, output_ids, strict=True)]).empty_table(), 0
     # Reused region files keep the types they were written with (int beside long after a promotion).
     return pa.concat_tables(parts, promote_options="permissive"), len(regions)
@@ -402,8 +440,18 @@ def _by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
 
 
 #: Column types a lookup may take from the extract's copies instead of the data files.
-_STORABLE = (BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType, TimestampType,
-             TimestamptzType, StringType)
+_STORABLE = (
+    BooleanType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    DateType,
+    TimestampType,
+    TimestamptzType,
+    StringType,
+)
 
 
 def _stored_ids(metadata: IndexMetadata, tracking: _Tracking, output: Schema) -> dict[int, int]:
@@ -436,8 +484,11 @@ class _GroupStats:
 _REGION_CACHE_SIZE = 1024
 
 
-@cached(LRUCache(maxsize=_REGION_CACHE_SIZE), lock=Lock(),
-        key=lambda parquet, path, column, arrow_field: hashkey(path, column))
+@cached(
+    LRUCache(maxsize=_REGION_CACHE_SIZE),
+    lock=Lock(),
+    key=lambda parquet, path, column, arrow_field: hashkey(path, column),
+)
 def _column_group_stats(parquet: pq.ParquetFile, path: str, column: int, arrow_field: pa.Field) -> _GroupStats:
     """Min, max and null count of a column in each row group (cached: region files never change)."""
     lows, highs, nulls, only_nulls = [], [], [], []
@@ -509,12 +560,16 @@ def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], 
 @cached(LRUCache(maxsize=_REGION_CACHE_SIZE), lock=Lock(), key=lambda parquet, path: hashkey(path))
 def _columns_by_id(parquet: pq.ParquetFile, path: str) -> dict[int, tuple[int, pa.Field]]:
     """Field ID -> column index and Arrow field of a region file (cached: region files never change)."""
-    return {int(f.metadata[FIELD_ID]): (i, f) for i, f in enumerate(parquet.schema_arrow)
-            if f.metadata and FIELD_ID in f.metadata}
+    return {
+        int(f.metadata[FIELD_ID]): (i, f)
+        for i, f in enumerate(parquet.schema_arrow)
+        if f.metadata and FIELD_ID in f.metadata
+    }
 
 
-def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int],
-                        probes: Sequence[Probe]) -> pa.Table:
+def read_region_matches(
+    io: FileIO, path: str, key_ids: Sequence[int], output_ids: Sequence[int], probes: Sequence[Probe]
+) -> pa.Table:
     """The ``output_ids`` columns of a region file's entries whose ``key_ids`` columns equal a probe."""
     with opened_parquet(io, path) as handle:
         parquet = handle.file
@@ -526,8 +581,8 @@ def read_region_matches(io: FileIO, path: str, key_ids: Sequence[int], output_id
         groups = _admitted_groups(key_stats, probes, parquet.metadata.num_row_groups)
         names = [columns[i][1].name for i in (*key_ids, *output_ids)]
         rows = parquet.read_row_groups(groups, columns=list(dict.fromkeys(names)), use_threads=False)
-    rows = rows.filter(probe_mask(rows, names[:len(key_ids)], probes))
-    return rows.select(names[len(key_ids):])
+    rows = rows.filter(probe_mask(rows, names[: len(key_ids)], probes))
+    return rows.select(names[len(key_ids) :])
 
 
 # Fetching table rows
@@ -552,10 +607,17 @@ def _fetch(table: Table, plan: _Plan, entries: pa.Table, output: Schema, stored:
             rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, positions)
             if plan.source is not None:
                 rows = _apply_new_deletes(table, plan, path, rows, read_schema)
-        parts.append(pa.Table.from_arrays([
-            entries.column(from_entries[f.field_id]).take(entry_rows) if f.field_id in from_entries
-            else rows.column(f.name) for f in output.fields
-        ], names=[f.name for f in output.fields]))
+        parts.append(
+            pa.Table.from_arrays(
+                [
+                    entries.column(from_entries[f.field_id]).take(entry_rows)
+                    if f.field_id in from_entries
+                    else rows.column(f.name)
+                    for f in output.fields
+                ],
+                names=[f.name for f in output.fields],
+            )
+        )
     return parts
 
 
@@ -581,7 +643,8 @@ def _apply_new_deletes(table: Table, plan: _Plan, path: str, rows: pa.Table, out
     if equality_ids:
         schema = plan_schema(table, plan.target)
         key_schema = Schema(*[f for f in schema.fields if f.field_id in equality_ids], schema_id=schema.schema_id)
-        keyed = read_rows(table, plan.target.data_files[path].data_file, key_schema,
-                          rows.column(POS_COLUMN).to_pylist())
+        keyed = read_rows(
+            table, plan.target.data_files[path].data_file, key_schema, rows.column(POS_COLUMN).to_pylist()
+        )
         removed = pc.or_(removed, equality_deleted_mask(table, keyed, key_schema, added))
     return rows.filter(pc.invert(removed))

@@ -78,7 +78,7 @@ def _layout(handle: ParquetHandle, path: str) -> _Layout:
     """The footer pyarrow already read, as Thrift (serialised from pyarrow's copy: no read)."""
     sink = pa.BufferOutputStream()
     handle.file.metadata.write_metadata_file(sink)
-    footer = from_buffer(sink.getvalue().to_pybytes()[len(_MAGIC):-8], "FileMetaData")
+    footer = from_buffer(sink.getvalue().to_pybytes()[len(_MAGIC) : -8], "FileMetaData")
     schema = footer.schema
     flat: dict[str, tuple[int, int]] = {}
     index, leaf = 1, 0
@@ -99,13 +99,19 @@ def _read(handle: ParquetHandle, offset: int, length: int) -> bytes:
     return source.read(length)
 
 
-@cached(LRUCache(maxsize=_CACHE_SIZE * 8), lock=Lock(),
-        key=lambda handle, path, chunk, group, leaf: hashkey(path, group, leaf))
+@cached(
+    LRUCache(maxsize=_CACHE_SIZE * 8),
+    lock=Lock(),
+    key=lambda handle, path, chunk, group, leaf: hashkey(path, group, leaf),
+)
 def _pages(handle: ParquetHandle, path: str, chunk: ThriftObject, group: int, leaf: int) -> _Pages:
     index = from_buffer(_read(handle, chunk.offset_index_offset, chunk.offset_index_length), "OffsetIndex")
     locations = index.page_locations
-    return _Pages([p.offset for p in locations], [p.compressed_page_size for p in locations],
-                  [p.first_row_index for p in locations])
+    return _Pages(
+        [p.offset for p in locations],
+        [p.compressed_page_size for p in locations],
+        [p.first_row_index for p in locations],
+    )
 
 
 def _usable(layout: _Layout, groups: Sequence[int], columns: Sequence[str]) -> bool:
@@ -120,8 +126,9 @@ def _usable(layout: _Layout, groups: Sequence[int], columns: Sequence[str]) -> b
     return True
 
 
-def read_positions(handle: ParquetHandle, path: str, wanted: Mapping[int, Sequence[int]],
-                   columns: Sequence[str]) -> pa.Table | None:
+def read_positions(
+    handle: ParquetHandle, path: str, wanted: Mapping[int, Sequence[int]], columns: Sequence[str]
+) -> pa.Table | None:
     """``columns`` of the rows at ``wanted`` (row group -> sorted, unique positions in it), read
     page by page; None when the file cannot be read so (see the module's description).
 
@@ -138,8 +145,14 @@ def read_positions(handle: ParquetHandle, path: str, wanted: Mapping[int, Sequen
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _column(handle: ParquetHandle, path: str, layout: _Layout, wanted: Mapping[int, Sequence[int]], name: str,
-            arrow_type: pa.DataType) -> pa.Array:
+def _column(
+    handle: ParquetHandle,
+    path: str,
+    layout: _Layout,
+    wanted: Mapping[int, Sequence[int]],
+    name: str,
+    arrow_type: pa.DataType,
+) -> pa.Array:
     leaf, element = layout.flat[name]
     pieces = []
     for group, local in sorted(wanted.items()):
@@ -154,8 +167,16 @@ def _column(handle: ParquetHandle, path: str, layout: _Layout, wanted: Mapping[i
         raise _Unreadable from exc  # a type only the whole file's Arrow schema gives
 
 
-def _column_rows(handle: ParquetHandle, path: str, layout: _Layout, group: int, leaf: int, element: int,
-                 chunk: ThriftObject, local: Sequence[int]) -> list[pa.Array]:
+def _column_rows(
+    handle: ParquetHandle,
+    path: str,
+    layout: _Layout,
+    group: int,
+    leaf: int,
+    element: int,
+    chunk: ThriftObject,
+    local: Sequence[int],
+) -> list[pa.Array]:
     """One column's values at ``local`` in a row group: each run of consecutive pages holding some
     of them is read once and decoded as one small file."""
     pages = _pages(handle, path, chunk, group, leaf)
@@ -216,8 +237,9 @@ def _without(struct: ThriftObject, field_ids: Sequence[int]) -> ThriftObject:
     return copy
 
 
-def _decode(layout: _Layout, group: int, leaf: int, element: int, dictionary: bytes, data: bytes,
-            rows: int) -> pa.Array:
+def _decode(
+    layout: _Layout, group: int, leaf: int, element: int, dictionary: bytes, data: bytes, rows: int
+) -> pa.Array:
     """Decode pages with pyarrow, as the one column chunk of a one-row-group file."""
     footer = layout.footer
     original = footer.row_groups[group].columns[leaf]

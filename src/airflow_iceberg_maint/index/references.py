@@ -30,6 +30,7 @@ from airflow_iceberg_maint.orphans.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
 
+
 def extract_file_batches(table: Table, metadata: IndexMetadata) -> Iterator[list[str]]:
     """Per extract of ``metadata``: its tracking file and the region files that tracking file lists."""
     for extract in metadata.extracts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +94,15 @@ def refresh_full(table: Table, name: str, snapshot_id: int | None = None) -> Ref
 
 
 def commit_extract(
-    store: IndexStore, name: str, table: Table, snapshot_id: int, tracking: str, size: int,
-    check: Callable[[IndexMetadata], None] | None = None, progress: CommitProgress | None = None,
+    store: IndexStore,
+    name: str,
+    table: Table,
+    snapshot_id: int,
+    tracking: str,
+    size: int,
+    check: Callable[[IndexMetadata], None] | None = None,
+    progress: CommitProgress | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> Extract:
     """Add an extract for ``tracking`` to the index, re-deriving its schema on every retry.
 
@@ -108,7 +115,7 @@ def commit_extract(
         if check is not None:
             check(current)
         updated, schema_id = with_extract_schema_for(current, table.metadata, snapshot_id)
-        extract = new_extract(updated, snapshot_id, schema_id, tracking, size)
+        extract = new_extract(updated, snapshot_id, schema_id, tracking, size, properties)
         added[:] = [extract]
         return updated.with_extract(extract)
 
@@ -119,8 +126,12 @@ def commit_extract(
 def discard_unless_committed(table: Table, name: str, paths: list[str], progress: CommitProgress) -> None:
     """After a failed refresh, delete the files written for it, unless the commit may have landed."""
     if progress.may_have_committed:
-        log.warning("index %s: kept the %d files of the new extract (%s): its commit may have landed", name,
-                    len(paths), paths[0] if paths else "")
+        log.warning(
+            "index %s: kept the %d files of the new extract (%s): its commit may have landed",
+            name,
+            len(paths),
+            paths[0] if paths else "",
+        )
         return
     _delete_quietly(table, paths)
 
@@ -132,4 +143,3 @@ def _delete_quietly(table: Table, paths: list[str]) -> None:
         except Exception as exc:
             # Left behind, the file is unreferenced and removed by the index file clean-up.
             log.warning("could not delete %s after a failed refresh: %s", path, exc)
-

@@ -32,10 +32,17 @@ import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.build import EntryLayout, cut_regions, sort_entries, write_regions
+from airflow_iceberg_maint.index.build import (
+    EntryLayout,
+    entry_bytes,
+    sort_entries,
+    target_rows,
+    write_sorted_regions,
+)
 from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
 from airflow_iceberg_maint.index.ordering import comparable
+from airflow_iceberg_maint.progress import Phase
 
 #: Positions are packed with the file's dictionary index into one int64 (``index << 40 | pos``).
 _POS_BITS = 40
@@ -104,9 +111,12 @@ def promote_stats(entry: RegionEntry, old: Sequence[StatsColumn], new: Sequence[
         def cast(value: Any, source: pa.DataType = before, target: pa.DataType = column.arrow_type) -> Any:
             return None if value is None else pa.array([value], type=source).cast(target)[0].as_py()
 
-        stats[column.field_id] = replace(current, lower_bound=cast(current.lower_bound),
-                                         upper_bound=cast(current.upper_bound),
-                                         group_max_value=cast(current.group_max_value))
+        stats[column.field_id] = replace(
+            current,
+            lower_bound=cast(current.lower_bound),
+            upper_bound=cast(current.upper_bound),
+            group_max_value=cast(current.group_max_value),
+        )
     return replace(entry, stats=stats)
 
 
@@ -221,12 +231,18 @@ class _Dropper:
 
 
 def rewrite_regions(
-    io: FileIO, layout: EntryLayout, regions: Sequence[RegionEntry], bounds: Sequence[Key], change: RegionChange,
+    io: FileIO,
+    layout: EntryLayout,
+    regions: Sequence[RegionEntry],
+    bounds: Sequence[Key],
+    change: RegionChange,
     result: RegionRewrite,
+    progress: Phase | None = None,
 ) -> None:
     """Fill ``result`` with the regions of the new extract: touched units rewritten, the others reused.
 
     ``result`` is the caller's, so the files already written can be deleted if this raises.
+    ``progress`` advances by the base regions of each unit as it is taken up.
     """
     metadata = layout.metadata
     spanning = metadata.allow_key_spanning()
@@ -239,13 +255,18 @@ def rewrite_regions(
     file_field = next(f for f, s in layout.source_ids.items() if s == FILE_COLUMN_ID)
     file_hits = _file_hits(regions, file_field, sorted(change.removed_files))
     drop = _Dropper(layout, RegionChange(additions, change.removed_files, removed_entries))
-    target = _target_rows(additions, metadata.region_target_size_bytes())
+    target = target_rows(entry_bytes(additions), additions.num_rows, metadata.region_target_size_bytes())
 
     units = _units(bounds, spanning)
     tail_start = cuts[-1] if cuts else 0
-    merge_tail = bool(units) and tail_start < additions.num_rows and \
-        sum(regions[i].record_count for i in units[-1]) < target // 2
+    merge_tail = (
+        bool(units)
+        and tail_start < additions.num_rows
+        and sum(regions[i].record_count for i in units[-1]) < target // 2
+    )
     for position, unit in enumerate(units):
+        if progress is not None:
+            progress.advance(len(unit))
         start = cuts[unit[0] - 1] if unit[0] else 0
         stop = additions.num_rows if merge_tail and position == len(units) - 1 else cuts[unit[-1]]
         touched = stop > start or any(key_hits[i] or file_hits[i] for i in unit)
@@ -258,30 +279,13 @@ def rewrite_regions(
         if kept.num_rows == existing.num_rows and stop == start:
             _reuse(result, [regions[i] for i in unit])  # a candidate that held none of the removed entries
             continue
-        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result, spanning)
+        _write(io, layout, pa.concat_tables([kept, additions.slice(start, stop - start)]), result)
     if not merge_tail and tail_start < additions.num_rows:
-        _write(io, layout, additions.slice(tail_start), result, spanning)
+        _write(io, layout, additions.slice(tail_start), result)
     if drop.dropped_entries != drop.expected:
         raise RegionRewriteMismatch(
             f"{drop.expected} deleted rows should have had entries in the base extract, found {drop.dropped_entries}"
         )
-
-
-def _target_rows(entries: pa.Table, target_bytes: int) -> int:
-    """Entries per region for a target size, like ``build.target_rows`` but not counting dictionary values.
-
-    A full build amortises the few ``_file`` paths over every entry; a single rewritten region
-    would not, and would be cut smaller than the full build cuts it.
-    """
-    if entries.num_rows == 0:
-        return 1
-    size = 0
-    for column in entries.columns:
-        if pa.types.is_dictionary(column.type):
-            size += sum(chunk.indices.nbytes for chunk in column.chunks)
-        else:
-            size += column.nbytes
-    return max(int(target_bytes / max(size / entries.num_rows, 1.0)), 1)
 
 
 def _reuse(result: RegionRewrite, regions: Sequence[RegionEntry]) -> None:
@@ -289,11 +293,8 @@ def _reuse(result: RegionRewrite, regions: Sequence[RegionEntry]) -> None:
     result.reused.extend(regions)
 
 
-def _write(io: FileIO, layout: EntryLayout, entries: pa.Table, result: RegionRewrite, spanning: bool) -> None:
-    if entries.num_rows == 0:
-        return  # every entry of the unit was removed: it has no region any more
-    entries, keys = sort_entries(entries.unify_dictionaries(), layout)
-    target = _target_rows(entries, layout.metadata.region_target_size_bytes())
-    written = write_regions(io, layout.metadata.location, entries, keys, cut_regions(keys, target, spanning), layout)
+def _write(io: FileIO, layout: EntryLayout, entries: pa.Table, result: RegionRewrite) -> None:
+    # Sorted and cut within the memory budget, like a full build: a large unit spills sorted runs.
+    written, _ = write_sorted_regions(io, layout, [entries])
     result.entries.extend(written)
     result.written.extend(written)

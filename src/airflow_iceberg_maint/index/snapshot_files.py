@@ -77,8 +77,11 @@ def resolve_snapshot(table: Table, snapshot_id: int | None) -> Snapshot | None:
     return snapshot
 
 
-@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(),
-        key=lambda table, snapshot: hashkey(str(table.metadata.table_uuid), snapshot.snapshot_id))
+@cached(
+    LRUCache(maxsize=_CACHE_SIZE),
+    lock=Lock(),
+    key=lambda table, snapshot: hashkey(str(table.metadata.table_uuid), snapshot.snapshot_id),
+)
 def plan_snapshot(table: Table, snapshot: Snapshot) -> SnapshotFiles:
     """The live files of a snapshot (cached: a snapshot's manifests never change)."""
     return _read_plan(table, snapshot)

@@ -3,8 +3,8 @@
 Each index of a table lives at ``<table-location>/index/<name>/``. Its metadata files are
 numbered: ``metadata/00001.metadata.json``, ``00002...``; the highest number is the current
 metadata. A commit writes version N+1 only if no file of that name exists (exclusive create on
-local disks, ``PutObject`` with ``If-None-Match: *`` on S3), so of two writers that started from
-version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
+local disks, ``If-None-Match: *`` on S3 and Azure, ``ifGenerationMatch=0`` on GCS), so of two
+writers that started from version N exactly one wins; the other re-reads and re-applies its update on top of the winner,
 up to a limit, then gives up (S6). Nothing is ever overwritten.
 
 A create whose reply is lost (a dropped connection, or a client retry answered 412 because the
@@ -313,4 +313,3 @@ class IndexStore:
             except Exception as exc:
                 # Any failure: the commit stands; a file left behind is removed later as an unreferenced index file.
                 log.warning("index metadata %s: not deleted after commit (%s)", location, exc)
-

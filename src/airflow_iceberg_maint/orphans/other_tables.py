@@ -117,8 +117,12 @@ def catalog_table_paths(
             f"catalog {catalog.name!r}: its tables cannot be listed to find tables nested under the scan location "
             f"({type(exc).__name__}: {exc})"
         ) from exc
-    log.info("catalog %s: %d tables listed, %d loaded, to find tables nested under scan locations",
-             catalog.name, len(identifiers), len(new))
+    log.info(
+        "catalog %s: %d tables listed, %d loaded, to find tables nested under scan locations",
+        catalog.name,
+        len(identifiers),
+        len(new),
+    )
     still = [by_name[".".join(i)] for i in identifiers if ".".join(i) in by_name]
     return still + [paths for paths in loaded if paths is not None]
 
@@ -171,7 +175,8 @@ def outermost(found: Iterable[ProtectedLocation]) -> list[ProtectedLocation]:
         by_location.setdefault(protected.location.rstrip("/"), protected)
     locations = sorted(by_location)
     return [
-        by_location[loc] for loc in locations
+        by_location[loc]
+        for loc in locations
         if not any(loc.startswith(other + "/") for other in locations if other != loc)
     ]
 

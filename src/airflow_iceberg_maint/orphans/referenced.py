@@ -34,6 +34,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash,
     path_hash128,
 )
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -253,26 +254,28 @@ class ReferenceWalk:
         snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
-        yield hasher.batch(lists), lambda: lists
-        self._start_workers(len(lists))
-        found = self._pooled(
-            lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
-        )
-        manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
-        self.seen.update(manifests)
-        yield hasher.batch(manifests), lambda: manifests
+        # One phase for the run: the re-check's walk continues the count of the first.
+        with Phase("reading manifests", done=self.manifests_read) as reading:
+            yield hasher.batch(lists), lambda: lists
+            self._start_workers(len(lists))
+            found = self._pooled(
+                lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
+            )
+            manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
+            self.seen.update(manifests)
+            reading.set_total(self.manifests_read + len(manifests))
+            yield hasher.batch(manifests), lambda: manifests
 
-        def reread(chunk: list[str]) -> Reread:
-            return lambda: (p for m in chunk for p in live_file_paths(io, m))
+            def reread(chunk: list[str]) -> Reread:
+                return lambda: (p for m in chunk for p in live_file_paths(io, m))
 
-        def here() -> Iterator[tuple[pa.RecordBatch, Reread]]:
-            for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
-                yield hasher.batch(paths), reread([m])
+            def here() -> Iterator[tuple[list[str], pa.RecordBatch]]:
+                for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
+                    yield [m], hasher.batch(paths)
 
-        yield from self._pooled(
-            lambda pool: ((batch, reread(chunk)) for chunk, batch in pool.hash_batches(manifests, hasher)),
-            here,
-        )
+            for chunk, batch in self._pooled(lambda pool: pool.hash_batches(manifests, hasher), here):
+                reading.advance(len(chunk))
+                yield batch, reread(chunk)
         self.manifests_read += len(manifests)
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:

@@ -19,8 +19,9 @@ import logging
 import math
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain
@@ -37,7 +38,7 @@ from airflow_iceberg_maint.errors import (
     PrefixMismatchError,
 )
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, storage_for
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, SupportsBulkDelete, storage_for
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -54,6 +55,7 @@ from airflow_iceberg_maint.orphans.referenced import (
     metadata_level_paths,
 )
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ DEFAULT_MAX_CONCURRENT_DELETES = 8
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+LIST_STEP = 1_000  # listed files a progress update
+DELETE_STEP_PER_WORKER = 5_000  # files a delete worker gets between progress updates (5 S3 requests)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -195,9 +199,18 @@ def file_kind(path: str) -> str:
     return "other"
 
 
+def partition_field_names(table: Table) -> list[str]:
+    """Names of the fields of every partition spec: their ``field=value`` directories are listed."""
+    return sorted({f.name for spec in table.metadata.partition_specs for f in spec.fields})
+
+
 def hidden_filter(table: Table) -> KeepComponent:
-    """Skip names starting with ``_`` or ``.``, except ``field=value`` directories of any partition spec."""
-    fields = {f.name for spec in table.metadata.partition_specs for f in spec.fields}
+    return keep_filter(partition_field_names(table))
+
+
+def keep_filter(partition_fields: Sequence[str]) -> KeepComponent:
+    """Skip names starting with ``_`` or ``.``, except ``field=value`` directories of the partition fields."""
+    fields = frozenset(partition_fields)
 
     def keep(name: str) -> bool:
         if not name.startswith(("_", ".")):
@@ -208,7 +221,7 @@ def hidden_filter(table: Table) -> KeepComponent:
     return keep
 
 
-def _refuse_gc_disabled(table: Table) -> None:
+def refuse_gc_disabled(table: Table) -> None:
     if str(table.properties.get("gc.enabled", "true")).strip().lower() == "false":
         raise GcDisabledError(
             f"table {_name(table)}: gc.enabled=false, so its files may be shared with other tables "
@@ -221,7 +234,7 @@ def _name(table: Table) -> str:
     return ".".join(table.name())
 
 
-def _check_options(options: OrphanOptions) -> None:
+def check_options(options: OrphanOptions) -> None:
     if options.prefix_mismatch_mode not in PREFIX_MISMATCH_MODES:
         raise InvalidInputError(
             f"prefix_mismatch_mode {options.prefix_mismatch_mode!r}: expected one of {', '.join(PREFIX_MISMATCH_MODES)}"
@@ -230,7 +243,7 @@ def _check_options(options: OrphanOptions) -> None:
         raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")
 
 
-class _Phases:
+class Phases:
     def __init__(self, report: OrphanReport) -> None:
         self.report = report
         self.started = time.perf_counter()
@@ -252,19 +265,23 @@ class _Listing:
 def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
     result = _Listing([], 0, [], LISTED_SCHEMA.empty_table())
     exact, check, identity = array("q"), array("q"), array("q")  # 8 bytes a value, not a Python int
-    for info in storage.list_files(root, keep):
-        result.listed += 1
-        if info.mtime is not None and info.mtime < cutoff:
-            result.candidates.append(info)
-        if is_listed_metadata_file(info.path):
-            result.metadata_files.append(info.path)
-        if info.inode is not None:
-            first, second = path_hash128(info.path)
-            exact.append(first)
-            check.append(second)
-            identity.append(inode_identity(*info.inode))
-        if result.listed % 100_000 == 0:
-            log.info("listed %d files under %s", result.listed, root)
+    with Phase("listing") as listing:
+        for info in storage.list_files(root, keep):
+            result.listed += 1
+            if info.mtime is not None and info.mtime < cutoff:
+                result.candidates.append(info)
+            if is_listed_metadata_file(info.path):
+                result.metadata_files.append(info.path)
+            if info.inode is not None:
+                first, second = path_hash128(info.path)
+                exact.append(first)
+                check.append(second)
+                identity.append(inode_identity(*info.inode))
+            if result.listed % LIST_STEP == 0:
+                listing.advance(LIST_STEP)
+                if result.listed % 100_000 == 0:
+                    log.info("listed %d files under %s", result.listed, root)
+        listing.advance(result.listed - listing.done)
     if exact:
         columns = [pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)]) for a in (exact, check, identity)]
         result.on_disk = pa.Table.from_arrays(columns, schema=LISTED_SCHEMA)
@@ -285,7 +302,7 @@ def printable(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _other_tables(table: Table, options: OrphanOptions) -> Sequence[TablePaths]:
+def other_tables(table: Table, options: OrphanOptions) -> Sequence[TablePaths]:
     if options.only_this_table:
         return ()
     if options.other_tables is not None:
@@ -306,13 +323,19 @@ def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
     return [hit or others.get(p) == "equivalent" for p, hit in zip(paths, exact, strict=True)]
 
 
-def _protections(
-    table: Table, root: str, listing: _Listing, refs: ReferencedSet, others: Sequence[TablePaths],
+def protected_locations(
+    table: Table,
+    root: str,
+    listed_metadata_files: Sequence[str],
+    refs: ReferencedSet,
+    others: Sequence[TablePaths],
     equivalence: PathEquivalence,
 ) -> list[ProtectedLocation]:
+    """Other tables' locations under ``root`` (S8). ``refs`` says which listed metadata files are this table's;
+    a subset of the referenced set only makes more metadata files read, never fewer locations kept."""
     uuid, location = str(table.metadata.table_uuid), table.metadata.location
     found = catalog_protections(others, uuid, _name(table), root, equivalence)
-    metadata_files = [p for p in listing.metadata_files if _comparable(p)]
+    metadata_files = [p for p in listed_metadata_files if _comparable(p)]
     found += listed_table_protections(metadata_files, _referenced(metadata_files, refs), table.io, uuid, location)
     return outermost(found)
 
@@ -342,7 +365,7 @@ def _collect(
         refs.add(paths)
 
 
-def _match(
+def match_candidates(
     candidates: list[FileInfo], refs: ReferencedSet
 ) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
     """Split candidates into orphans, conflicts, a count of equivalent spellings, and names kept as not UTF-8."""
@@ -369,7 +392,7 @@ def _match(
     return orphans, conflicts, equivalent, undecodable
 
 
-def _conflict_pairs(
+def conflict_pairs(
     conflicts: list[FileInfo], walk: ReferenceWalk, sources: Sequence[ReferenceSource]
 ) -> list[dict[str, str]]:
     """Pair each conflicting listed file with the referenced paths it collides with (a second pass)."""
@@ -392,10 +415,20 @@ def _conflict_pairs(
     return pairs
 
 
-def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[ReferenceSource]) -> list[FileInfo]:
-    """Reload the table and keep any orphan that metadata committed during the scan references."""
+def recheck(
+    orphans: list[FileInfo],
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    known: frozenset[int] | None = None,
+) -> list[FileInfo]:
+    """Reload the table and keep any orphan that metadata committed during the scan references.
+
+    ``known``: the snapshots the scan read (default: those of the table before the reload);
+    ``walk.seen``: the manifests it read. Only what is new since is read again.
+    """
     table = walk.table
-    known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
+    if known is None:
+        known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
     try:
         table.refresh()
     except Exception as exc:  # a metadata file the catalog names is missing, the catalog is down...
@@ -403,7 +436,7 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
             f"table {_name(table)}: cannot be reloaded for the re-check before deleting ({type(exc).__name__}: "
             f"{exc}); nothing was deleted"
         ) from exc
-    _refuse_gc_disabled(table)
+    refuse_gc_disabled(table)
     late = ReferencedSet(walk.equivalence)
     _collect(late, walk, sources, skip=known)
     exact = late.contains_exact([o.path for o in orphans])
@@ -412,8 +445,27 @@ def _recheck(orphans: list[FileInfo], walk: ReferenceWalk, sources: Sequence[Ref
     return [o for o in survivors if o.path not in protected]
 
 
+def report_undecodable(report: OrphanReport, paths: Sequence[str]) -> None:
+    report.kept_undecodable = [printable(p) for p in paths]
+    if paths:
+        log.warning(
+            "%d listed files are kept: their names are not UTF-8, so no metadata path can name them "
+            "exactly (first: %s)",
+            len(paths),
+            report.kept_undecodable[0],
+        )
+
+
+#: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
+#: (the final list, just before anything is deleted), so a caller can save what a run would delete
+#: before a later failure or a crash can lose it.
+StageHook = Callable[[OrphanReport, str], None]
+
+
 def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
     report.orphan_files = [o.path for o in orphans]
+    report.orphan_bytes = 0
+    report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
     for info in orphans:
         kind = report.by_kind[file_kind(info.path)]
         kind["count"] += 1
@@ -421,86 +473,90 @@ def _tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
         report.orphan_bytes += info.size
 
 
-def remove_orphan_files(
-    table: Table,
-    options: OrphanOptions | None = None,
-    *,
-    sources: Sequence[ReferenceSource],
-    now: datetime | None = None,
-) -> OrphanReport:
-    """Find the files under the table location that nothing references, and delete them unless dry-run.
+@dataclass(frozen=True)
+class ScanSetup:
+    """What every run checks and resolves before listing anything (S3, S7, S8, S12)."""
 
-    ``sources`` keep the files the rest of the project stores under the table (its indexes:
-    ``airflow_iceberg_maint.index.references.INDEX_FILES``); it has no default, so that no caller
-    drops them by accident.
-    """
-    options = options or OrphanOptions()
-    now = now or datetime.now(UTC)
-    _check_options(options)
+    cutoff: datetime
+    equivalence: PathEquivalence
+    root: str
+    others: Sequence[TablePaths]
+
+
+def _delete(storage: SupportsBulkDelete, paths: list[str], max_concurrency: int) -> DeleteOutcome:
+    """Delete in steps that keep every worker busy, reporting progress after each."""
+    outcome = DeleteOutcome()
+    step = max_concurrency * DELETE_STEP_PER_WORKER
+    with Phase("deleting", total=len(paths)) as deleting:
+        for start in range(0, len(paths), step):
+            chunk = paths[start : start + step]
+            part = storage.delete_files(chunk, max_concurrency)
+            outcome.deleted += part.deleted
+            outcome.failed += part.failed
+            outcome.requests += part.requests
+            deleting.advance(len(chunk))
+    return outcome
+
+
+def scan_setup(table: Table, options: OrphanOptions, now: datetime) -> ScanSetup:
+    check_options(options)
     cutoff = resolve_cutoff(options.older_than_days, options.older_than, now)
-    _refuse_gc_disabled(table)
+    refuse_gc_disabled(table)
     equivalence = PathEquivalence(options.equal_schemes or {}, options.equal_authorities or {})
     root = validate_location(options.location, table.metadata.location, equivalence)
-    others = _other_tables(table, options)
-    report = OrphanReport(_name(table), str(table.metadata.table_uuid), root, cutoff, options.dry_run)
-    phases = _Phases(report)
-    storage = storage_for(root, table.io.properties)
-    log.info(
-        "table %s: scanning %s for files older than %s%s",
-        report.table,
-        root,
-        cutoff.isoformat(),
-        " (dry run)" if options.dry_run else "",
-    )
+    return ScanSetup(cutoff, equivalence, root, other_tables(table, options))
 
-    refs = ReferencedSet(equivalence)
-    with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
-        with ThreadPoolExecutor(max_workers=1) as lister:
-            listing = lister.submit(_list_candidates, storage, root, hidden_filter(table), cutoff)
-            _collect(refs, walk, sources, listed_under=root)
-            listed = listing.result()
-        stated = refs.resolve(listed.on_disk)
-        if stated:
-            log.info("%d referenced paths under %s are not listed files: their identities were read on disk",
-                     stated, root)
-        candidates, report.files_listed = listed.candidates, listed.listed
-        report.list_calls = storage.list_calls
-        report.referenced_files = len(refs)
-        log.info("listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
-                 "snapshots, %d manifests", report.files_listed, len(candidates), report.list_calls,
-                 report.referenced_files, walk.snapshots, walk.manifests_read)
-        phases.done("list_and_reference")
 
-        orphans, conflicts, report.kept_equivalent, undecodable = _match(candidates, refs)
-        report.kept_undecodable = [printable(u.path) for u in undecodable]
-        if undecodable:
-            log.warning("%d listed files are kept: their names are not UTF-8, so no metadata path can name them "
-                        "exactly (first: %s)", len(undecodable), report.kept_undecodable[0])
-        protected = _protections(table, root, listed, refs, others, equivalence)
-        if protected:
-            report.protected_locations = [p.to_json() for p in protected]
-            before = len(orphans) + len(conflicts)
-            orphans, conflicts = _outside(orphans, protected), _outside(conflicts, protected)
-            report.kept_protected = before - len(orphans) - len(conflicts)
-            log.warning("kept whole, as other tables' locations: %s",
-                        "; ".join(f"{p.location} ({p.reason})" for p in protected))
-        del candidates, refs
-        if conflicts:
-            report.conflicts = _conflict_pairs(conflicts, walk, sources)
-            log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
-            if options.prefix_mismatch_mode == "delete":
-                orphans.extend(conflicts)
-        phases.done("match")
+def settle(
+    report: OrphanReport,
+    storage: SupportsBulkDelete,
+    options: OrphanOptions,
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    matched: tuple[list[FileInfo], list[FileInfo]],
+    protected: list[ProtectedLocation],
+    phases: Phases,
+    known: frozenset[int] | None = None,
+    on_stage: StageHook | None = None,
+) -> None:
+    """After matching: keep other tables' locations, report conflicts, re-check, then delete (or not).
 
-        before = len(orphans)
-        orphans = _recheck(orphans, walk, sources)
-        report.kept_by_recheck = before - len(orphans)
-        report.snapshots, report.manifests_read = walk.snapshots, walk.manifests_read
+    ``matched`` is (orphans, conflicts); ``known`` and ``walk`` are as for ``recheck``.
+    """
+    orphans, conflicts = matched
+    if protected:
+        report.protected_locations = [p.to_json() for p in protected]
+        before = len(orphans) + len(conflicts)
+        orphans, conflicts = _outside(orphans, protected), _outside(conflicts, protected)
+        report.kept_protected = before - len(orphans) - len(conflicts)
+        log.warning(
+            "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
+        )
+    if conflicts:
+        report.conflicts = conflict_pairs(conflicts, walk, sources)
+        log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
+        if options.prefix_mismatch_mode == "delete":
+            orphans = orphans + conflicts
+    phases.done("match")
+    if on_stage:
+        _tally(report, orphans)
+        on_stage(report, "matched")
+
+    before = len(orphans)
+    orphans = recheck(orphans, walk, sources, known)
+    report.kept_by_recheck = before - len(orphans)
+    report.snapshots += walk.snapshots  # the walk's own reads, the re-check's included
+    report.manifests_read += walk.manifests_read
     _tally(report, orphans)
     phases.done("recheck")
-    log.info("%d orphan files, %d bytes%s", report.orphan_file_count, report.orphan_bytes,
-             f"; {report.kept_by_recheck} kept because a commit during the scan references them"
-             if report.kept_by_recheck else "")
+    log.info(
+        "%d orphan files, %d bytes%s",
+        report.orphan_file_count,
+        report.orphan_bytes,
+        f"; {report.kept_by_recheck} kept because a commit during the scan references them"
+        if report.kept_by_recheck
+        else "",
+    )
 
     if conflicts and options.prefix_mismatch_mode == "error":
         raise PrefixMismatchError(
@@ -511,8 +567,10 @@ def remove_orphan_files(
             [(c["listed"], c["referenced"]) for c in report.conflicts],
             report,
         )
+    if on_stage:
+        on_stage(report, "planned")
     if not options.dry_run and orphans:
-        outcome = storage.delete_files(report.orphan_files, options.max_concurrent_deletes)
+        outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
         report.delete_requests = outcome.requests
@@ -523,4 +581,68 @@ def remove_orphan_files(
             len(report.failed),
         )
     phases.done("delete")
+
+
+def remove_orphan_files(
+    table: Table,
+    options: OrphanOptions | None = None,
+    *,
+    sources: Sequence[ReferenceSource],
+    now: datetime | None = None,
+    on_stage: StageHook | None = None,
+) -> OrphanReport:
+    """Find the files under the table location that nothing references, and delete them unless dry-run.
+
+    ``sources`` keep the files the rest of the project stores under the table (its indexes:
+    ``airflow_iceberg_maint.index.references.INDEX_FILES``); it has no default, so that no caller
+    drops them by accident.
+    """
+    options = options or OrphanOptions()
+    now = now or datetime.now(UTC)
+    setup = scan_setup(table, options, now)
+    root, equivalence = setup.root, setup.equivalence
+    report = OrphanReport(_name(table), str(table.metadata.table_uuid), root, setup.cutoff, options.dry_run)
+    phases = Phases(report)
+    storage = storage_for(root, table.io.properties)
+    log.info(
+        "table %s: scanning %s for files older than %s%s",
+        report.table,
+        root,
+        setup.cutoff.isoformat(),
+        " (dry run)" if options.dry_run else "",
+    )
+
+    refs = ReferencedSet(equivalence)
+    with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
+        with ThreadPoolExecutor(max_workers=1) as lister:
+            # In a copy of this context, so the listing reports to this run's progress reporter.
+            listing = lister.submit(
+                copy_context().run, _list_candidates, storage, root, hidden_filter(table), setup.cutoff
+            )
+            _collect(refs, walk, sources, listed_under=root)
+            listed = listing.result()
+        stated = refs.resolve(listed.on_disk)
+        if stated:
+            log.info("%d referenced paths under %s are not listed files: their identities were read on disk",
+                     stated, root)
+        candidates, report.files_listed = listed.candidates, listed.listed
+        report.list_calls = storage.list_calls
+        report.referenced_files = len(refs)
+        log.info(
+            "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
+            "snapshots, %d manifests",
+            report.files_listed,
+            len(candidates),
+            report.list_calls,
+            report.referenced_files,
+            walk.snapshots,
+            walk.manifests_read,
+        )
+        phases.done("list_and_reference")
+
+        orphans, conflicts, report.kept_equivalent, undecodable = match_candidates(candidates, refs)
+        report_undecodable(report, [u.path for u in undecodable])
+        protected = protected_locations(table, root, listed.metadata_files, refs, setup.others, equivalence)
+        del candidates, refs
+        settle(report, storage, options, walk, sources, (orphans, conflicts), protected, phases, on_stage=on_stage)
     return report

@@ -50,7 +50,9 @@ class OrphanRemovalContent:
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "olderThanDays": self.older_than_days, "location": self.location, "dryRun": self.dry_run
+            "olderThanDays": self.older_than_days,
+            "location": self.location,
+            "dryRun": self.dry_run,
         }
         # Shown only when set, so the output for every policy that does not opt in stays as it was.
         if self.allow_recent_files:

@@ -41,6 +41,7 @@ class CleanupState:
     last_attempt_dry_run: bool | None = None
     last_attempt_counts: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
+    last_report: str | None = None  # URI of the last attempt's full report, when one was written
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +54,7 @@ class CleanupState:
             "last_attempt_dry_run": self.last_attempt_dry_run,
             "last_attempt_counts": dict(self.last_attempt_counts),
             "last_error": self.last_error,
+            "last_report": self.last_report,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class CleanupState:
             last_attempt_dry_run=body.get("last_attempt_dry_run"),
             last_attempt_counts={k: int(v) for k, v in (body.get("last_attempt_counts") or {}).items()},
             last_error=body.get("last_error"),
+            last_report=body.get("last_report"),
         )
 
 
@@ -95,6 +98,7 @@ def record_attempt(
     counts: dict[str, int] | None = None,
     error: str | None = None,
     job: str = ORPHAN_FILE_REMOVAL,
+    report: str | None = None,
 ) -> CleanupState:
     """Record one run. The clock (``last_success_at``) moves only for a successful real run."""
     if at.tzinfo is None:
@@ -109,12 +113,15 @@ def record_attempt(
         last_attempt_dry_run=dry_run,
         last_attempt_counts=dict(counts or {}),
         last_error=None if succeeded else error,
+        last_report=report,
     )
     store.put(state)
     return state
 
 
-def record_orphan_run(store: StateStore, summary: Mapping[str, Any], at: datetime) -> CleanupState:
+def record_orphan_run(
+    store: StateStore, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
     """Record a completed orphan-removal run from its report summary (``OrphanReport.summary()``).
 
     A run where some deletes failed did not finish the cleanup, so it does not move the clock.
@@ -134,6 +141,7 @@ def record_orphan_run(store: StateStore, summary: Mapping[str, Any], at: datetim
             "failed_count": failed,
         },
         error=f"{failed} deletes failed" if failed else None,
+        report=report,
     )
 
 
@@ -183,6 +191,16 @@ class SqlStateStore:
         except sa.exc.SQLAlchemyError as exc:
             raise self._error(exc) from exc
         return CleanupState.from_json(json.loads(body)) if body else None
+
+    def all(self, job: str = ORPHAN_FILE_REMOVAL) -> list[CleanupState]:
+        """Every table's state for one job, in one query (the status page's read)."""
+        query = sa.select(_TABLE.c.body).where(_TABLE.c.job == job)
+        try:
+            with self._engine.connect() as conn:
+                bodies = conn.execute(query).scalars().all()
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._error(exc) from exc
+        return [CleanupState.from_json(json.loads(body)) for body in bodies]
 
     def put(self, state: CleanupState) -> None:
         body = json.dumps(state.to_json())

@@ -29,6 +29,11 @@ WATCHED = Asset(
     ],
 )
 
-with DAG(dag_id="index_lag_watched", schedule=[WATCHED], start_date=datetime(2026, 1, 1), catchup=False,
-         is_paused_upon_creation=False):
+with DAG(
+    dag_id="index_lag_watched",
+    schedule=[WATCHED],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    is_paused_upon_creation=False,
+):
     EmptyOperator(task_id="noop")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -29,6 +29,7 @@ from airflow_iceberg_maint.airflow.index_definitions import (
     table_names,
 )
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
+from airflow_iceberg_maint.airflow.status_records import record_index_lags
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import (
@@ -40,11 +41,14 @@ from airflow_iceberg_maint.errors import (
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, ShardResult, commit_sharded_build
 from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
 from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 EXPIRE_KEY = "expire"
 LAGS_KEY = "lags"
+SHARDED_KEY = "sharded"
 
 
 def optional_snapshot_id(value: Any) -> int | None:
@@ -71,12 +75,14 @@ class _DefinitionsOperator(BaseOperator):
         definitions_file: str,
         tables: TableList | None = None,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.definitions_file = definitions_file
         self.tables = tables
         self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url  # where the lag plan records lags for the status page (None: Variables)
 
 
 class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
@@ -103,8 +109,9 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
                 try:
                     table = load_table(catalog, definition.table)
                 except TableNotFoundError:
-                    self.log.warning("%s: table does not exist yet; its indexes are created once it does",
-                                     definition.table)
+                    self.log.warning(
+                        "%s: table does not exist yet; its indexes are created once it does", definition.table
+                    )
                     continue
                 store = IndexStore(table)
                 existing = set(store.names())
@@ -118,7 +125,11 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
 
     def _create(self, store: IndexStore, table: Table, index: IndexDefinition) -> bool:
         metadata = new_index_metadata(
-            table, index.name, list(index.ordering), list(index.identity), index.with_row_location,
+            table,
+            index.name,
+            list(index.ordering),
+            list(index.identity),
+            index.with_row_location,
             dict(index.properties),
         )
         try:
@@ -126,8 +137,9 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
         except IndexExistsError:
             self.log.info("%s index %s: created concurrently by another run", index.table, index.name)
             return False
-        self.log.info("%s index %s: created (ordering %s) at %s", index.table, index.name,
-                      ", ".join(index.ordering), location)
+        self.log.info(
+            "%s index %s: created (ordering %s) at %s", index.table, index.name, ", ".join(index.ordering), location
+        )
         return True
 
 
@@ -136,43 +148,67 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
 
     The return value, ``[{table, index}]``, feeds
     ``IcebergCommitIndexExtractOperator.partial(...).expand_kwargs(...)``. Also pushed: under
-    ``lags`` every index's lag with ``lagging`` and ``reasons``, and under ``expire`` one
+    ``lags`` every index's lag with ``lagging`` and ``reasons``, under ``expire`` one
     ``{table, index, retain_last}`` per existing index, for
-    ``IcebergExpireIndexExtractsOperator``. Indexes not created yet are left out.
+    ``IcebergExpireIndexExtractsOperator``, and under ``sharded`` the lagging indexes defined
+    with ``shards`` > 1 as ``{table, index, shards}``, for ``IcebergPlanIndexShardsOperator``
+    (those are not in the return value). Indexes not created yet are left out.
 
     :param definitions_file: index definitions (YAML); thresholds come from each index's ``lag``.
     :param tables: only these tables (list or comma-separated); None: every defined table.
     :param iceberg_conn_id: an ``iceberg`` connection.
+    :param state_url: where each table's lags are recorded for the status page: a SQLAlchemy URL, or
+        None for Airflow Variables (``iceberg_maint.index_lag.<table>``).
     """
 
     ui_color = "#f7ecd4"
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         lagging: list[dict[str, Any]] = []
+        sharded: list[dict[str, Any]] = []
         lags: list[dict[str, Any]] = []
         expire: list[dict[str, Any]] = []
         try:
-            for definition in select_tables(load_index_definitions(self.definitions_file),
-                                            table_names(self.tables)):
+            for definition in select_tables(load_index_definitions(self.definitions_file), table_names(self.tables)):
                 by_name = {index.name: index for index in definition.indexes}
                 try:
                     measured = index_lags(self.iceberg_conn_id, definition.table, list(by_name), missing_ok=True)
                 except TableNotFoundError:
                     self.log.warning("%s: table does not exist yet", definition.table)
                     continue
-                for lag in measured:
-                    index = by_name[lag.index]
-                    checked = CheckedLag(lag, index.threshold.exceeded(lag))
-                    self.log.info("%s index %s: %s", definition.table, index.name,
-                                  "; ".join(checked.reasons) or "within its lag threshold")
+                checked_lags = [CheckedLag(lag, by_name[lag.index].threshold.exceeded(lag)) for lag in measured]
+                for checked in checked_lags:
+                    index = by_name[checked.lag.index]
+                    self.log.info(
+                        "%s index %s: %s",
+                        definition.table,
+                        index.name,
+                        "; ".join(checked.reasons) or "within its lag threshold",
+                    )
                     lags.append({"table": definition.table, **checked.to_json()})
                     expire.append({"table": definition.table, "index": index.name, "retain_last": index.retain_last})
-                    if checked.lagging:
+                    if checked.lagging and index.shards > 1:
+                        sharded.append({"table": definition.table, "index": index.name, "shards": index.shards})
+                    elif checked.lagging:
                         lagging.append({"table": definition.table, "index": index.name})
+                if checked_lags:
+                    record_index_lags(
+                        self.state_url,
+                        definition.table,
+                        [c.to_json() for c in checked_lags],
+                        datetime.now(UTC),
+                        self.log,
+                    )
         except MaintenanceError as exc:
             raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
-        self.log.info("%d of %d indexes lag beyond their threshold", len(lagging), len(lags))
+        self.log.info(
+            "%d of %d indexes lag beyond their threshold (%d rebuilt sharded)",
+            len(lagging) + len(sharded),
+            len(lags),
+            len(sharded),
+        )
         context["ti"].xcom_push(key=LAGS_KEY, value=lags)
+        context["ti"].xcom_push(key=SHARDED_KEY, value=sharded)
         context["ti"].xcom_push(key=EXPIRE_KEY, value=expire)
         return lagging
 
@@ -189,10 +225,19 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
     source_table_snapshot_id, requested_mode, mode, committed, region_files_written,
     region_files_reused, entries, seconds}``.
 
+    With ``sharded_build`` (a plan of ``IcebergPlanIndexShardsOperator``) the extract was built by
+    the mapped ``IcebergBuildIndexShardOperator`` tasks ``shard_task_id``: this task only joins
+    their region lists into one tracking file, commits once, and deletes the files of failed or
+    superseded shard attempts (``index.sharded_build``). A retry after a landed commit finds
+    the build's extract and commits nothing. XCom as above, with ``mode`` ``full`` and
+    ``shards``.
+
     :param table: ``namespace.table``.
     :param index: index name.
     :param full: rebuild every region instead of only those the table change touched.
     :param snapshot_id: table snapshot to index (default: the current one).
+    :param sharded_build: commit this sharded build instead of building here.
+    :param shard_task_id: the task ID of the mapped shard builds of ``sharded_build``.
     :param iceberg_conn_id: an ``iceberg`` connection.
     """
 
@@ -206,6 +251,8 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         index: str,
         full: bool | str = False,
         snapshot_id: int | str | None = None,
+        sharded_build: dict[str, Any] | None = None,
+        shard_task_id: str = "build_index_shard",
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         **kwargs: Any,
     ) -> None:
@@ -214,15 +261,65 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         self.index = index
         self.full = full
         self.snapshot_id = snapshot_id
+        self.sharded_build = sharded_build
+        self.shard_task_id = shard_task_id
         self.iceberg_conn_id = iceberg_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         try:
+            if self.sharded_build is not None:
+                pulled = context["ti"].xcom_pull(task_ids=self.shard_task_id)
+                return self._commit_shards(table_name, index, pulled)
             return self._run(table_name, index)
         except MaintenanceError as exc:
             raise task_exception(f"table {table_name} index {index}", exc) from exc
+
+    def _commit_shards(self, table_name: str, index: str, pulled: Any) -> dict[str, Any]:
+        build = ShardedBuildPlan.from_json(self.sharded_build)
+        if build.index != index:
+            raise InvalidInputError(f"sharded_build: a build of index {build.index!r}, not {index!r}")
+        # A failed shard has no XCom; results of other indexes' builds are skipped by build ID.
+        values = pulled if isinstance(pulled, list) else [pulled]
+        results = [ShardResult.from_json(v) for v in values if v is not None]
+        started = time.monotonic()
+        outcome = commit_sharded_build(load_table(catalog_for(self.iceberg_conn_id), table_name), build, results)
+        seconds = round(time.monotonic() - started, 3)
+        body = outcome.result.to_json()
+        self.log.info(
+            "%s index %s: %s extract %d of snapshot %d from %d shards: %d entries in %d region files, "
+            "%d unreferenced build files deleted, in %.3fs",
+            table_name,
+            index,
+            "committed" if outcome.committed else "found the already committed",
+            body["extract_id"],
+            build.snapshot_id,
+            build.shards,
+            body["entries"],
+            body["region_files_written"],
+            outcome.deleted_files,
+            seconds,
+        )
+        return {
+            "table": table_name,
+            "index": index,
+            "requested_mode": "full",
+            "shards": build.shards,
+            **{
+                k: body[k]
+                for k in (
+                    "extract_id",
+                    "source_table_snapshot_id",
+                    "mode",
+                    "entries",
+                    "region_files_written",
+                    "region_files_reused",
+                )
+            },
+            "committed": outcome.committed,
+            "seconds": seconds,
+        }
 
     def _run(self, table_name: str, index: str) -> dict[str, Any]:
         requested = "full" if arguments.boolean(self.full, "full") else "incremental"
@@ -232,34 +329,67 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         summary: dict[str, Any] = {"table": table_name, "index": index, "requested_mode": requested}
         if snapshot is None:
             self.log.info("%s: no snapshot yet, nothing to index", table_name)
-            return {**summary, "extract_id": None, "source_table_snapshot_id": None, "mode": None,
-                    "committed": False}
+            return {**summary, "extract_id": None, "source_table_snapshot_id": None, "mode": None, "committed": False}
         metadata, _, _ = IndexStore(table).load(index)
         existing = metadata.extracts_for_snapshot(snapshot.snapshot_id)
         if existing:
             extract = max(existing, key=lambda e: e.timestamp_ms)
-            self.log.info("%s index %s: extract %d already covers snapshot %d; nothing to commit",
-                          table_name, index, extract.extract_id, snapshot.snapshot_id)
-            return {**summary, "extract_id": extract.extract_id, "source_table_snapshot_id": snapshot.snapshot_id,
-                    "mode": None, "committed": False}
+            self.log.info(
+                "%s index %s: extract %d already covers snapshot %d; nothing to commit",
+                table_name,
+                index,
+                extract.extract_id,
+                snapshot.snapshot_id,
+            )
+            return {
+                **summary,
+                "extract_id": extract.extract_id,
+                "source_table_snapshot_id": snapshot.snapshot_id,
+                "mode": None,
+                "committed": False,
+            }
         started = time.monotonic()
-        result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
+        with reporting(LoggingReporter(self.log)):
+            result = refresh_index(table, index, snapshot.snapshot_id, full=requested == "full")
         seconds = round(time.monotonic() - started, 3)
         body = result.to_json()
         self.log.info(
             "%s index %s: committed extract %d of snapshot %d (%s): %d entries, %d region files written, "
             "%d reused, in %.3fs",
-            table_name, index, body["extract_id"], body["source_table_snapshot_id"], body["mode"], body["entries"],
-            body["region_files_written"], body["region_files_reused"], seconds,
+            table_name,
+            index,
+            body["extract_id"],
+            body["source_table_snapshot_id"],
+            body["mode"],
+            body["entries"],
+            body["region_files_written"],
+            body["region_files_reused"],
+            seconds,
         )
-        return {**summary, **{k: body[k] for k in ("extract_id", "source_table_snapshot_id", "mode", "entries",
-                                                   "region_files_written", "region_files_reused")},
-                "committed": True, "seconds": seconds}
+        return {
+            **summary,
+            **{
+                k: body[k]
+                for k in (
+                    "extract_id",
+                    "source_table_snapshot_id",
+                    "mode",
+                    "entries",
+                    "region_files_written",
+                    "region_files_reused",
+                )
+            },
+            "committed": True,
+            "seconds": seconds,
+        }
 
     def on_kill(self) -> None:
         # Nothing to undo here: the core keeps the files of a commit that may have landed.
-        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
-                         self.table, self.index)
+        self.log.warning(
+            "%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+            self.table,
+            self.index,
+        )
 
 
 class IcebergExpireIndexExtractsOperator(BaseOperator):
@@ -305,21 +435,42 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
             retain = arguments.optional_number(self.retain_last, "retain_last")
             table = load_table(catalog_for(self.iceberg_conn_id), table_name)
             result = expire_extracts(
-                table, index, retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
+                table,
+                index,
+                retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
                 older_than=arguments.optional_datetime(self.older_than, "older_than"),
             )
         except MaintenanceError as exc:
             raise task_exception(f"table {table_name} index {index}", exc) from exc
         failed = result["failed"]
-        self.log.info("%s index %s: expired extracts %s, deleted %d files", table_name, index,
-                      result["expired_extract_ids"] or "none", result["deleted_files"])
+        self.log.info(
+            "%s index %s: expired extracts %s, deleted %d files",
+            table_name,
+            index,
+            result["expired_extract_ids"] or "none",
+            result["deleted_files"],
+        )
         if failed:
-            self.log.warning("%s index %s: %d file(s) not deleted (left for orphan removal); first: %s: %s",
-                             table_name, index, len(failed), failed[0]["path"], failed[0]["error"])
-        return {"table": table_name, "index": index, "expired_extract_ids": result["expired_extract_ids"],
-                "deleted_files": result["deleted_files"], "failed_count": len(failed)}
+            self.log.warning(
+                "%s index %s: %d file(s) not deleted (left for orphan removal); first: %s: %s",
+                table_name,
+                index,
+                len(failed),
+                failed[0]["path"],
+                failed[0]["error"],
+            )
+        return {
+            "table": table_name,
+            "index": index,
+            "expired_extract_ids": result["expired_extract_ids"],
+            "deleted_files": result["deleted_files"],
+            "failed_count": len(failed),
+        }
 
     def on_kill(self) -> None:
         # Nothing to undo here: the core keeps the files of a commit that may have landed.
-        self.log.warning("%s index %s: killed; files of a commit in flight are kept for the next try to settle",
-                         self.table, self.index)
+        self.log.warning(
+            "%s index %s: killed; files of a commit in flight are kept for the next try to settle",
+            self.table,
+            self.index,
+        )

@@ -12,12 +12,14 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
+from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.airflow.arguments import TableList
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
 from airflow_iceberg_maint.airflow.index_definitions import table_names
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
+from airflow_iceberg_maint.airflow.status_records import record_policy_tables
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
 from airflow_iceberg_maint.policy.due import evaluate_table
@@ -27,7 +29,42 @@ from airflow_iceberg_maint.policy.policies import load_policies, policy_for_tabl
 EVALUATIONS_KEY = "evaluations"
 
 
-class IcebergOrphanPolicyExpansionOperator(BaseOperator):
+class _OrphanPlanningOperator(BaseOperator):
+    """What both planning operators share: their arguments, error handling and the catalog pass."""
+
+    ui_color = "#e8f0d4"
+
+    def __init__(
+        self,
+        *,
+        policy_file: str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        state_url: str | None = None,
+        report_location: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.policy_file = policy_file
+        self.iceberg_conn_id = iceberg_conn_id
+        self.state_url = state_url
+        self.report_location = report_location
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        try:
+            return self._plan(context)
+        except MaintenanceError as exc:  # a bad policy file, a refused location: no retry can help
+            raise AirflowFailException(str(exc)) from exc
+
+    def _plan(self, context: Context) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _share_catalog_pass(self, context: Context, catalog: Catalog) -> str | None:
+        """One catalog pass for the removal tasks of this run (nested tables), saved under the report base."""
+        ti = context["ti"]
+        return share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location, self.log)
+
+
+class IcebergOrphanPolicyExpansionOperator(_OrphanPlanningOperator):
     """Evaluate every table the policies attach; return the jobs of the due ones, highest score first.
 
     The return value feeds ``IcebergRemoveOrphanFilesOperator.partial(...).expand_kwargs(...)``:
@@ -46,53 +83,26 @@ class IcebergOrphanPolicyExpansionOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("policy_file", "report_location")
-    ui_color = "#e8f0d4"
 
-    def __init__(
-        self,
-        *,
-        policy_file: str,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
-        state_url: str | None = None,
-        report_location: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.policy_file = policy_file
-        self.iceberg_conn_id = iceberg_conn_id
-        self.state_url = state_url
-        self.report_location = report_location
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        try:
-            policies = load_policies(self.policy_file)
-            catalog = catalog_for(self.iceberg_conn_id)
-            plan = plan_orphan_jobs(
-                catalog,
-                policies,
-                state_store_for(self.state_url),
-                datetime.now(UTC),
-                source=str(self.policy_file),
-            )
-        except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+    def _plan(self, context: Context) -> list[dict[str, Any]]:
+        policies = load_policies(self.policy_file)
+        catalog = catalog_for(self.iceberg_conn_id)
+        now = datetime.now(UTC)
+        plan = plan_orphan_jobs(catalog, policies, state_store_for(self.state_url), now, source=str(self.policy_file))
+        record_policy_tables(self.state_url, {e.table: e.table_uuid for e in plan.evaluations}, now, self.log)
         for evaluation in plan.evaluations:
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in plan.evaluations])
         allow_recent = {p.name: p.content.allow_recent_files for p in policies}
-        shared = {}
-        if plan.jobs:
-            ti = context["ti"]
-            shared = {"other_tables_uri": share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location,
-                                                             self.log)}
+        shared = {"other_tables_uri": self._share_catalog_pass(context, catalog)} if plan.jobs else {}
         return [
             {**job.to_json(), "policy": policy, "allow_recent_files": allow_recent[policy], **shared}
             for job, policy in plan.jobs
         ]
 
 
-class IcebergOrphanDueTablesOperator(BaseOperator):
+class IcebergOrphanDueTablesOperator(_OrphanPlanningOperator):
     """Evaluate the given tables against the policy file; return the jobs of the due ones.
 
     Like ``IcebergOrphanPolicyExpansionOperator``, but for a known list of tables (the ones an
@@ -110,56 +120,38 @@ class IcebergOrphanDueTablesOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("tables", "policy_file", "report_location")
-    ui_color = "#e8f0d4"
 
-    def __init__(
-        self,
-        *,
-        tables: TableList,
-        policy_file: str,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
-        state_url: str | None = None,
-        report_location: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, tables: TableList, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tables = tables
-        self.policy_file = policy_file
-        self.iceberg_conn_id = iceberg_conn_id
-        self.state_url = state_url
-        self.report_location = report_location
 
-    def execute(self, context: Context) -> list[dict[str, Any]]:
+    def _plan(self, context: Context) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
         evaluations = []
         jobs = []
-        try:
-            policies = load_policies(self.policy_file)
-            catalog = catalog_for(self.iceberg_conn_id)
-            store = state_store_for(self.state_url)
-            for name in table_names(self.tables) or []:
-                try:
-                    table = load_table(catalog, name)
-                except TableNotFoundError:
-                    self.log.warning("%s: table does not exist; not evaluated", name)
-                    continue
-                evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now,
-                                            str(self.policy_file))
-                self.log.info("%s: %s", name, evaluation.reason)
-                evaluations.append(evaluation)
-                policy = policy_for_table(policies, name)
-                if evaluation.due and policy is not None:
-                    job = build_orphan_job(name, table.metadata.location, policy.content, now)
-                    # The removal task refuses a cutoff under 1 day unless the policy opted in.
-                    item = {**job.to_json(), "policy": policy.name,
-                            "allow_recent_files": policy.content.allow_recent_files}
-                    jobs.append((item, evaluation.score))
-        except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+        policies = load_policies(self.policy_file)
+        catalog = catalog_for(self.iceberg_conn_id)
+        store = state_store_for(self.state_url)
+        for name in table_names(self.tables) or []:
+            try:
+                table = load_table(catalog, name)
+            except TableNotFoundError:
+                self.log.warning("%s: table does not exist; not evaluated", name)
+                continue
+            evaluation = evaluate_table(
+                name, str(table.metadata.table_uuid), policies, store, now, str(self.policy_file)
+            )
+            self.log.info("%s: %s", name, evaluation.reason)
+            evaluations.append(evaluation)
+            policy = policy_for_table(policies, name)
+            if evaluation.due and policy is not None:
+                job = build_orphan_job(name, table.metadata.location, policy.content, now)
+                # The removal task refuses a cutoff under 1 day unless the policy opted in.
+                item = {**job.to_json(), "policy": policy.name, "allow_recent_files": policy.content.allow_recent_files}
+                jobs.append((item, evaluation.score))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
         self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))
         if jobs:
-            ti = context["ti"]
-            uri = share_catalog_pass(catalog, ti.dag_id, ti.run_id, self.report_location, self.log)
+            uri = self._share_catalog_pass(context, catalog)
             jobs = [({**job, "other_tables_uri": uri}, score) for job, score in jobs]
         return [job for job, _ in sorted(jobs, key=lambda j: j[1], reverse=True)]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -13,17 +16,31 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_table, report_uri, write_report
+from airflow_iceberg_maint.airflow.reports import (
+    TaskLog,
+    default_report_base,
+    refuse_inside_tables,
+    report_uri,
+    write_report,
+)
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
-from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.orphans.removal import (
+    DEFAULT_MAX_CONCURRENT_DELETES,
+    OrphanOptions,
+    OrphanReport,
+    remove_orphan_files,
+)
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
+
+log = logging.getLogger(__name__)
 
 
 def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:
@@ -60,6 +77,36 @@ def cleanup_clock(context: Context, started: datetime) -> datetime:
     return min(logical_date, started) if isinstance(logical_date, datetime) else started
 
 
+class _SavedReport:
+    """The run's report on storage: written before anything is deleted, and again when the run ends or fails."""
+
+    def __init__(self, uri: str, io_properties: Mapping[str, str]) -> None:
+        self.uri = uri
+        self.io_properties = io_properties
+        self.last: dict[str, Any] | None = None  # the latest stage the engine reported
+
+    def write(self, body: Mapping[str, Any], stage: str, error: str | None = None) -> None:
+        write_report(self.uri, {**body, "stage": stage, "error": error}, self.io_properties)
+
+    def stage(self, report: OrphanReport, stage: str) -> None:
+        self.last = {**report.to_json(), "stage": stage}
+        if stage == "planned":
+            self.write(self.last, stage)
+
+    def failed(self, exc: Exception) -> str | None:
+        """Save what the run had found when it failed; the URI, or None when it failed before listing."""
+        found = exc.report if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport) else None
+        body = {**found.to_json(), "stage": "matched"} if found else self.last
+        if body is None:
+            return None
+        try:
+            self.write(body, body["stage"], f"{type(exc).__name__}: {exc}")
+        except Exception as write_error:  # never hide the run's own error behind the report's
+            log.warning("report %s not written: %s", self.uri, write_error)
+            return None
+        return self.uri
+
+
 class IcebergRemoveOrphanFilesOperator(BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
@@ -83,7 +130,9 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
     :param equal_schemes: scheme aliases, e.g. ``{"s3a": "s3"}`` or ``"s3a=s3,s3n=s3"``.
     :param equal_authorities: authority aliases.
     :param max_concurrent_deletes: parallel delete requests.
-    :param report_location: base URI of report files (default ``$AIRFLOW_HOME/iceberg_maint/reports``).
+    :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
+        option, else ``$AIRFLOW_HOME/iceberg_maint/reports``). Refused inside any location of the table
+        or of the other tables the run knows of. The report is written before anything is deleted.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
     :param policy: name of the policy this run applies, for the summary and logs.
     :param only_this_table: the location holds this table only: no catalog pass to find other
@@ -188,46 +237,44 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             )
         return job
 
-    def _run(self, context: Context) -> dict[str, Any]:
+    def _prepare(self, context: Context) -> PreparedRun:
+        """Load the table, build and check the job (S3, S7, S11), and place the report outside every table."""
         table_name = arguments.optional_str(self.table, "table") or ""
-        policy = arguments.optional_str(self.policy, "policy")
         catalog = catalog_for(self.iceberg_conn_id)
         table = load_table(catalog, table_name)
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
-        base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
-        refuse_inside_table(base, table.metadata.location)
-        self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {policy})" if policy else "")
-        options = job.to_options(
+        other_tables = self._other_tables(catalog)
+        run = prepare_run(
+            context,
+            catalog,
+            table,
+            table_name,
+            self.report_location,
+            self.state_url,
+            self.policy,
+            now,
+            other_tables or (),
+        )
+        self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
+        run.dry_run = job.dry_run
+        run.options = job.to_options(
             prefix_mismatch_mode=str(self.prefix_mismatch_mode),
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
             only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
-            other_tables=self._other_tables(catalog),
+            other_tables=other_tables,
         )
-        store = state_store_for(self.state_url)
-        ti = context["ti"]
-        uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
-        io_properties = {**catalog.properties, **table.io.properties}
-        try:
-            report = remove_orphan_files(table, options, now=now, sources=[INDEX_FILES])
-        except MaintenanceError as exc:
-            self._record_failure(store, table, table_name, job, exc)
-            if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport):
-                write_report(uri, exc.report.to_json(), io_properties)
-                raise PrefixMismatchError(f"{exc} (every pair: {uri})", exc.conflicts, exc.report) from exc
-            raise
-        write_report(uri, report.to_json(), io_properties)
-        summary = report.summary()
-        record_orphan_run(store, summary, cleanup_clock(context, now))
-        self._log_report(report, uri)
-        if report.failed:
-            raise AirflowException(
-                f"table {table_name}: {len(report.failed)} of {report.orphan_file_count} deletes failed "
-                f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {uri}"
+        return run
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        run = self._prepare(context)
+        with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
+            report = remove_orphan_files(
+                run.table, run.options, now=run.now, sources=[INDEX_FILES], on_stage=run.saved.stage
             )
-        return xcom_summary(summary, uri, policy)
+        return publish_report(context, run, report, self.log)
 
     def _other_tables(self, catalog: Catalog) -> list[TablePaths] | None:
         """The planning task's catalog pass topped up with tables created since; None: the engine makes one."""
@@ -240,35 +287,106 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
             self.log.warning("%s; the run lists the whole catalog itself", exc)
             return None
 
-    def _record_failure(
-        self, store: StateStore, table: Table, table_name: str, job: OrphanJobConfig, exc: Exception
-    ) -> None:
-        record_attempt(
-            store,
-            table_uuid=str(table.metadata.table_uuid),
-            table=table_name,
-            at=datetime.now(UTC),
-            dry_run=job.dry_run,
-            succeeded=False,
-            error=str(exc).splitlines()[0][:500],
-        )
 
-    def _log_report(self, report: OrphanReport, uri: str) -> None:
-        verb = "would delete" if report.dry_run else "deleted"
-        count = report.orphan_file_count if report.dry_run else report.deleted_file_count
-        self.log.info(
-            "table %s: %d orphan files (%d bytes) under %s older than %s; %s %d; listed %d files in %d calls",
-            report.table,
-            report.orphan_file_count,
-            report.orphan_bytes,
-            report.location,
-            report.older_than.isoformat(),
-            verb,
-            count,
-            report.files_listed,
-            report.list_calls,
+@dataclass
+class PreparedRun:
+    """What a removal task (single or sharded) knows before the engine runs."""
+
+    catalog: Catalog
+    table: Table
+    table_name: str
+    policy: str | None
+    now: datetime
+    store: StateStore
+    uri: str
+    saved: _SavedReport
+    dry_run: bool = False
+    options: OrphanOptions = field(default_factory=OrphanOptions)
+
+
+def prepare_run(
+    context: Context,
+    catalog: Catalog,
+    table: Table,
+    table_name: str,
+    report_location: str | None,
+    state_url: str | None,
+    policy: str | None,
+    now: datetime,
+    other_tables: Sequence[TablePaths],
+) -> PreparedRun:
+    base = arguments.optional_str(report_location, "report_location") or default_report_base()
+    refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
+    ti = context["ti"]
+    uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
+    saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
+    return PreparedRun(
+        catalog,
+        table,
+        table_name,
+        arguments.optional_str(policy, "policy"),
+        now,
+        state_store_for(state_url),
+        uri,
+        saved,
+    )
+
+
+@contextmanager
+def failures_recorded(run: PreparedRun, task_log: TaskLog) -> Iterator[None]:
+    """A failed engine run saves what it had found and is recorded in the cleanup state."""
+    try:
+        yield
+    except Exception as exc:
+        written = run.saved.failed(exc)
+        if isinstance(exc, MaintenanceError):
+            record_attempt(
+                run.store,
+                table_uuid=str(run.table.metadata.table_uuid),
+                table=run.table_name,
+                at=datetime.now(UTC),
+                dry_run=run.dry_run,
+                succeeded=False,
+                error=str(exc).splitlines()[0][:500],
+                report=written,
+            )
+        if isinstance(exc, PrefixMismatchError):
+            raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
+        if written:
+            task_log.error("the files this run had planned to delete are in its report: %s", written)
+        raise
+
+
+def publish_report(context: Context, run: PreparedRun, report: OrphanReport, task_log: TaskLog) -> dict[str, Any]:
+    """Write the full report, record the cleanup, log it, and return the XCom summary; failed deletes fail the task."""
+    run.saved.write(report.to_json(), "done")
+    summary = report.summary()
+    record_orphan_run(run.store, summary, cleanup_clock(context, run.now), run.uri)
+    _log_report(task_log, report, run.uri)
+    if report.failed:
+        raise AirflowException(
+            f"table {run.table_name}: {len(report.failed)} of {report.orphan_file_count} deletes failed "
+            f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {run.uri}"
         )
-        for kind, tally in report.by_kind.items():
-            if tally["count"]:
-                self.log.info("  %s: %d files, %d bytes", kind, tally["count"], tally["bytes"])
-        self.log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)
+    return xcom_summary(summary, run.uri, run.policy)
+
+
+def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:
+    verb = "would delete" if report.dry_run else "deleted"
+    count = report.orphan_file_count if report.dry_run else report.deleted_file_count
+    task_log.info(
+        "table %s: %d orphan files (%d bytes) under %s older than %s; %s %d; listed %d files in %d calls",
+        report.table,
+        report.orphan_file_count,
+        report.orphan_bytes,
+        report.location,
+        report.older_than.isoformat(),
+        verb,
+        count,
+        report.files_listed,
+        report.list_calls,
+    )
+    for kind, tally in report.by_kind.items():
+        if tally["count"]:
+            task_log.info("  %s: %d files, %d bytes", kind, tally["count"], tally["bytes"])
+    task_log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
+from airflow_iceberg_maint.airflow.status_records import record_index_lags
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from airflow_iceberg_maint.errors import MaintenanceError
 
@@ -29,6 +30,7 @@ class IcebergIndexLagSensor(BaseSensorOperator):
     :param index: index name.
     :param iceberg_conn_id: an ``iceberg`` connection.
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param state_url: where the lag is recorded for the status page (None: Airflow Variables).
     """
 
     template_fields: Sequence[str] = ("table", "index", "max_snapshots_behind", "max_lag_seconds", "max_added_files")
@@ -44,6 +46,7 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         max_added_files: int | str | None = None,
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        state_url: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,6 +57,7 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         self.max_added_files = max_added_files
         self.iceberg_conn_id = iceberg_conn_id
         self.deferrable = deferrable
+        self.state_url = state_url
 
     def _threshold(self) -> LagThreshold:
         return LagThreshold.from_arguments(self.max_snapshots_behind, self.max_lag_seconds, self.max_added_files)
@@ -62,10 +66,15 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         table = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         checked = check_index_lags(self.iceberg_conn_id, table, [index], threshold)[0]
+        record_index_lags(self.state_url, table, [checked.to_json()], datetime.now(UTC), self.log)
         lag = checked.lag
         self.log.info(
             "%s index %s: extract of snapshot %s, table at %s, %d snapshot(s) behind: %s",
-            table, index, lag.extract_snapshot_id, lag.table_snapshot_id, lag.snapshots_behind,
+            table,
+            index,
+            lag.extract_snapshot_id,
+            lag.table_snapshot_id,
+            lag.snapshots_behind,
             "; ".join(checked.reasons) or f"within {threshold.to_json()}",
         )
         return checked
@@ -105,4 +114,5 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         if event.get("status") != "lagging":
             raise AirflowException(f"table {self.table} index {self.index}: {event.get('message', event)}")
         self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
+        record_index_lags(self.state_url, str(self.table), [event["lag"]], datetime.now(UTC), self.log)
         return event["lag"]

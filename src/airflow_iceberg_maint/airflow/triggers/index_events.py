@@ -143,18 +143,29 @@ class IcebergIndexLagEventTrigger(BaseEventTrigger):
             except Exception as exc:
                 # A watcher outlives catalog and storage hiccups (HTTP errors, unreadable metadata):
                 # raising would end it and make the triggerer restart it at once, in a loop.
-                self.log.warning("%s: lag not checked (%s: %s); next check in %ss", self.table,
-                                 type(exc).__name__, exc, self.poll_interval, exc_info=True)
+                self.log.warning(
+                    "%s: lag not checked (%s: %s); next check in %ss",
+                    self.table,
+                    type(exc).__name__,
+                    exc,
+                    self.poll_interval,
+                    exc_info=True,
+                )
             else:
                 updated, crossed = advance(cursor, checked)
                 if crossed:
-                    self.log.info("%s: index(es) %s crossed the lag threshold", self.table,
-                                  ", ".join(c.lag.index for c in crossed))
-                    yield TriggerEvent({
-                        "table": self.table,
-                        "table_snapshot_id": crossed[0].lag.table_snapshot_id,
-                        "indexes": [c.to_json() for c in crossed],
-                    })
+                    self.log.info(
+                        "%s: index(es) %s crossed the lag threshold",
+                        self.table,
+                        ", ".join(c.lag.index for c in crossed),
+                    )
+                    yield TriggerEvent(
+                        {
+                            "table": self.table,
+                            "table_snapshot_id": crossed[0].lag.table_snapshot_id,
+                            "indexes": [c.to_json() for c in crossed],
+                        }
+                    )
                 if updated != cursor:
                     if store is not None:
                         await asyncio.to_thread(store.set, self.cursor_key, updated)

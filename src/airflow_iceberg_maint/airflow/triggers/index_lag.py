@@ -69,6 +69,9 @@ class IcebergIndexLagTrigger(BaseTrigger):
                 return
             self.log.info(
                 "%s index %s: %d snapshot(s) behind, within the threshold; next check in %ss",
-                self.table, self.index, checked.lag.snapshots_behind, self.poll_interval,
+                self.table,
+                self.index,
+                checked.lag.snapshots_behind,
+                self.poll_interval,
             )
             await asyncio.sleep(self.poll_interval)

@@ -34,6 +34,8 @@ from airflow_iceberg_maint.index.metadata.rules import check_metadata, is_absolu
 from airflow_iceberg_maint.index.metadata.spec import (
     ALLOW_KEY_SPANNING,
     ALLOW_KEY_SPANNING_DEFAULT,
+    BUILD_MEMORY_BUDGET,
+    BUILD_MEMORY_BUDGET_DEFAULT,
     COMMIT_NUM_RETRIES,
     COMMIT_NUM_RETRIES_DEFAULT,
     DELETE_AFTER_COMMIT,
@@ -48,9 +50,20 @@ from airflow_iceberg_maint.index.metadata.spec import (
 
 _TOP_LEVEL_KEYS = frozenset(
     {
-        "format-version", "index-uuid", "table-uuid", "location", "last-updated-ms", "index-type",
-        "identity-fields", "schemas", "stats-fields", "ordering-key", "properties", "extracts",
-        "metadata-log", "encryption-keys",
+        "format-version",
+        "index-uuid",
+        "table-uuid",
+        "location",
+        "last-updated-ms",
+        "index-type",
+        "identity-fields",
+        "schemas",
+        "stats-fields",
+        "ordering-key",
+        "properties",
+        "extracts",
+        "metadata-log",
+        "encryption-keys",
     }
 )
 
@@ -506,6 +519,10 @@ class IndexMetadata:
     def allow_key_spanning(self) -> bool:
         """Writer option: a hot key may span consecutive region files (readers always handle it)."""
         return self._bool_property(ALLOW_KEY_SPANNING, ALLOW_KEY_SPANNING_DEFAULT)
+
+    def build_memory_budget_bytes(self) -> int:
+        """Memory a full build or a region rewrite may hold in entries; past it, sorted runs spill to local disk."""
+        return self._int_property(BUILD_MEMORY_BUDGET, BUILD_MEMORY_BUDGET_DEFAULT, 1)
 
     def previous_versions_max(self) -> int:
         return self._int_property(PREVIOUS_VERSIONS_MAX, PREVIOUS_VERSIONS_MAX_DEFAULT, 0)

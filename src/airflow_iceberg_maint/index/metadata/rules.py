@@ -51,6 +51,7 @@ def check_metadata(m: IndexMetadata) -> None:
     if len(set(key_ids)) != len(key_ids):
         raise InvalidInputError(f"encryption-keys: key-id values must be unique, got {key_ids}")
 
+
 def _check_identity_fields(m: IndexMetadata) -> None:
     if not m.identity_fields:
         raise InvalidInputError("identity-fields: must not be empty")
@@ -72,6 +73,7 @@ def _check_identity_fields(m: IndexMetadata) -> None:
             raise InvalidInputError(f"{where}.field-id: {f.field_id} appears more than once")
         sources.add(f.source_id)
         ids.add(f.field_id)
+
 
 def _check_schemas(m: IndexMetadata) -> None:
     if not m.schemas:
@@ -102,6 +104,7 @@ def _check_schemas(m: IndexMetadata) -> None:
         if i:
             check_schema_evolution(m.schemas[i - 1], schema, where)
 
+
 def check_schema_evolution(previous: Schema, schema: Schema, where: str) -> None:
     for old, new in zip(previous.fields, schema.fields, strict=True):
         if old.name != new.name:
@@ -112,6 +115,7 @@ def check_schema_evolution(previous: Schema, schema: Schema, where: str) -> None
             )
         if new.required and not old.required:
             raise InvalidInputError(f"{where}: field {new.field_id} changed from optional to required")
+
 
 def _check_stats_fields(m: IndexMetadata) -> None:
     schema = m.current_schema()
@@ -136,6 +140,7 @@ def _check_stats_fields(m: IndexMetadata) -> None:
         if result != f.data_type:
             raise InvalidInputError(f"{where}.data-type: {f.data_type} is not the expression's type {result}")
 
+
 def _check_ordering_key(m: IndexMetadata) -> None:
     if not m.ordering_key:
         raise InvalidInputError("ordering-key: must not be empty")
@@ -151,6 +156,7 @@ def _check_ordering_key(m: IndexMetadata) -> None:
         if not 0 <= field_id <= MAX_STATS_FIELD_ID:
             raise InvalidInputError(f"{where}: field {field_id} is too large to carry content stats")
 
+
 def _check_extracts(m: IndexMetadata) -> None:
     schema_ids = {s.schema_id for s in m.schemas}
     key_ids = {k.key_id for k in m.encryption_keys}
@@ -165,6 +171,7 @@ def _check_extracts(m: IndexMetadata) -> None:
         if e.key_id is not None and e.key_id not in key_ids:
             raise InvalidInputError(f"{where}.key-id: {e.key_id!r} is not in encryption-keys")
 
+
 def validate_against_table(m: IndexMetadata, table_metadata: TableMetadata) -> None:
     """Check the rules that need the table: its UUID, and each extract's identity column types.
 
@@ -172,9 +179,7 @@ def validate_against_table(m: IndexMetadata, table_metadata: TableMetadata) -> N
     """
     check_metadata(m)
     if uuid.UUID(m.table_uuid) != uuid.UUID(str(table_metadata.table_uuid)):
-        raise InvalidInputError(
-            f"table-uuid: {m.table_uuid} is not the table's UUID {table_metadata.table_uuid}"
-        )
+        raise InvalidInputError(f"table-uuid: {m.table_uuid} is not the table's UUID {table_metadata.table_uuid}")
     for i, extract in enumerate(m.extracts):
         if table_metadata.snapshot_by_id(extract.source_table_snapshot_id) is None:
             continue
@@ -194,6 +199,7 @@ def check_properties(m: IndexMetadata) -> None:
     """Parse every known property, so a bad value is refused when it is set (S7)."""
     m.region_target_size_bytes()
     m.allow_key_spanning()
+    m.build_memory_budget_bytes()
     m.previous_versions_max()
     m.delete_after_commit()
     m.commit_num_retries()

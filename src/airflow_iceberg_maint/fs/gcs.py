@@ -1,0 +1,192 @@
+"""Google Cloud Storage (``gs://``): listing with mtimes, JSON-API batch deletes, create-if-absent.
+
+The client is google-cloud-storage, configured from the table's ``gcs.*`` FileIO properties
+(pyiceberg's own constants). Neither of pyiceberg's GCS filesystems offers what orphan removal
+and index commits need: pyarrow's ``GcsFileSystem`` has no bulk delete and no conditional
+create, and gcsfs sends its batch deletes only to Google's own host (one request a file
+elsewhere) and calls exclusive create experimental. gcsfs itself is built on this client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from google.api_core.exceptions import GoogleAPIError, NotFound, PreconditionFailed
+from google.auth.credentials import AnonymousCredentials
+from google.auth.exceptions import GoogleAuthError
+from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
+from google.oauth2.credentials import Credentials
+from pyiceberg.io import GCS_PROJECT_ID, GCS_REQUESTER_PAYS, GCS_SERVICE_HOST, GCS_TOKEN, GCS_TOKEN_EXPIRES_AT_MS
+
+from airflow_iceberg_maint.errors import StorageError
+from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
+from airflow_iceberg_maint.fs.locations import Uri
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+
+MAX_CALLS_PER_BATCH = 100  # the JSON API's limit for one batch request
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: What the client raises when the store is unreachable or refuses a request (requests' errors are OSErrors).
+REQUEST_ERRORS: tuple[type[Exception], ...] = (GoogleAPIError, GoogleAuthError, requests.RequestException)
+
+
+def client_from_properties(props: Mapping[str, str]) -> Any:
+    """A client configured like the table's FileIO.
+
+    ``gcs.oauth2.token`` is an OAuth2 access token (as pyarrow reads it, pyiceberg's default
+    FileIO for ``gs://``), or ``anon`` (as gcsfs reads it); without it, Application Default
+    Credentials. ``gcs.service.host`` points at another endpoint (an emulator).
+    """
+    token = props.get(GCS_TOKEN)
+    credentials: Any = None
+    if token == "anon":
+        credentials = AnonymousCredentials()
+    elif token and token != "google_default":
+        expires = props.get(GCS_TOKEN_EXPIRES_AT_MS)
+        expiry = datetime.fromtimestamp(int(expires) / 1000, UTC).replace(tzinfo=None) if expires else None
+        credentials = Credentials(token, expiry=expiry)  # google-auth compares naive UTC times
+    options = {"api_endpoint": props[GCS_SERVICE_HOST]} if props.get(GCS_SERVICE_HOST) else None
+    return storage.Client(project=props.get(GCS_PROJECT_ID), credentials=credentials, client_options=options)
+
+
+def _user_project(props: Mapping[str, str]) -> str | None:
+    """The project billed on a requester-pays bucket, as gcsfs sends it."""
+    return props.get(GCS_PROJECT_ID) if str(props.get(GCS_REQUESTER_PAYS, "")).lower() == "true" else None
+
+
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _as_os_error(location: str) -> Iterator[None]:
+    """A missing object as FileNotFoundError, any other failure to reach or use the store as OSError."""
+    try:
+        yield
+    except NotFound as exc:
+        raise FileNotFoundError(location) from exc
+    except PreconditionFailed:
+        raise
+    except REQUEST_ERRORS as exc:
+        raise OSError(f"{location}: {_error_text(exc)}") from exc
+
+
+def _reply_message(reply: Any) -> str:
+    try:
+        return str(json.loads(reply.content)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return str(reply.content[:200])
+
+
+class GcsStorage:
+    """Listing, batch deletes, and the conditional writes of index commits (``ifGenerationMatch=0``)."""
+
+    create_may_retry = True  # the client retries an upload with a generation precondition; the retry may get 412
+
+    def __init__(
+        self, client: Any, user_project: str | None = None, max_attempts: int = 6, backoff_seconds: float = 0.2
+    ) -> None:
+        self.client = client
+        self.user_project = user_project
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.list_calls = 0
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> GcsStorage:
+        return cls(client_from_properties(props), _user_project(props))
+
+    def _bucket(self, name: str) -> Any:
+        return self.client.bucket(name, user_project=self.user_project)
+
+    def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
+        uri = Uri.parse(root.rstrip("/"))
+        base = uri.path.lstrip("/") + "/"  # a trailing '/' so that 't' never lists 't_backup/'
+        head = f"{uri.scheme}://{uri.authority}/"
+        try:
+            pages = self.client.list_blobs(self._bucket(uri.authority), prefix=base).pages
+            for page in pages:
+                self.list_calls += 1
+                for blob in page:
+                    name = blob.name
+                    if name.endswith("/") or not all(keep(p) for p in name[len(base) :].split("/")):
+                        continue  # folder placeholders are no files
+                    yield FileInfo(head + name, int(blob.size or 0), blob.updated)
+        except REQUEST_ERRORS as exc:
+            # An incomplete listing is never used: the run stops before matching or deleting anything.
+            raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
+
+    def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, str | None]:
+        def send() -> list[Any]:
+            bucket = self._bucket(bucket_name)
+            with self.client.batch(raise_exception=False) as batch:
+                for key in keys:
+                    bucket.delete_blob(key)
+            return list(batch._responses)  # one (status, body) reply a call; the client keeps no public handle
+
+        # Sending a batch again is safe: a delete that already happened answers 404.
+        replies = DEFAULT_RETRY(send)()
+        if len(replies) != len(keys):
+            raise GoogleAPIError(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
+        verdicts: dict[str, str | None] = {}
+        for key, reply in zip(keys, replies, strict=True):
+            status = reply.status_code
+            if 200 <= status < 300 or status == 404:
+                verdicts[key] = None
+            elif status in RETRY_STATUSES:
+                verdicts[key] = RETRY
+            else:
+                verdicts[key] = f"{status}: {_reply_message(reply)}"
+        return verdicts
+
+    def _exists(self, bucket_name: str, key: str) -> bool:
+        return bool(self._bucket(bucket_name).blob(key).exists())
+
+    def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
+        deleter = BatchDeleter(
+            self._send_delete,
+            self._exists,
+            REQUEST_ERRORS,
+            _error_text,
+            MAX_CALLS_PER_BATCH,
+            self.max_attempts,
+            self.backoff_seconds,
+        )
+        return deleter.delete_files(paths, max_concurrency)
+
+    # Conditional writes (index commits). A store failure is an OSError, as on local disks.
+
+    def _blob(self, location: str) -> Any:
+        uri = Uri.parse(location)
+        return self._bucket(uri.authority).blob(uri.path.lstrip("/"))
+
+    def list_names(self, directory: str) -> tuple[list[str], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        with _as_os_error(directory):
+            blobs = self.client.list_blobs(self._bucket(uri.authority), prefix=prefix, delimiter="/")
+            files = [b.name[len(prefix) :] for b in blobs]  # exhausting the pages fills ``prefixes``
+            dirs = [p[len(prefix) :].rstrip("/") for p in blobs.prefixes]
+        return [f for f in files if f], [d for d in dirs if d]
+
+    def create_exclusive(self, location: str, data: bytes) -> bool:
+        try:
+            with _as_os_error(location):
+                self._blob(location).upload_from_string(data, content_type="application/json", if_generation_match=0)
+        except PreconditionFailed:
+            return False
+        return True
+
+    def read(self, location: str) -> bytes:
+        with _as_os_error(location):
+            data: bytes = self._blob(location).download_as_bytes()
+        return data
+
+    def delete(self, location: str) -> None:
+        with contextlib.suppress(FileNotFoundError), _as_os_error(location):
+            self._blob(location).delete()

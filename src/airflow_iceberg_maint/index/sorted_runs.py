@@ -1,0 +1,241 @@
+"""Sorting entries beyond memory: sorted runs spilled to local disk, merged back in index order.
+
+Entries arrive in input order (data files in path order, rows in file order) and are buffered
+up to a share of the memory budget. A full buffer is sorted (stably) and written as one run, an
+Arrow IPC file in a private temporary directory. The merge then reads each run a batch at a
+time: every entry whose key is below the smallest last key of the batches in hand cannot be
+preceded by an entry still on disk, so those entries of all runs are sorted together and handed
+on. Equal keys keep input order (runs are in input order, each is sorted stably, and equal keys
+are taken from earlier runs first), so the result equals one stable in-memory sort of every
+entry. When everything fits in the budget nothing is written to disk.
+
+The temporary directory is removed when the sort ends, whether it succeeded or failed; one left
+by a killed process (its name holds the process ID) is removed by the next sort that finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_iceberg_maint.index.ordering import comparable, sort_indices
+
+#: Entries per IPC batch of a run: the merge holds one batch per run at a time.
+RUN_BATCH_ROWS = 65_536
+#: A run holds a third of the budget: sorting it needs the keys, 8-byte indices, and one column twice.
+_RUN_SHARE = 3
+_DIR_PREFIX = "iceberg-index-build-"
+_DIR_NAME = re.compile(re.escape(_DIR_PREFIX) + r"(\d+)-")
+
+KeysOf = Callable[[pa.Table], list[pa.Array]]
+Sorted = tuple[pa.Table, list[pa.Array]]
+
+
+def sort_table(entries: pa.Table, keys_of: KeysOf) -> Sorted:
+    """Entries in index order (stable), with their ordering-key columns in the same order."""
+    keys = keys_of(entries)
+    order = sort_indices(keys)
+    return entries.take(order), [k.take(order) for k in keys]
+
+
+class SortedRuns:
+    """Entries added in input order, given back in index order within a memory budget.
+
+    ``keys_of`` evaluates the ordering key of some entries; ``spill_dir`` is where runs are
+    written (default: the system temporary directory, ``TMPDIR``).
+    """
+
+    def __init__(self, keys_of: KeysOf, budget_bytes: int, spill_dir: str | None = None) -> None:
+        self.keys_of = keys_of
+        self.run_bytes = max(budget_bytes // _RUN_SHARE, 1)
+        self.spill_dir = spill_dir
+        self.rows = 0
+        self.runs: list[Path] = []
+        self._buffer: list[pa.Table] = []
+        self._buffered_bytes = 0
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> SortedRuns:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the runs written so far (and their directory)."""
+        self._buffer = []
+        if self._directory is not None:
+            self._directory.cleanup()
+            self._directory = None
+
+    def add(self, entries: pa.Table) -> None:
+        """Entries next in input order; a full buffer is sorted and spilled as a run."""
+        if entries.num_rows == 0:
+            return
+        # A table larger than a run (a large data file, a large rewritten region) makes several runs.
+        step = max(int(entries.num_rows * self.run_bytes / max(entries.nbytes, 1)), 1)
+        for start in range(0, entries.num_rows, step):
+            part = entries.slice(start, step)
+            self._buffer.append(part)
+            self._buffered_bytes += part.nbytes
+            self.rows += part.num_rows
+            if self._buffered_bytes >= self.run_bytes:
+                self._spill()
+
+    def _buffered(self) -> Sorted | None:
+        if not self._buffer:
+            return None
+        entries = _combined(self._buffer)
+        self._buffered_bytes = 0
+        return sort_table(entries, self.keys_of)
+
+    def _spill(self) -> None:
+        if not self._buffer:
+            return
+        entries = _combined(self._buffer)
+        self._buffered_bytes = 0
+        order = sort_indices(self.keys_of(entries))
+        path = Path(self._run_directory()) / f"run-{len(self.runs):05d}.arrow"
+        # Taken a batch at a time: the sorted run is never held whole next to the entries.
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, entries.schema) as writer:
+            for start in range(0, len(order), RUN_BATCH_ROWS):
+                writer.write_table(entries.take(order.slice(start, RUN_BATCH_ROWS)))
+        self.runs.append(path)
+
+    def _run_directory(self) -> str:
+        if self._directory is None:
+            parent = self.spill_dir or tempfile.gettempdir()
+            remove_abandoned(parent)
+            self._directory = tempfile.TemporaryDirectory(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=parent)
+        return self._directory.name
+
+    def sorted(self) -> Iterator[Sorted]:
+        """Every entry added, in index order, as pieces with their ordering-key columns."""
+        if not self.runs:
+            buffered = self._buffered()
+            if buffered is not None:
+                yield buffered
+            return
+        self._spill()
+        yield from _merge([_Cursor(path, self.keys_of) for path in self.runs])
+
+
+def _combined(parts: list[pa.Table]) -> pa.Table:
+    """The parts as one contiguous table (taking rows from it is fast), built a column at a time.
+
+    Each column's chunks are released once it is copied, so at most one column is held twice.
+    The dictionary column gets one dictionary, as the IPC file format requires.
+    """
+    pending = pa.concat_tables(parts).unify_dictionaries()
+    parts.clear()
+    names = pending.column_names
+    columns = []
+    for name in names:
+        columns.append(pending.column(name).combine_chunks())
+        pending = pending.drop_columns([name])
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def remove_abandoned(parent: str) -> None:
+    """Remove run directories under ``parent`` left by processes that no longer exist."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        match = _DIR_NAME.match(name)
+        if match and not _alive(int(match.group(1))):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+class _Cursor:
+    """The next entries of one run: one IPC batch in memory, searchable by key."""
+
+    def __init__(self, path: Path, keys_of: KeysOf) -> None:
+        self.file = pa.OSFile(str(path), "rb")
+        self.reader = pa.ipc.open_file(self.file)
+        self.keys_of = keys_of
+        self.next_batch = 0
+        self.entries: pa.Table = self.reader.schema.empty_table()
+        self.keys: list[pa.Array] = []
+        self.refill()
+
+    def refill(self) -> None:
+        """Load the next batch once the current one is used up."""
+        while self.entries.num_rows == 0 and self.next_batch < self.reader.num_record_batches:
+            self.entries = pa.Table.from_batches([self.reader.get_batch(self.next_batch)])
+            self.next_batch += 1
+            self.keys = self.keys_of(self.entries)
+
+    @property
+    def done(self) -> bool:
+        return self.entries.num_rows == 0
+
+    def key(self, index: int) -> tuple[tuple[Any, ...], ...]:
+        return comparable([k[index].as_py() for k in self.keys], [k.type for k in self.keys])
+
+    def bisect(self, bound: tuple[tuple[Any, ...], ...], right: bool) -> int:
+        """Entries of the batch below ``bound`` (``right``: at or below it)."""
+        low, high = 0, self.entries.num_rows
+        while low < high:
+            middle = (low + high) // 2
+            key = self.key(middle)
+            if key < bound or (right and key == bound):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def take(self, count: int) -> Sorted:
+        """The first ``count`` entries of the batch, removed from it."""
+        taken = self.entries.slice(0, count), [k.slice(0, count) for k in self.keys]
+        self.entries = self.entries.slice(count)
+        self.keys = [k.slice(count) for k in self.keys]
+        self.refill()
+        return taken
+
+
+def _merge(cursors: Sequence[_Cursor]) -> Iterator[Sorted]:
+    try:
+        while active := [c for c in cursors if not c.done]:
+            frontier = min(c.key(c.entries.num_rows - 1) for c in active)
+            pieces = [c.take(n) for c in active if (n := c.bisect(frontier, right=False))]
+            if not pieces:
+                # Every batch in hand starts at the frontier key: the earliest run's entries of it
+                # come first, and no later run holds an entry below it.
+                first = next(c for c in active if c.key(0) == frontier)
+                pieces = [first.take(first.bisect(frontier, right=True))]
+            yield _sorted_together(pieces)
+    finally:
+        for cursor in cursors:
+            cursor.file.close()
+
+
+def _sorted_together(pieces: Sequence[Sorted]) -> Sorted:
+    """Sorted pieces of consecutive runs as one sorted piece (stable: earlier runs first on equal keys)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    entries = pa.concat_tables([p[0] for p in pieces]).unify_dictionaries()
+    keys = [pa.chunked_array([p[1][i] for p in pieces]) for i in range(len(pieces[0][1]))]
+    order = sort_indices(keys)
+    return entries.take(order), [k.take(order).combine_chunks() for k in keys]

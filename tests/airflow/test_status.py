@@ -1,0 +1,167 @@
+"""The status page's rows from stored records, the records the tasks write, and the report's stages."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from pyiceberg.catalog.sql import SqlCatalog
+
+from airflow_iceberg_maint.airflow.index_definitions import load_index_definitions
+from airflow_iceberg_maint.airflow.operators.index import IcebergIndexLagPlanOperator
+from airflow_iceberg_maint.airflow.status import Records, table_rows
+from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.policy.policies import parse_policies
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from tests.airflow.conftest import DAGS, remover
+
+NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
+POLICIES = parse_policies(
+    [
+        {
+            "name": "weekly",
+            "type": "system_iceberg_orphan_file_removal",
+            "minIntervalDays": 7,
+            "tables": ["demo.*", "sales.orders"],
+            "content": {},
+        },
+    ]
+)
+
+
+def test_rows_come_from_records_and_files_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    store = SqlStateStore(url)
+    record_attempt(
+        store,
+        table_uuid="u-events",
+        table="demo.events",
+        at=NOW - timedelta(days=8),
+        dry_run=False,
+        succeeded=True,
+        counts={"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2, "failed_count": 0},
+        report="s3://ops/r/demo.events.json",
+    )
+    record_attempt(
+        store,
+        table_uuid="u-manual",
+        table="other.t",
+        at=NOW - timedelta(days=1),
+        dry_run=True,
+        succeeded=False,
+        error="table 'other.t': gc.enabled=false",
+    )
+    records = SqlRecords(url)
+    lag = {
+        "index": "events_by_id",
+        "snapshots_behind": 3,
+        "lag_seconds": 42.0,
+        "lagging": True,
+        "reasons": ["3 snapshot(s) behind > 0"],
+        "checked_at": NOW.isoformat(),
+    }
+    records.put(index_lag_key("demo.events"), {"table": "demo.events", "indexes": {"events_by_id": lag}}, "")
+    records.put(
+        "iceberg_maint.policy_tables",
+        {"checked_at": NOW.isoformat(), "tables": {"demo.events": "u-events", "demo.orders": "u-orders"}},
+        "",
+    )
+    rows = table_rows(
+        POLICIES,
+        load_index_definitions(DAGS / "iceberg_indexes.yaml"),
+        Records.build(store.all(), records.items()),
+        NOW,
+    )
+    body = {r.table: r.to_json() for r in rows}
+    assert list(body) == ["demo.events", "demo.orders", "other.t", "sales.orders"]
+    events = body["demo.events"]
+    assert (events["policy"], events["due"], events["days_since_last_cleanup"]) == ("weekly", True, 8.0)
+    assert events["last_run"] == {
+        "at": (NOW - timedelta(days=8)).isoformat(),
+        "dry_run": False,
+        "status": "success",
+        "counts": {"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2, "failed_count": 0},
+        "error": None,
+        "report": "s3://ops/r/demo.events.json",
+    }
+    assert events["indexes"] == [{"name": "events_by_id", "lag": lag}, {"name": "events_by_kind", "lag": None}]
+    assert (body["demo.orders"]["due"], body["demo.orders"]["reason"]) == (True, "never cleaned: due")
+    assert body["other.t"]["policy"] is None and body["other.t"]["due"] is False
+    assert body["other.t"]["last_run"]["error"] == "table 'other.t': gc.enabled=false"
+    assert body["sales.orders"]["last_run"] is None
+
+
+def test_a_hand_edited_record_is_skipped() -> None:
+    records = Records.from_variables(
+        [
+            ("iceberg_maint.index_lag.demo.events", "{not json"),
+            ("iceberg_maint.state.system_iceberg_orphan_file_removal.x", "[]"),
+        ]
+    )
+    assert records == Records()
+
+
+def test_lag_plan_records_every_lag(catalog: SqlCatalog, tmp_path: Path, context: dict) -> None:
+    import pyarrow as pa
+
+    catalog.create_namespace("demo")
+    catalog.create_table("demo.events", pa.schema([("id", pa.int64()), ("kind", pa.string())])).append(
+        pa.table({"id": [1], "kind": ["a"]})
+    )
+    url = f"sqlite:///{tmp_path}/state.db"
+    from airflow_iceberg_maint.airflow.operators.index import IcebergCreateMissingIndexesOperator
+
+    IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
+        context
+    )
+    IcebergIndexLagPlanOperator(
+        task_id="p", definitions_file=str(DAGS / "iceberg_indexes.yaml"), state_url=url
+    ).execute(context)
+    stored = SqlRecords(url).get(index_lag_key("demo.events"))
+    assert sorted(stored["indexes"]) == ["events_by_id", "events_by_kind"]
+    assert {(i["snapshots_behind"], i["lagging"], i["reasons"][0]) for i in stored["indexes"].values()} == {
+        (1, True, "no extract yet")
+    }
+
+
+def test_report_is_saved_before_anything_is_deleted(demo_tables: dict, catalog: SqlCatalog) -> None:
+    table = catalog.load_table("demo.orders")
+    planted = demo_tables["demo.orders"]
+    seen: list[tuple[str, list[str], bool]] = []
+
+    def progress(report: OrphanReport, stage: str) -> None:
+        seen.append((stage, list(report.orphan_files), planted["old"].exists()))
+
+    remove_orphan_files(table, sources=[INDEX_FILES], on_stage=progress)
+    assert seen == [("matched", [planted["old_uri"]], True), ("planned", [planted["old_uri"]], True)]
+    assert not planted["old"].exists()
+
+
+def test_operator_report_has_its_stage(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+    summary = remover(state_url, tmp_path, table="demo.orders", dry_run=True).execute(context)
+    body = json.loads(Path(summary["report"].removeprefix("file://")).read_text())
+    assert (body["stage"], body["error"]) == ("done", None)
+    assert body["orphan_files"] == [demo_tables["demo.orders"]["old_uri"]]
+    assert SqlStateStore(state_url).get(summary["table_uuid"]).last_report == summary["report"]
+
+
+def test_report_base_inside_a_table_is_refused(
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    events = catalog.load_table("demo.events").location()
+    operator = remover(state_url, tmp_path, table="demo.orders", only_this_table=True)
+    operator.report_location = f"{catalog.load_table('demo.orders').location()}/reports"
+    with pytest.raises(AirflowFailException, match=r"report location .*: is inside the table location"):
+        operator.execute(context)
+    assert demo_tables["demo.orders"]["old"].exists()
+    from airflow_iceberg_maint.airflow.reports import refuse_inside_tables
+    from airflow_iceberg_maint.orphans.other_tables import TablePaths
+
+    paths = TablePaths.of("demo.events", catalog.load_table("demo.events").metadata)
+    with pytest.raises(ValueError, match=f"is inside the table location '{events}' of demo.events"):
+        refuse_inside_tables(f"{events}/data/reports", [paths])

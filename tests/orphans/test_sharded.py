@@ -1,0 +1,235 @@
+"""A sharded scan finds and deletes exactly what the single-task run does, and fails closed on a failed shard."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError, StorageError
+from airflow_iceberg_maint.fs.locations import Uri, local_path
+from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.orphans.sharded import (
+    finish_sharded_scan,
+    match_shard,
+    plan_sharded_scan,
+    remove_orphan_files_sharded,
+    run_shard,
+)
+from tests.orphans.scenario import SCHEMA, Scenario, build, rows, snapshot_row_counts
+
+# Everything of a report but timings, request counts and the order of the orphan list.
+SAME = (
+    "orphan_file_count",
+    "orphan_bytes",
+    "by_kind",
+    "files_listed",
+    "referenced_files",
+    "kept_equivalent",
+    "kept_undecodable",
+    "protected_locations",
+    "kept_protected",
+    "conflicts",
+    "kept_by_recheck",
+    "snapshots",
+    "manifests_read",
+)
+
+
+def _scratch(catalog, tmp_path: Path) -> str:
+    location = catalog.properties["warehouse"]
+    return f"{location.rsplit('/', 1)[0]}/scratch" if location.startswith("s3://") else f"file://{tmp_path}/scratch"
+
+
+def _io(s: Scenario) -> dict[str, str]:
+    return dict(s.table.io.properties)
+
+
+def _same(sharded: OrphanReport, single: OrphanReport) -> None:
+    assert sorted(sharded.orphan_files) == sorted(single.orphan_files)
+    assert sharded.orphan_files == sorted(sharded.orphan_files)
+    assert {k: sharded.summary()[k] for k in SAME} == {k: single.summary()[k] for k in SAME}
+
+
+def _nested_table(s: Scenario) -> None:
+    """Another table's metadata folder under the data folder: kept whole (S8)."""
+    loc = s.table.location().rstrip("/")
+    s.files.put(f"{loc}/data/inner/metadata/00000-x.metadata.json", b'{"table-uuid": "other", "location": "x"}')
+    s.kept_planted |= {s.files.put(f"{loc}/data/inner/data/a.parquet")}
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog"])
+def test_sharded_equals_single_task_dry_and_real(request, tmp_path, backend, shards):
+    catalog = request.getfixturevalue(backend)
+    s = build(catalog, plant_extra=_nested_table)
+    dry = OrphanOptions(older_than=s.cutoff, dry_run=True)
+    single = remove_orphan_files(s.table, dry, sources=[INDEX_FILES])
+    inner = f"{s.table.location()}/data/inner/"
+    assert set(single.orphan_files) == {p for p in s.expected_orphans if not p.startswith(inner)}
+
+    sharded = remove_orphan_files_sharded(
+        s.table,
+        dry,
+        shards=shards,
+        scratch=_scratch(catalog, tmp_path) + "/dry",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
+    _same(sharded, single)
+    assert sharded.protected_locations == [
+        {"location": f"{s.table.location()}/data/inner", "reason": sharded.protected_locations[0]["reason"]}
+    ]
+    assert all(s.files.exists(p) for p in single.orphan_files)
+
+    real = remove_orphan_files_sharded(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=shards,
+        scratch=_scratch(catalog, tmp_path) + "/real",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
+    _same(real, single)
+    assert real.deleted_file_count == single.orphan_file_count and real.failed == []
+    assert not any(s.files.exists(p) for p in single.orphan_files)
+    assert all(s.files.exists(p) for p in s.kept_planted)
+    assert snapshot_row_counts(catalog.load_table("db.events")) == s.row_counts
+    again = remove_orphan_files(s.table, dry, sources=[INDEX_FILES])
+    assert again.orphan_files == []
+
+
+def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, monkeypatch):
+    """Each shard lists several directories and reads several manifests; each match task several buckets."""
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.ROWS_PER_BUCKET", 3)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.LIST_DEPTH", 1)  # data/, metadata/, misc/ to shards
+    s = build(sqlite_catalog)
+    dry = OrphanOptions(older_than=s.cutoff, dry_run=True)
+    single = remove_orphan_files(s.table, dry, sources=[INDEX_FILES])
+    plan = plan_sharded_scan(
+        s.table, dry, shards=4, scratch=f"file://{tmp_path}/scratch", io_properties=_io(s), sources=[INDEX_FILES]
+    )
+    assert plan.buckets > plan.shards and plan.directories == 3
+    for i in range(4):
+        run_shard(s.table, plan.scratch, i, _io(s))
+    for i in range(4):
+        match_shard(plan.scratch, i, _io(s))
+    _same(finish_sharded_scan(s.table, plan.scratch, _io(s), sources=[INDEX_FILES]), single)
+
+
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog"])
+def test_a_failed_shard_fails_the_run_before_anything_is_deleted(request, tmp_path, backend):
+    catalog = request.getfixturevalue(backend)
+    s = build(catalog)
+    scratch = _scratch(catalog, tmp_path)
+    options = OrphanOptions(older_than=s.cutoff)
+    plan = plan_sharded_scan(s.table, options, shards=2, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    manifest = s.table.inspect.manifests()["path"].to_pylist()[0]
+    s.files.put(manifest, b"not avro")
+    owner = next(i for i in range(2) if manifest in _planned_manifests(plan.scratch, s, i))
+    before = s.files.all_files(s.table.location())
+
+    run_shard(s.table, plan.scratch, 1 - owner, _io(s))
+    with pytest.raises(MetadataReadError, match=f"manifest '{manifest}': cannot be read"):
+        run_shard(s.table, plan.scratch, owner, _io(s))
+    with pytest.raises(MetadataReadError, match=rf"scratch file '.*/shards/000{owner}.json': cannot be read"):
+        match_shard(plan.scratch, 0, _io(s))
+    with pytest.raises(MetadataReadError, match=rf"scratch file '.*/shards/000{owner}.json': cannot be read"):
+        finish_sharded_scan(s.table, plan.scratch, _io(s), sources=[INDEX_FILES])
+    assert s.files.all_files(s.table.location()) == before
+
+
+def _planned_manifests(scratch: str, s: Scenario, index: int) -> list[str]:
+    from airflow_iceberg_maint.orphans.shard_files import Scratch
+
+    return Scratch(scratch, _io(s)).read_json("plan.json")["manifests"][index]
+
+
+def test_a_scratch_write_failure_fails_the_shard_and_nothing_is_deleted(sqlite_catalog, tmp_path):
+    s = build(sqlite_catalog)
+    plan = plan_sharded_scan(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=2,
+        scratch=f"file://{tmp_path}/scratch",
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
+    (tmp_path / "scratch" / "refs").rename(tmp_path / "scratch" / "refs-moved")
+    (tmp_path / "scratch" / "refs").write_text("a file where the shards write their directories")
+    before = s.files.all_files(s.table.location())
+    with pytest.raises(StorageError, match=r"scratch file '.*/refs/b0000\d/s0000-00000.parquet': cannot be written"):
+        run_shard(s.table, plan.scratch, 0, _io(s))
+    with pytest.raises(MetadataReadError, match=r"shards/0000.json': cannot be read"):
+        match_shard(plan.scratch, 1, _io(s))
+    assert s.files.all_files(s.table.location()) == before
+
+
+def test_markers_of_another_plan_are_refused(sqlite_catalog, tmp_path):
+    s = build(sqlite_catalog)
+    scratch = f"file://{tmp_path}/scratch"
+    options = OrphanOptions(older_than=s.cutoff, dry_run=True)
+    plan_sharded_scan(s.table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    run_shard(s.table, scratch, 0, _io(s))
+    plan_sharded_scan(s.table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    with pytest.raises(MetadataReadError, match=r"shards/0000\.json': belongs to another plan"):
+        match_shard(scratch, 0, _io(s))
+
+
+def test_a_commit_during_the_scan_protects_the_files_it_adds(sqlite_catalog, tmp_path):
+    s = build(sqlite_catalog)
+    late = s.table.location() + "/data/late.parquet"  # an orphan when listed, committed before the final step
+    pq.write_table(rows(102, 1).cast(SCHEMA.as_arrow()), local_path(late))  # one partition value
+    os.utime(local_path(late), (0, 0))
+    scratch = f"file://{tmp_path}/scratch"
+    plan = plan_sharded_scan(
+        s.table,
+        OrphanOptions(older_than=s.cutoff),
+        shards=2,
+        scratch=scratch,
+        io_properties=_io(s),
+        sources=[INDEX_FILES],
+    )
+    for i in range(2):
+        run_shard(s.table, scratch, i, _io(s))
+    for i in range(2):
+        match_shard(scratch, i, _io(s))
+    sqlite_catalog.load_table("db.events").add_files([late])  # another writer commits the "orphan"
+    report = finish_sharded_scan(s.table, plan.scratch, _io(s), sources=[INDEX_FILES])
+    assert report.kept_by_recheck == 1 and late not in report.orphan_files
+    assert s.files.exists(late)
+    assert set(report.orphan_files) == s.expected_orphans
+
+
+@pytest.mark.parametrize("inside", ["/data/scratch", "/scratch", "/data/../scratch"])
+def test_scratch_inside_the_table_location_is_refused(sqlite_catalog, inside):
+    s = build(sqlite_catalog)
+    scratch = s.table.location().rstrip("/") + inside
+    with pytest.raises(InvalidInputError, match="scratch location"):
+        plan_sharded_scan(
+            s.table,
+            OrphanOptions(older_than=s.cutoff),
+            shards=2,
+            scratch=scratch,
+            io_properties=_io(s),
+            sources=[INDEX_FILES],
+        )
+    assert not Path(Uri.parse(s.table.location()).path, "scratch").exists()
+
+
+def test_bad_shard_counts_are_refused(sqlite_catalog, tmp_path):
+    s = build(sqlite_catalog)
+    for shards in (0, 257):
+        with pytest.raises(InvalidInputError, match=f"shards {shards}: expected 1 to 256"):
+            plan_sharded_scan(
+                s.table,
+                OrphanOptions(older_than=s.cutoff),
+                shards=shards,
+                scratch=f"file://{tmp_path}/s",
+                io_properties=_io(s),
+                sources=[INDEX_FILES],
+            )

@@ -1,0 +1,344 @@
+"""The Airflow UI in a real browser: a real ``airflow standalone``, Debian's headless chromium, Playwright.
+
+One Airflow (SQLite metadata database, the project's ``dags/``, reports on the local S3 server) for the
+module. The manual DAG is triggered through Airflow's own trigger dialog (dry run) and through the
+status page's pre-filled form (real run), and the exact files are checked on disk; a bad table,
+location and cutoff each fail and delete nothing; the status page shows the runs, their reports and
+the index lag recorded by the index maintenance DAG. Screenshots go to ``test-artifacts/ui/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from tests.conftest import S3_PROPS, _service
+
+pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+PORT = int(os.environ.get("TEST_AIRFLOW_PORT", "23080"))
+BASE = f"http://127.0.0.1:{PORT}"
+PASSWORD = "ui-test-password"
+MANUAL = "iceberg_orphan_cleanup_manual"
+INDEX_DAG = "iceberg_index_maintenance_scheduled"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+OLD = time.time() - 10 * 86_400
+
+
+@dataclass
+class Airflow:
+    home: Path
+    warehouse: Path
+    token: str
+    report_base: str
+    catalog: dict[str, str]  # the SqlCatalog properties of the connection iceberg_default
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            f"{BASE}/api/v2{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(1)
+        raise AssertionError(f"{dag_id} run {run_id} did not finish within {timeout} s")
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")
+        # Structured lines: the exception's text is in "error_detail", not in "event".
+        return "\n".join(json.dumps(line) if isinstance(line, dict) else str(line) for line in body["content"])
+
+    def run_ids(self, dag_id: str) -> set[str]:
+        return {r["dag_run_id"] for r in self.api("GET", f"/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]}
+
+
+def _token() -> str | None:
+    request = urllib.request.Request(
+        f"{BASE}/auth/token",
+        method="POST",
+        data=json.dumps({"username": "admin", "password": PASSWORD}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())["access_token"]
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+def _plant(folder: Path, *names: str, mtime: float = OLD) -> list[Path]:
+    paths = []
+    for name in names:
+        path = folder / name
+        path.write_bytes(b"PAR1" + name.encode() + b"\0" * 40)
+        os.utime(path, (mtime, mtime))
+        paths.append(path)
+    return paths
+
+
+def _make_tables(catalog: SqlCatalog) -> Path:
+    """``sales.orders`` (two appends) for orphan removal, ``demo.events`` for the index DAG."""
+    catalog.create_namespace("sales")
+    catalog.create_namespace("demo")
+    orders = catalog.create_table("sales.orders", pa.schema([("id", pa.int64()), ("amount", pa.float64())]))
+    for start in (0, 100):
+        orders.append(pa.table({"id": list(range(start, start + 100)), "amount": [1.5] * 100}))
+    events = catalog.create_table("demo.events", pa.schema([("id", pa.int64()), ("kind", pa.string())]))
+    events.append(pa.table({"id": list(range(50)), "kind": ["a", "b"] * 25}))
+    return Path(orders.metadata.location.removeprefix("file://"))
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = os.environ.get("TEST_CHROMIUM") or shutil.which("chromium") or ""
+    if not path:
+        _service("TEST_CHROMIUM")  # skipped outside make test, an error in CI
+    return path
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[Airflow]:
+    import boto3
+
+    endpoint = _service("TEST_S3_ENDPOINT")
+    home = tmp_path_factory.mktemp("airflow-ui")
+    warehouse = home / "warehouse"
+    warehouse.mkdir()
+    bucket = f"ui-reports-{os.getpid()}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    storage = {"s3.endpoint": endpoint, **S3_PROPS}
+    properties = {"uri": f"sqlite:///{home}/catalog.db", "warehouse": f"file://{warehouse}", **storage}
+    _make_tables(SqlCatalog("iceberg_default", **properties))
+    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+    plugins = home / "plugins"
+    plugins.mkdir()
+    if not any(e.name == "iceberg_maint" for e in entry_points(group="airflow.plugins")):
+        # An editable install made before the plugin's entry point existed: load it from the folder instead.
+        (plugins / "iceberg_maint_plugin.py").write_text(
+            "from airflow_iceberg_maint.airflow.plugin import IcebergMaintenancePlugin  # noqa: F401\n"
+        )
+    report_base = f"s3://{bucket}/reports"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYICEBERG"))},
+        # `airflow standalone` starts its parts as `airflow ...` found on PATH: the environment's bin first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(PORT),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{BASE}/execution/",  # tasks talk to this api-server
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps({"conn_type": "iceberg", "extra": {"type": "sql", **properties}}),
+        "AIRFLOW__ICEBERG_MAINT__REPORT_LOCATION": report_base,
+    }
+    log = (home / "standalone.log").open("w")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=home,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        token = None
+        while time.monotonic() < deadline and process.poll() is None:
+            token = _token()
+            if token:
+                break
+            time.sleep(2)
+        if not token:
+            pytest.fail(f"airflow standalone did not serve within 240 s; log: {home / 'standalone.log'}")
+        instance = Airflow(home, warehouse, token, report_base, properties)
+        while time.monotonic() < deadline:  # the DAG processor has parsed the project's DAGs
+            try:
+                instance.api("GET", f"/dags/{MANUAL}")
+                instance.api("GET", f"/dags/{INDEX_DAG}")
+                break
+            except urllib.error.HTTPError:
+                time.sleep(2)
+        yield instance
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def test_pages_need_an_authenticated_user(airflow: Airflow) -> None:
+    for path in (
+        "/iceberg-maint/status",
+        "/iceberg-maint/status.json",
+        "/iceberg-maint/trigger?table=sales.orders",
+        f"/iceberg-maint/report?uri={airflow.report_base}/x.json",
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(BASE + path, timeout=10)
+        assert refused.value.code == 401, path
+
+
+def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    data = airflow.warehouse / "sales" / "orders" / "data"
+    referenced = sorted(p for p in data.iterdir())
+    orphans = _plant(data, "00000-9-orphan-a.parquet", "00000-9-orphan-b.parquet")
+    fresh = _plant(data, "00000-9-in-flight.parquet", mtime=time.time())[0]
+    for dag_id in (MANUAL, INDEX_DAG):
+        airflow.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+    airflow.api("POST", "/pools", {"name": "iceberg_maint", "slots": 2, "include_deferred": False})
+    airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})  # runs alongside the orphan runs
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)  # a loaded 2-core CI machine: the UI's first render can take long
+        page.goto(BASE + "/")
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", PASSWORD)
+        page.locator("button[type=submit]").click()
+        page.wait_for_url(BASE + "/")
+
+        # 1. Dry run through Airflow's own trigger dialog.
+        page.goto(f"{BASE}/dags/{MANUAL}")
+        page.get_by_role("button", name="Trigger").first.click()
+        dialog = page.get_by_role("dialog")
+        dialog.locator("input[name=element_table]").fill("sales.orders")
+        assert dialog.locator("input[name=element_dry_run]").is_checked()
+        page.screenshot(path=ARTIFACTS / "01-airflow-trigger-dialog-dry-run.png")
+        before = airflow.run_ids(MANUAL)
+        dialog.get_by_role("button", name="Trigger").last.click()
+        dialog.wait_for(state="hidden")
+        (dry_run,) = airflow.run_ids(MANUAL) - before
+        assert airflow.wait_run(MANUAL, dry_run) == "success"
+        assert all(p.exists() for p in [*orphans, fresh, *referenced])
+
+        # 2. The status page shows the dry run; its report lists exactly the two old orphans.
+        page.goto(f"{BASE}/plugin/iceberg-maintenance")
+        frame = page.frame_locator("iframe")
+        row = frame.locator("tr[data-table='sales.orders']")
+        row.wait_for()
+        assert "dry run" in row.inner_text() and "would delete 2 files" in row.inner_text()
+        page.screenshot(path=ARTIFACTS / "02-status-after-dry-run.png")
+        row.get_by_role("link", name="report").click()
+        listed = frame.locator("#orphans li")
+        listed.first.wait_for()
+        assert sorted(listed.all_inner_texts()) == sorted(f"file://{p}" for p in orphans)
+        assert "stage done" in frame.locator("#summary").inner_text()
+        page.screenshot(path=ARTIFACTS / "03-dry-run-report.png")
+
+        # 3. Real run through the status page's pre-filled form.
+        page.goto(f"{BASE}/plugin/iceberg-maintenance")
+        frame.locator("tr[data-table='sales.orders']").get_by_role("link", name="Trigger…").click()
+        table_field = frame.locator("#param-table")
+        table_field.wait_for()
+        assert table_field.input_value() == "sales.orders"
+        frame.locator("#param-dry_run").uncheck()
+        page.screenshot(path=ARTIFACTS / "04-prefilled-form-real-run.png")
+        frame.locator("#submit").click()
+        real_run = frame.locator("#run-link").get_attribute("data-run-id")
+        assert airflow.wait_run(MANUAL, real_run) == "success"
+        assert [p for p in orphans if p.exists()] == []
+        assert fresh.exists() and all(p.exists() for p in referenced)
+        page.goto(f"{BASE}/plugin/iceberg-maintenance")
+        row = frame.locator("tr[data-table='sales.orders']")
+        row.wait_for()
+        assert "real run" in row.inner_text() and "deleted 2 files" in row.inner_text()
+        page.screenshot(path=ARTIFACTS / "05-status-after-real-run.png")
+
+        # 4. A bad table, location and cutoff: each run fails with its error and deletes nothing.
+        kept = _plant(data, "00000-9-orphan-c.parquet")
+        sibling = f"file://{airflow.warehouse}/sales/orders_backup"
+        bad = {
+            "table=sales.nope&dry_run=false": "table 'sales.nope': not found in catalog 'iceberg_default'",
+            f"table=sales.orders&dry_run=false&location={sibling}": "is not under the table location",
+            "table=sales.orders&dry_run=false&older_than_days=-1": (
+                "argument older_than_days: expected a number of days >= 1, got -1"
+            ),
+        }
+        runs = {}
+        for query, message in bad.items():
+            page.goto(f"{BASE}/iceberg-maint/trigger?{query}")
+            page.locator("#param-table").wait_for()
+            page.locator("#submit").click()
+            runs[page.locator("#run-link").get_attribute("data-run-id")] = message
+        page.screenshot(path=ARTIFACTS / "06-bad-cutoff-form.png")
+        for run_id, message in runs.items():
+            assert airflow.wait_run(MANUAL, run_id) == "failed"
+            assert message in airflow.task_log(MANUAL, run_id, "remove_orphan_files")
+        assert all(p.exists() for p in [*kept, fresh, *referenced])
+
+        # 5. The index maintenance DAG records each index's lag when it checks it; the page shows it.
+        for run_id in airflow.run_ids(INDEX_DAG):  # this test's run and the one unpausing scheduled
+            assert airflow.wait_run(INDEX_DAG, run_id) == "success"
+        SqlCatalog("iceberg_default", **airflow.catalog).load_table("demo.events").append(
+            pa.table({"id": [1000], "kind": ["c"]})
+        )
+        second = airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})["dag_run_id"]
+        assert airflow.wait_run(INDEX_DAG, second) == "success"
+        recorded = json.loads(airflow.api("GET", "/variables/iceberg_maint.index_lag.demo.events")["value"])
+        assert {n: (i["snapshots_behind"], i["lagging"]) for n, i in recorded["indexes"].items()} == {
+            "events_by_id": (1, True),
+            "events_by_kind": (1, False),
+        }
+        page.goto(f"{BASE}/plugin/iceberg-maintenance")
+        events = frame.locator("tr[data-table='demo.events']")
+        events.wait_for()
+        text = events.inner_text()
+        assert "events_by_id: 1 snapshots behind" in text and "lagging" in text
+        assert "events_by_kind: 1 snapshots behind" in text and "within bounds" in text
+        page.screenshot(path=ARTIFACTS / "07-status-index-lag.png", full_page=True)
+        browser.close()
+    stamp = datetime.now(UTC).isoformat()
+    (ARTIFACTS / "README.txt").write_text(f"Screenshots of tests/ui/test_browser.py, {stamp}\n")
