@@ -287,6 +287,24 @@ def test_a_referenced_symlink_keeps_the_file_it_points_at(sqlite_catalog):
     assert len(sqlite_catalog.load_table("db.t").scan().to_arrow()) == 25
 
 
+@pytest.mark.parametrize("processes", [0, 2])
+def test_a_hard_link_of_a_referenced_file_is_kept(sqlite_catalog, processes):
+    """The referenced name is listed, so its identity comes from the listing, not from a stat of its own."""
+    table = _table(sqlite_catalog)
+    root = local_path(table.location())
+    _write_parquet(table, f"{root}/data/added.parquet", 100)
+    table.add_files([f"{table.location()}/data/added.parquet"])
+    os.link(f"{root}/data/added.parquet", f"{root}/data/other-name.parquet")
+    table = sqlite_catalog.load_table("db.t")
+    orphan = _plant(f"{table.location()}/data/orphan.parquet")
+    _age(root)
+    report = _run(table, reader_processes=processes)
+    assert report.orphan_files == [orphan]
+    assert report.kept_equivalent == 1
+    assert os.path.exists(f"{root}/data/other-name.parquet")
+    assert len(sqlite_catalog.load_table("db.t").scan().to_arrow()) == 25
+
+
 def test_a_relative_table_location_is_refused_and_nothing_is_deleted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")

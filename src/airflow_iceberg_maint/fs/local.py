@@ -37,7 +37,12 @@ class LocalStorage:
                             stack.append(child)
                         elif entry.is_file(follow_symlinks=False):
                             st = entry.stat(follow_symlinks=False)
-                            yield FileInfo(f"{prefix}/{child}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+                            yield FileInfo(
+                                f"{prefix}/{child}",
+                                st.st_size,
+                                datetime.fromtimestamp(st.st_mtime, UTC),
+                                (st.st_dev, st.st_ino),
+                            )
             except FileNotFoundError:
                 continue  # removed while listing; nothing under it to consider
 

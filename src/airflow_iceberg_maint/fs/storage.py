@@ -31,6 +31,7 @@ class FileInfo:
     path: str
     size: int
     mtime: datetime | None
+    inode: tuple[int, int] | None = None  # (device, inode) of the file itself, on local disks
 
 
 @dataclass

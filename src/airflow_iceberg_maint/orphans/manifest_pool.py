@@ -19,7 +19,6 @@ from functools import lru_cache
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
-from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.orphans.path_hashes import PathHasher
 
@@ -50,9 +49,9 @@ def _read_lists(spec: IoSpec, manifest_lists: list[str]) -> list[str]:
     return unique_manifest_paths(_file_io(spec), manifest_lists)
 
 
-def _hash_manifests(spec: IoSpec, manifests: list[str], equivalence: PathEquivalence) -> pa.RecordBatch:
+def _hash_manifests(spec: IoSpec, manifests: list[str], hasher: PathHasher) -> pa.RecordBatch:
     io = _file_io(spec)
-    return PathHasher(equivalence).batch([p for m in manifests for p in live_file_paths(io, m)])
+    return hasher.batch([p for m in manifests for p in live_file_paths(io, m)])
 
 
 def _chunks(items: list[str], parts: int) -> list[list[str]]:
@@ -86,8 +85,8 @@ class ManifestPool:
             found.update(dict.fromkeys(manifests))
         return list(found)
 
-    def hash_batches(self, manifests: list[str], equivalence: PathEquivalence) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """Hashes of the live content files of the manifests, one batch a chunk, each with its manifest count."""
+    def hash_batches(self, manifests: list[str], hasher: PathHasher) -> Iterator[tuple[list[str], pa.RecordBatch]]:
+        """Hashes of the live content files of the manifests, one batch a chunk, with the chunk's manifests."""
         chunks = _chunks(manifests, self.workers * CHUNKS_PER_WORKER)
-        batches = self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [equivalence] * len(chunks))
-        yield from zip((len(c) for c in chunks), batches, strict=True)
+        batches = self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [hasher] * len(chunks))
+        yield from zip(chunks, batches, strict=True)

@@ -5,6 +5,9 @@ the mapped scheme and authority find other spellings of the same file (to protec
 conflicts (same path, another bucket or authority). On local storage a referenced path also
 carries the identity (device, inode) of the file it names, so that spellings no string rule
 sees (symlinks, ``.`` and ``..``, another mount of the same directory) still protect the file.
+A referenced path that the listing can name verbatim is not ``stat``-ed: its identity is
+DEFERRED and later taken from the listed file with the same 128-bit hash (see
+``ReferencedSet.resolve``), so a scan pays one ``stat`` a file, in the listing.
 
 Strings are hashed as their exact bytes: a name listed from a local directory that is not
 UTF-8 arrives surrogate-escaped and is hashed as the bytes on disk (never passed to mmh3 as
@@ -24,6 +27,7 @@ from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 
 EMPTY = 0  # hash standing for "no scheme" / "no authority": matches any (as Iceberg Java)
+DEFERRED = 1  # identity of a referenced path the listing may name verbatim: resolved from the listing
 HASH_SCHEMA = pa.schema(
     [
         ("exact", pa.int64()),
@@ -31,8 +35,10 @@ HASH_SCHEMA = pa.schema(
         ("scheme", pa.int64()),
         ("authority", pa.int64()),
         ("identity", pa.int64()),  # EMPTY off local storage, or when no file exists at the path
+        ("check", pa.int64()),  # the exact hash's other 64 bits, for DEFERRED rows (EMPTY otherwise)
     ]
 )
+LISTED_SCHEMA = pa.schema([("exact", pa.int64()), ("check", pa.int64()), ("identity", pa.int64())])
 _MISSING = (FileNotFoundError, NotADirectoryError)
 
 
@@ -45,9 +51,18 @@ def path_hash(text: str) -> int:
     return mmh3.hash64(exact_bytes(text), signed=True)[0]  # stable across processes and runs, unlike hash()
 
 
+def path_hash128(text: str) -> tuple[int, int]:
+    """The exact hash and its other 64 bits (murmur3's 128-bit hash): ``path_hash`` is the first."""
+    return mmh3.hash64(exact_bytes(text), signed=True)
+
+
+def inode_identity(device: int, inode: int) -> int:
+    value = mmh3.hash64(struct.pack("<QQ", device, inode), signed=True)[0]
+    return value if value not in (EMPTY, DEFERRED) else 2
+
+
 def _identity_hash(st: os.stat_result) -> int:
-    value = mmh3.hash64(struct.pack("<QQ", st.st_dev, st.st_ino), signed=True)[0]
-    return value if value != EMPTY else 1
+    return inode_identity(st.st_dev, st.st_ino)
 
 
 def named_identity(local: str) -> int:
@@ -83,15 +98,23 @@ class PathHasher:
     """Hashes a path's exact string, its path key, and its mapped scheme and authority.
 
     Paths of one table nearly all share one ``scheme://authority`` head: it is parsed once.
+    With ``listed_under`` (the scan root), a local path below it that a listing can name
+    verbatim gets the identity DEFERRED and its 128-bit hash instead of a ``stat``.
     """
 
-    def __init__(self, equivalence: PathEquivalence) -> None:
+    def __init__(self, equivalence: PathEquivalence, listed_under: str | None = None) -> None:
         self.equivalence = equivalence
         self._head = ""
         self._scopes: dict[str, tuple[int, int, str | None]] = {}
+        self._under = listed_under.rstrip("/") + "/" if listed_under else None
 
     def key(self, path: str) -> int:
         return self._key_and_scope(path)[0]
+
+    def key_and_local(self, path: str) -> tuple[int, bool]:
+        """The path key's hash, and whether the path is on local storage."""
+        key, scope = self._key_and_scope(path)
+        return key, scope[2] is not None
 
     def _key_and_scope(self, path: str) -> tuple[int, tuple[int, int, str | None]]:
         """The path key's hash, and the head's (scheme hash, authority hash, local filesystem prefix or None)."""
@@ -113,18 +136,39 @@ class PathHasher:
             key = PathEquivalence.path_key(key)
         return path_hash(key), self._scopes[head]
 
+    def identity(self, path: str) -> int:
+        """``named_identity`` of a local path (EMPTY for a path on another store)."""
+        local_prefix = self._key_and_scope(path)[1][2]
+        return EMPTY if local_prefix is None else named_identity(local_prefix + path[len(self._head) :])
+
+    def _listable(self, path: str) -> bool:
+        """Whether a listing of the scan root may yield exactly this string (a regular name below it)."""
+        under = self._under
+        if under is None or not path.startswith(under):
+            return False
+        rest = path[len(under) :]  # the listing skips hidden names, and never yields "//", "." or ".."
+        return not (rest.startswith((".", "_")) or "/." in rest or "/_" in rest or "//" in rest)
+
     def batch(self, paths: Sequence[str]) -> pa.RecordBatch:
         exact: list[int] = []
         keys: list[int] = []
         schemes: list[int] = []
         authorities: list[int] = []
         identities: list[int] = []
+        checks: list[int] = []
         for path in paths:
             key, (scheme, authority, local_prefix) = self._key_and_scope(path)
-            exact.append(path_hash(path))
             keys.append(key)
             schemes.append(scheme)
             authorities.append(authority)
+            if local_prefix is not None and self._listable(path):
+                first, second = path_hash128(path)
+                exact.append(first)
+                checks.append(second)
+                identities.append(DEFERRED)
+                continue
+            exact.append(path_hash(path))
+            checks.append(EMPTY)
             identities.append(EMPTY if local_prefix is None else named_identity(local_prefix + path[len(self._head) :]))
-        columns = [pa.array(c, pa.int64()) for c in (exact, keys, schemes, authorities, identities)]
+        columns = [pa.array(c, pa.int64()) for c in (exact, keys, schemes, authorities, identities, checks)]
         return pa.record_batch(columns, schema=HASH_SCHEMA)

@@ -24,12 +24,15 @@ from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
 from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.orphans.path_hashes import (
+    DEFERRED,
     EMPTY,
     HASH_SCHEMA,
     PathHasher,
     component_hash,
+    inode_identity,
     listed_identity,
     path_hash,
+    path_hash128,
 )
 from airflow_iceberg_maint.progress import Phase
 
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
+Reread = Callable[[], Iterable[str]]  # the paths a batch of hashes was made of, read again
 
 
 class ReferencedSet:
@@ -46,23 +50,60 @@ class ReferencedSet:
         self.hasher = PathHasher(equivalence)
         self._batches: list[pa.RecordBatch] = []
         self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
+        self._deferred: list[tuple[pa.RecordBatch, Reread]] = []  # batches with DEFERRED identities
+        self._resolved: list[pa.Array] = []  # their identities, once resolved
 
     def add(self, paths: Sequence[str]) -> None:
         if paths:
             self.add_hashes(self.hasher.batch(paths))
 
-    def add_hashes(self, batch: pa.RecordBatch) -> None:
+    def add_hashes(self, batch: pa.RecordBatch, reread: Reread | None = None) -> None:
+        """Add hashed paths; a batch with DEFERRED identities needs ``reread`` and a ``resolve`` before use."""
         if batch.num_rows:
-            self._batches.append(batch)
-            self._frozen = None
+            if reread is not None:
+                deferred = batch.filter(pc.equal(batch["identity"], DEFERRED))
+                if deferred.num_rows:
+                    self._deferred.append((deferred, reread))
+            self._batches.append(batch)  # merged with what is frozen already at the next freeze
+
+    def resolve(self, listed: pa.Table) -> int:
+        """Find the identities of deferred paths; returns how many had to be ``stat``-ed here.
+
+        ``listed`` holds the 128-bit hash and the identity of every file the listing found on
+        local storage (LISTED_SCHEMA). A deferred path with the hash of a listed file is that
+        listed string, and the listing's ``lstat`` of a file that is not a symlink is the
+        ``stat`` of its path. Any other deferred path (missing, hidden, behind a symlink) is
+        read again from its batch's source and ``stat``-ed, exactly as an eager hash would.
+        """
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return 0
+        rows = pa.concat_tables(
+            pa.table({"exact": b["exact"], "check": b["check"], "source": pa.array([i] * b.num_rows, pa.int32())})
+            for i, (b, _) in enumerate(deferred)
+        )
+        joined = rows.join(listed.select(["exact", "check", "identity"]), ["exact", "check"], join_type="left outer")
+        found = pc.is_valid(joined["identity"])
+        self._resolved.append(pc.unique(joined["identity"].filter(found)))
+        missing = joined.filter(pc.invert(found))
+        stated: list[int] = []
+        for source in pc.unique(missing["source"]).to_pylist():
+            mine = missing.filter(pc.equal(missing["source"], source))
+            wanted = set(zip(mine["exact"].to_pylist(), mine["check"].to_pylist(), strict=True))
+            stated.extend(self.hasher.identity(p) for p in deferred[source][1]() if path_hash128(p) in wanted)
+        self._resolved.append(pa.array(stated, pa.int64()))
+        return missing.num_rows
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
-        if self._frozen is None or self._batches:
+        if self._frozen is None or self._batches or self._resolved:
             added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
+            if self._deferred:
+                raise RuntimeError("referenced paths with deferred identities were not resolved")
             exact_parts = [added["exact"]]
             key_parts = [added.select(["key", "scheme", "authority"])]
-            identity_parts = [added["identity"]]
+            identity_parts = [added["identity"], *(pa.chunked_array([r]) for r in self._resolved)]
+            self._resolved = []
             if self._frozen is not None:
                 exact_parts.insert(0, pa.chunked_array([self._frozen[0]]))
                 key_parts.insert(0, self._frozen[1])
@@ -70,7 +111,7 @@ class ReferencedSet:
             exact = pc.unique(pa.chunked_array([c for p in exact_parts for c in p.chunks], pa.int64()))
             keys = pa.concat_tables(key_parts).group_by(["key", "scheme", "authority"]).aggregate([])
             identities = pc.unique(pa.chunked_array([c for p in identity_parts for c in p.chunks], pa.int64()))
-            identities = identities.filter(pc.not_equal(identities, EMPTY))
+            identities = identities.filter(pc.and_(pc.not_equal(identities, EMPTY), pc.not_equal(identities, DEFERRED)))
             self._batches = []
             self._frozen = (exact, keys.combine_chunks(), identities)
         return self._frozen
@@ -87,38 +128,45 @@ class ReferencedSet:
         exact = self._freeze()[0]
         return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
 
-    def classify_unmatched(self, paths: Sequence[str]) -> dict[str, str]:
+    def classify_unmatched(
+        self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None
+    ) -> dict[str, str]:
         """For paths not referenced exactly: ``equivalent`` (same file, other spelling) or ``conflict``.
 
         A local path whose file is one a referenced path names (same device and inode) is
-        ``equivalent`` too. Paths absent from the result share no path key and no file with any
-        referenced path.
+        ``equivalent`` too. ``inodes`` are the listing's (device, inode) of each path, when it
+        gave them (else the path is ``lstat``-ed here). Paths absent from the result share no
+        path key and no file with any referenced path.
         """
         if not paths:
             return {}
         _, keys, identities = self._freeze()
         eq = self.hasher.equivalence
-        path_keys = [self.hasher.key(p) for p in paths]
-        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array(path_keys, pa.int64())))
+        path_keys = [self.hasher.key_and_local(p) for p in paths]
+        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array([k for k, _ in path_keys], pa.int64())))
         scopes: dict[int, list[tuple[int, int]]] = {}
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
             scopes.setdefault(key, []).append((scheme, authority))
         result: dict[str, str] = {}
-        local: list[str] = []
-        for path, key in zip(paths, path_keys, strict=True):
-            uri = Uri.parse(path)
+        local: list[int] = []
+        for i, (path, (key, is_local)) in enumerate(zip(paths, path_keys, strict=True)):
             if key not in scopes:
-                if uri.is_local and len(identities):
-                    local.append(path)
+                if is_local and len(identities):
+                    local.append(i)
                 continue
+            uri = Uri.parse(path)
             mine = (component_hash(eq.scheme(uri.scheme)), component_hash(eq.authority(uri.authority)))
             same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
         if local:
-            listed = pa.array([listed_identity(local_path(p)) for p in local], pa.int64())
-            for path, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
+            def identity(i: int) -> int:
+                inode = inodes[i] if inodes is not None else None
+                return listed_identity(local_path(paths[i])) if inode is None else inode_identity(*inode)
+
+            listed = pa.array([identity(i) for i in local], pa.int64())
+            for i, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
                 if hit:
-                    result[path] = "equivalent"
+                    result[paths[i]] = "equivalent"
         return result
 
 
@@ -194,19 +242,21 @@ class ReferenceWalk:
         yield from here()
 
     def hash_batches(
-        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset()
-    ) -> Iterator[pa.RecordBatch]:
-        """Hashes of every snapshot's manifest list, manifests and live content files.
+        self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset(), listed_under: str | None = None
+    ) -> Iterator[tuple[pa.RecordBatch, Reread]]:
+        """Hashes of every snapshot's manifest list, manifests and live content files, each with its source.
 
-        Covers all branches, tags and staged snapshots.
+        Covers all branches, tags and staged snapshots. With ``listed_under`` (the scan root),
+        local paths below it get DEFERRED identities (``PathHasher``); the source reads a
+        batch's paths again for ``ReferencedSet.resolve``.
         """
-        io, hasher = self.table.io, PathHasher(self.equivalence)
+        io, hasher = self.table.io, PathHasher(self.equivalence, listed_under)
         snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
         # One phase for the run: the re-check's walk continues the count of the first.
         with Phase("reading manifests", done=self.manifests_read) as reading:
-            yield hasher.batch(lists)
+            yield hasher.batch(lists), lambda: lists
             self._start_workers(len(lists))
             found = self._pooled(
                 lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
@@ -214,13 +264,18 @@ class ReferenceWalk:
             manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
             self.seen.update(manifests)
             reading.set_total(self.manifests_read + len(manifests))
-            yield hasher.batch(manifests)
-            for count, batch in self._pooled(
-                lambda pool: pool.hash_batches(manifests, self.equivalence),
-                lambda: ((1, hasher.batch(paths)) for paths in self._map(lambda m: live_file_paths(io, m), manifests)),
-            ):
-                reading.advance(count)
-                yield batch
+            yield hasher.batch(manifests), lambda: manifests
+
+            def reread(chunk: list[str]) -> Reread:
+                return lambda: (p for m in chunk for p in live_file_paths(io, m))
+
+            def here() -> Iterator[tuple[list[str], pa.RecordBatch]]:
+                for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
+                    yield [m], hasher.batch(paths)
+
+            for chunk, batch in self._pooled(lambda pool: pool.hash_batches(manifests, hasher), here):
+                reading.advance(len(chunk))
+                yield batch, reread(chunk)
         self.manifests_read += len(manifests)
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:

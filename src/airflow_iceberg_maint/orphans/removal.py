@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
@@ -26,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import (
@@ -46,6 +48,7 @@ from airflow_iceberg_maint.orphans.other_tables import (
     listed_table_protections,
     outermost,
 )
+from airflow_iceberg_maint.orphans.path_hashes import LISTED_SCHEMA, inode_identity, path_hash128
 from airflow_iceberg_maint.orphans.referenced import (
     ReferencedSet,
     ReferenceWalk,
@@ -256,10 +259,12 @@ class _Listing:
     candidates: list[FileInfo]  # strictly older than the cutoff; a file with no modification time never is
     listed: int
     metadata_files: list[str]  # table metadata files in any ``metadata`` folder, whatever their age
+    on_disk: pa.Table  # 128-bit hash and identity of every listed local file (LISTED_SCHEMA)
 
 
 def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
-    result = _Listing([], 0, [])
+    result = _Listing([], 0, [], LISTED_SCHEMA.empty_table())
+    exact, check, identity = array("q"), array("q"), array("q")  # 8 bytes a value, not a Python int
     with Phase("listing") as listing:
         for info in storage.list_files(root, keep):
             result.listed += 1
@@ -267,11 +272,19 @@ def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datet
                 result.candidates.append(info)
             if is_listed_metadata_file(info.path):
                 result.metadata_files.append(info.path)
+            if info.inode is not None:
+                first, second = path_hash128(info.path)
+                exact.append(first)
+                check.append(second)
+                identity.append(inode_identity(*info.inode))
             if result.listed % LIST_STEP == 0:
                 listing.advance(LIST_STEP)
                 if result.listed % 100_000 == 0:
                     log.info("listed %d files under %s", result.listed, root)
         listing.advance(result.listed - listing.done)
+    if exact:
+        columns = [pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)]) for a in (exact, check, identity)]
+        result.on_disk = pa.Table.from_arrays(columns, schema=LISTED_SCHEMA)
     return result
 
 
@@ -334,13 +347,20 @@ def _outside(files: list[FileInfo], protected: list[ProtectedLocation]) -> list[
 
 
 def _collect(
-    refs: ReferencedSet, walk: ReferenceWalk, sources: Sequence[ReferenceSource], skip: frozenset[int] = frozenset()
+    refs: ReferencedSet,
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    skip: frozenset[int] = frozenset(),
+    listed_under: str | None = None,
 ) -> None:
-    """Add everything the table's current metadata references (snapshots in ``skip`` excepted)."""
+    """Add everything the table's current metadata references (snapshots in ``skip`` excepted).
+
+    With ``listed_under``, identities of local paths below it wait for ``refs.resolve``.
+    """
     table = walk.table
     refs.add(metadata_level_paths(table.metadata, table.metadata_location))
-    for batch in walk.hash_batches(table.metadata, skip):
-        refs.add_hashes(batch)
+    for batch, reread in walk.hash_batches(table.metadata, skip, listed_under):
+        refs.add_hashes(batch, reread)
     for paths in source_path_batches(table, sources):
         refs.add(paths)
 
@@ -360,7 +380,7 @@ def match_candidates(
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_exact([c.path for c in chunk])
         unmatched = [c for c, hit in zip(chunk, exact, strict=True) if not hit]
-        verdicts = refs.classify_unmatched([c.path for c in unmatched])
+        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
         for info in unmatched:
             verdict = verdicts.get(info.path)
             if verdict is None:
@@ -421,7 +441,7 @@ def recheck(
     _collect(late, walk, sources, skip=known)
     exact = late.contains_exact([o.path for o in orphans])
     survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
-    protected = late.classify_unmatched([o.path for o in survivors])
+    protected = late.classify_unmatched([o.path for o in survivors], [o.inode for o in survivors])
     return [o for o in survivors if o.path not in protected]
 
 
@@ -599,8 +619,12 @@ def remove_orphan_files(
             listing = lister.submit(
                 copy_context().run, _list_candidates, storage, root, hidden_filter(table), setup.cutoff
             )
-            _collect(refs, walk, sources)
+            _collect(refs, walk, sources, listed_under=root)
             listed = listing.result()
+        stated = refs.resolve(listed.on_disk)
+        if stated:
+            log.info("%d referenced paths under %s are not listed files: their identities were read on disk",
+                     stated, root)
         candidates, report.files_listed = listed.candidates, listed.listed
         report.list_calls = storage.list_calls
         report.referenced_files = len(refs)
