@@ -244,7 +244,11 @@ def _s3_client(endpoint: str) -> Any:
     from botocore.config import Config
 
     return boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1",
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
         config=Config(max_pool_connections=32),
     )
 
@@ -277,19 +281,35 @@ def build_s3(endpoint: str, work: Path, files: int, prefixes: int, orphans: int,
     started = time.perf_counter()
     with ThreadPoolExecutor(16) as pool:
         for s in range(math.ceil(files / per_snapshot)):
-            keys = [f"{base}/data/p={i % prefixes:04d}/{s:05d}-{i:06d}.parquet"
-                    for i in range(s * per_snapshot, min(files, (s + 1) * per_snapshot))]
+            keys = [
+                f"{base}/data/p={i % prefixes:04d}/{s:05d}-{i:06d}.parquet"
+                for i in range(s * per_snapshot, min(files, (s + 1) * per_snapshot))
+            ]
             list(pool.map(lambda k: s3.put_object(Bucket=S3_BUCKET, Key=k, Body=b"x"), keys))
             with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
                 for key in keys:
-                    append.append_data_file(DataFile.from_args(
-                        content=DataFileContent.DATA, file_path=f"s3://{S3_BUCKET}/{key}",
-                        file_format=FileFormat.PARQUET, partition=Record(), record_count=1, file_size_in_bytes=1,
-                    ))
-            print(f"  s3: {min(files, (s + 1) * per_snapshot)}/{files} files ({time.perf_counter() - started:.0f} s)",
-                  file=sys.stderr)
-        list(pool.map(lambda i: s3.put_object(Bucket=S3_BUCKET, Key=f"{base}/data/p={i % prefixes:04d}/orphan-{i:06d}",
-                                              Body=b"x"), range(orphans)))
+                    append.append_data_file(
+                        DataFile.from_args(
+                            content=DataFileContent.DATA,
+                            file_path=f"s3://{S3_BUCKET}/{key}",
+                            file_format=FileFormat.PARQUET,
+                            partition=Record(),
+                            record_count=1,
+                            file_size_in_bytes=1,
+                        )
+                    )
+            print(
+                f"  s3: {min(files, (s + 1) * per_snapshot)}/{files} files ({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+            )
+        list(
+            pool.map(
+                lambda i: s3.put_object(
+                    Bucket=S3_BUCKET, Key=f"{base}/data/p={i % prefixes:04d}/orphan-{i:06d}", Body=b"x"
+                ),
+                range(orphans),
+            )
+        )
     s3.put_object(Bucket=S3_BUCKET, Key=marker, Body=b"")
     return catalog.load_table("db.t")
 
@@ -382,8 +402,16 @@ def main() -> int:
         "naive_over_ours": round(median["naive"] / median["ours"], 2),
         "referenced_set": referenced_set_bytes(args.memory_files) if args.memory_files else None,
         "s3": s3_delete_requests(args.s3_orphans) if args.s3_orphans else None,
-        "s3_scan": s3_scan(os.environ["TEST_S3_ENDPOINT"], args.work.parent / "orphans-s3", args.s3_files,
-                           args.s3_prefixes, args.s3_files // 10, args.repeat) if args.s3_files else None,
+        "s3_scan": s3_scan(
+            os.environ["TEST_S3_ENDPOINT"],
+            args.work.parent / "orphans-s3",
+            args.s3_files,
+            args.s3_prefixes,
+            args.s3_files // 10,
+            args.repeat,
+        )
+        if args.s3_files
+        else None,
     }
     print(json.dumps(summary, indent=2))
     print(
@@ -393,9 +421,11 @@ def main() -> int:
     )
     if summary["s3_scan"]:
         scan = summary["s3_scan"]
-        print(f"s3: {scan['files_listed']} files over {scan['prefixes']} prefixes: ours "
-              f"{scan['seconds_median']['ours']:.2f} s | parallel LIST floor {scan['seconds_median']['list_floor']:.2f}"
-              f" s  ->  ours/floor {scan['ours_over_list_floor']}")
+        print(
+            f"s3: {scan['files_listed']} files over {scan['prefixes']} prefixes: ours "
+            f"{scan['seconds_median']['ours']:.2f} s | parallel LIST floor {scan['seconds_median']['list_floor']:.2f}"
+            f" s  ->  ours/floor {scan['ours_over_list_floor']}"
+        )
     return 0
 
 

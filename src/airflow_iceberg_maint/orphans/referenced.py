@@ -159,6 +159,7 @@ class ReferencedSet:
             same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
         if local:
+
             def identity(i: int) -> int:
                 inode = inodes[i] if inodes is not None else None
                 return listed_identity(local_path(paths[i])) if inode is None else inode_identity(*inode)

@@ -623,8 +623,9 @@ def remove_orphan_files(
             listed = listing.result()
         stated = refs.resolve(listed.on_disk)
         if stated:
-            log.info("%d referenced paths under %s are not listed files: their identities were read on disk",
-                     stated, root)
+            log.info(
+                "%d referenced paths under %s are not listed files: their identities were read on disk", stated, root
+            )
         candidates, report.files_listed = listed.candidates, listed.listed
         report.list_calls = storage.list_calls
         report.referenced_files = len(refs)
