@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -55,8 +56,9 @@ class _OrphanPlanningOperator(BaseOperator):
         except MaintenanceError as exc:  # a bad policy file, a refused location: no retry can help
             raise AirflowFailException(str(exc)) from exc
 
+    @abstractmethod
     def _plan(self, context: Context) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The jobs of the due tables; core errors propagate to ``execute``."""
 
     def _share_catalog_pass(self, context: Context, catalog: Catalog) -> str | None:
         """One catalog pass for the removal tasks of this run (nested tables), saved under the report base."""

@@ -11,6 +11,7 @@ re-checks against reloaded metadata and deletes: nothing is deleted after a fail
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -102,8 +103,9 @@ class _ShardTask(BaseOperator):
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table} shard {self.shard}", exc) from exc
 
+    @abstractmethod
     def _step(self, shard: int) -> dict[str, int]:
-        raise NotImplementedError
+        """Run this task's step of the sharded scan for ``shard``; returns small counts for XCom."""
 
 
 class IcebergOrphanShardScanOperator(_ShardTask):
