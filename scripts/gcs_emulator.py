@@ -29,7 +29,13 @@ def _serialized(handle: Callable[[Any], None]) -> Callable[[Any], None]:
 
 for _verb in ("do_GET", "do_POST", "do_PUT", "do_DELETE", "do_PATCH"):
     setattr(emulator.RequestHandler, _verb, _serialized(getattr(emulator.RequestHandler, _verb)))
-emulator.server.HTTPServer = http.server.ThreadingHTTPServer  # the emulator reads it when it starts
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    block_on_close = False  # stopping must not wait for connections a client left open
+
+
+emulator.server.HTTPServer = _Server  # the emulator reads it when it starts
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -87,10 +87,11 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def checkout(home: Path) -> Path:
-    """Just the script, in a checkout the postgres user cannot enter."""
+    """Just the script (and the GCS emulator launcher it runs), in a checkout the postgres user cannot enter."""
     root = home / "checkout"
     (root / "scripts").mkdir(parents=True)
     shutil.copy2(SCRIPT, root / "scripts" / "services.sh")
+    shutil.copy2(SCRIPT.parent / "gcs_emulator.py", root / "scripts" / "gcs_emulator.py")
     return root
 
 

@@ -11,6 +11,7 @@ succeeds (an orphan rerun deletes exactly the oracle's orphans).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -138,7 +139,8 @@ def run_and_kill(s: Setup, target: Callable[..., None], args: tuple[Any, ...], k
     child.start()
     while child.is_alive():
         if kill_when(time.monotonic() - started):
-            os.kill(child.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may have just ended on its own
+                os.kill(child.pid, signal.SIGKILL)
             child.join()
             return Killed(child.exitcode == -signal.SIGKILL and not os.path.exists(result), time.monotonic() - started)
         time.sleep(0.0002)
