@@ -162,7 +162,7 @@ def test_a_scratch_write_failure_fails_the_shard_and_nothing_is_deleted(sqlite_c
     (tmp_path / "scratch" / "refs").rename(tmp_path / "scratch" / "refs-moved")
     (tmp_path / "scratch" / "refs").write_text("a file where the shards write their directories")
     before = s.files.all_files(s.table.location())
-    with pytest.raises(StorageError, match=r"scratch file '.*/refs/b0000\d/s0000-00000.parquet': cannot be written"):
+    with pytest.raises(StorageError, match=r"scratch file '.*/refs/s0000-00000.parquet': cannot be written"):
         run_shard(s.table, plan.scratch, 0, _io(s))
     with pytest.raises(MetadataReadError, match=r"shards/0000.json': cannot be read"):
         match_shard(plan.scratch, 1, _io(s))

@@ -10,21 +10,24 @@ the steps exchange hashes through a scratch location outside the table (``shard_
    the levels it listed) is written as bucketed parts.
 2. ``run_shard`` (one per shard): list its directories (candidates older than the cutoff) and
    read its manifests (referenced hashes), both written as parts bucketed by hash range.
-3. ``match_shard`` (one per shard): for each of its buckets, candidates minus referenced,
+3. ``match_shard`` (one per shard): fetch its contiguous range of buckets from every part (one
+   ranged read a part, kept on local disk), then for each bucket, candidates minus referenced,
    exactly as the single-task match (``match_candidates``).
 4. ``finish_sharded_scan``: gather the unmatched files, keep other tables' locations (S8), then
    the single-task run's own re-check against reloaded metadata and its deletion (``settle``).
 
 Each step reads the markers of the steps before it and fails when one is missing or belongs to
 another plan (S2): a failed shard fails the run before anything is deleted. Memory per step is
-bounded by ``FLUSH_ROWS`` (plan, shards), one bucket (match: about ``ROWS_PER_BUCKET`` rows),
-and the unmatched files themselves (final step: the orphan list the report holds anyway).
+bounded by ``FLUSH_ROWS`` (plan, shards), one bucket (match: about ``ROWS_PER_BUCKET`` rows, its
+range on local disk), and the unmatched files themselves (final step: the orphan list the report
+holds anyway).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,8 +63,10 @@ from airflow_iceberg_maint.orphans.removal import (
 )
 from airflow_iceberg_maint.orphans.shard_files import (
     CANDIDATE_SCHEMA,
+    BucketRange,
     BucketWriter,
     Scratch,
+    bucket_range,
     refuse_scratch_inside,
 )
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
@@ -246,7 +251,7 @@ def plan_sharded_scan(
             "buckets": buckets,
             "directories": [directories[i::shards] for i in range(shards)],
             "manifests": [manifests[i::shards] for i in range(shards)],
-            "parts": {"refs": refs.to_json(), "listed": lister.writer.to_json()},
+            "parts": {"refs": refs.parts, "listed": lister.writer.parts},
             "files_listed": lister.listed,
             "list_calls": storage.list_calls,
             "metadata_files": lister.metadata_files,
@@ -315,7 +320,7 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
         "list_calls": storage.list_calls,
         "metadata_files": lister.metadata_files,
         "manifests_read": len(manifests),
-        "parts": {"refs": refs.to_json(), "listed": lister.writer.to_json()},
+        "parts": {"refs": refs.parts, "listed": lister.writer.parts},
         "seconds": round(time.perf_counter() - started, 3),
     }
     store.write_json(_shard_name(index), marker)
@@ -341,15 +346,11 @@ def _markers(store: Scratch, plan: dict[str, Any], name: Any) -> list[dict[str, 
     return markers
 
 
-def _bucket_parts(plan: dict[str, Any], shards: list[dict[str, Any]], kind: str) -> dict[int, list[str]]:
-    found: dict[int, list[str]] = {}
-    for parts in chain([plan["parts"][kind]], (s["parts"][kind] for s in shards)):
-        for bucket, names in parts.items():
-            found.setdefault(int(bucket), []).extend(names)
-    return found
+def _parts(plan: dict[str, Any], shards: list[dict[str, Any]], kind: str) -> list[str]:
+    return [name for parts in chain([plan["parts"][kind]], (s["parts"][kind] for s in shards)) for name in parts]
 
 
-def _infos(table: pa.Table) -> list[FileInfo]:
+def _infos(table: pa.Table | pa.RecordBatch) -> list[FileInfo]:
     paths = table.column("path").to_pylist()
     return [
         FileInfo(p.decode("utf-8", "surrogateescape"), s, None)
@@ -358,39 +359,42 @@ def _infos(table: pa.Table) -> list[FileInfo]:
 
 
 def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> dict[str, int]:
-    """Match the buckets of shard ``index`` (every ``shards``-th): candidates minus referenced, one bucket at a time."""
+    """Match shard ``index``'s contiguous range of buckets: candidates minus referenced, one bucket at a time."""
     started = time.perf_counter()
     store = Scratch(scratch, io_properties)
     plan = _plan(store)
     _index(plan, index)
     shards = _markers(store, plan, _shard_name)
-    refs_parts, listed_parts = _bucket_parts(plan, shards, "refs"), _bucket_parts(plan, shards, "listed")
+    wanted = bucket_range(index, plan["shards"], plan["buckets"])
     equivalence = _equivalence(plan)
     unmatched: list[pa.Table] = []
     equivalent = referenced = 0
     undecodable: list[str] = []
-    for bucket in range(index, plan["buckets"], plan["shards"]):
-        refs = ReferencedSet(equivalence)
-        for name in refs_parts.get(bucket, []):
-            for batch in store.read_table(name, HASH_SCHEMA).to_batches():
+    with tempfile.TemporaryDirectory(prefix="orphan-match-") as local:
+        refs_range = BucketRange(store, HASH_SCHEMA, wanted, f"{local}/refs")
+        refs_range.fetch(_parts(plan, shards, "refs"))
+        listed_range = BucketRange(store, CANDIDATE_SCHEMA, wanted, f"{local}/listed")
+        listed_range.fetch(_parts(plan, shards, "listed"))
+        for bucket in wanted:
+            refs = ReferencedSet(equivalence)
+            for batch in refs_range.batches(bucket):
                 refs.add_hashes(batch)
-        referenced += len(refs)
-        parts = listed_parts.get(bucket, [])
-        candidates = [i for name in parts for i in _infos(store.read_table(name, CANDIDATE_SCHEMA))]
-        orphans, conflicts, kept, odd = match_candidates(candidates, refs)
-        equivalent += kept
-        undecodable.extend(i.path for i in odd)
-        rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]
-        unmatched.append(
-            pa.table(
-                [
-                    pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
-                    pa.array([i.size for i, _ in rows], pa.int64()),
-                    pa.array([c for _, c in rows], pa.bool_()),
-                ],
-                schema=UNMATCHED_SCHEMA,
+            referenced += len(refs)
+            candidates = [i for batch in listed_range.batches(bucket) for i in _infos(batch)]
+            orphans, conflicts, kept, odd = match_candidates(candidates, refs)
+            equivalent += kept
+            undecodable.extend(i.path for i in odd)
+            rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]
+            unmatched.append(
+                pa.table(
+                    [
+                        pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
+                        pa.array([i.size for i, _ in rows], pa.int64()),
+                        pa.array([c for _, c in rows], pa.bool_()),
+                    ],
+                    schema=UNMATCHED_SCHEMA,
+                )
             )
-        )
     name = f"unmatched/{index:04d}.parquet"
     store.write_table(name, pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table())
     counts = {
@@ -404,6 +408,7 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
             "plan_id": plan["plan_id"],
             **counts,
             "unmatched_part": name,
+            "buckets": [wanted.start, wanted.stop],
             # Names that are not UTF-8, as bytes made printable one to one, for the report.
             "kept_undecodable": [exact_bytes(p).hex() for p in undecodable],
             "seconds": round(time.perf_counter() - started, 3),
@@ -412,7 +417,7 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
     return counts
 
 
-def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: dict[int, list[str]]) -> set[str]:
+def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: list[str]) -> set[str]:
     """Local orphans that are a referenced file under a spelling of another bucket (S4: same device and inode)."""
     identities: dict[int, list[str]] = {}
     for info in orphans:
@@ -424,7 +429,7 @@ def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts
         return set()
     wanted = pa.array(list(identities), pa.int64())
     found: set[str] = set()
-    for name in chain.from_iterable(refs_parts.values()):
+    for name in refs_parts:
         referenced = store.read_table(name, HASH_SCHEMA).column("identity")
         hits = wanted.filter(pc.is_in(wanted, value_set=referenced))
         for identity in hits.to_pylist():
@@ -474,7 +479,7 @@ def finish_sharded_scan(
             (conflicts if conflict else orphans).append(info)
     orphans.sort(key=lambda i: i.path)
     conflicts.sort(key=lambda i: i.path)
-    same = _same_file_as_referenced(orphans, store, _bucket_parts(plan, shards, "refs"))
+    same = _same_file_as_referenced(orphans, store, _parts(plan, shards, "refs"))
     if same:
         report.kept_equivalent += len(same)
         orphans = [o for o in orphans if o.path not in same]
