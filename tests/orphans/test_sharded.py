@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -12,6 +15,13 @@ from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError, S
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import OrphanOptions, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.orphans.shard_files import (
+    CANDIDATE_SCHEMA,
+    BucketWriter,
+    Scratch,
+    bucket_range,
+    buckets_of,
+)
 from airflow_iceberg_maint.orphans.sharded import (
     finish_sharded_scan,
     match_shard,
@@ -102,10 +112,19 @@ def test_sharded_equals_single_task_dry_and_real(request, tmp_path, backend, sha
     assert again.orphan_files == []
 
 
+def _part_buckets(path: Path) -> list[int]:
+    return json.loads(pq.ParquetFile(path).schema_arrow.metadata[b"buckets"])
+
+
 def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, monkeypatch):
-    """Each shard lists several directories and reads several manifests; each match task several buckets."""
+    """Each shard lists several directories and reads several manifests; each match task several buckets.
+
+    Every writer writes one part a flush of ``FLUSH_ROWS`` rows (a row group a bucket), and each
+    match task reads, of each part, only the row groups of its own contiguous bucket range.
+    """
     monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.ROWS_PER_BUCKET", 3)
     monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.LIST_BATCH", 5)  # listed rows reach a writer 5 at a time
     monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.LIST_DEPTH", 1)  # data/, metadata/, misc/ to shards
     s = build(sqlite_catalog)
     dry = OrphanOptions(older_than=s.cutoff, dry_run=True)
@@ -116,9 +135,88 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
     assert plan.buckets > plan.shards and plan.directories == 3
     for i in range(4):
         run_shard(s.table, plan.scratch, i, _io(s))
-    for i in range(4):
-        match_shard(plan.scratch, i, _io(s))
+
+    # One part a flush: every listed part of a writer holds FLUSH_ROWS rows but its last, which holds the rest.
+    listed = sorted((tmp_path / "scratch" / "listed").iterdir())
+    by_writer: dict[str, list[int]] = {}
+    for part in listed:
+        by_writer.setdefault(part.name.split("-")[0], []).append(pq.ParquetFile(part).metadata.num_rows)
+    for sizes in by_writer.values():
+        assert sizes[:-1] == [5] * (len(sizes) - 1) and 1 <= sizes[-1] <= 5
+    assert len(listed) == sum(-(-sum(sizes) // 5) for sizes in by_writer.values())
+    # Each part: a row group a bucket present, in bucket order, each row group only that bucket's rows.
+    parts = listed + sorted((tmp_path / "scratch" / "refs").iterdir())
+    for part in parts:
+        buckets, rows = _part_buckets(part), pq.ParquetFile(part)
+        assert buckets == sorted(set(buckets)) and len(buckets) == rows.num_row_groups
+        if part.parent.name == "refs":
+            for group, bucket in enumerate(buckets):
+                assert set(buckets_of(rows.read_row_group(group).column("key"), plan.buckets)) == {bucket}
+
+    reads: list[tuple[int, list[int]]] = []
+    read_row_groups = pq.ParquetFile.read_row_groups
+
+    def recorded(self, row_groups, *args, **kwargs):
+        buckets = json.loads(self.schema_arrow.metadata[b"buckets"])
+        reads.append((match, [buckets[g] for g in row_groups]))
+        return read_row_groups(self, row_groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", recorded)
+    for match in range(4):
+        match_shard(plan.scratch, match, _io(s))
+    monkeypatch.undo()
+    # One read a part and match task (when the part has rows of its range), only of the range's row groups.
+    for match in range(4):
+        wanted = bucket_range(match, 4, plan.buckets)
+        mine = [b for m, read in reads if m == match for b in read]
+        assert mine and set(mine) <= set(wanted)
+        assert len([m for m, _ in reads if m == match]) == sum(
+            any(b in wanted for b in _part_buckets(p)) for p in parts
+        )
+    assert sorted(b for _, read in reads for b in read) == sorted(b for p in parts for b in _part_buckets(p))
     _same(finish_sharded_scan(s.table, plan.scratch, _io(s), sources=[INDEX_FILES]), single)
+
+
+def test_a_writer_writes_one_part_a_flush_with_a_row_group_a_bucket(tmp_path, monkeypatch):
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
+    scratch = Scratch(f"file://{tmp_path}", {})
+    writer = BucketWriter(scratch, "listed", "w", 4, CANDIDATE_SCHEMA)
+    top = [0, 1 << 62, -(1 << 63), -(1 << 62)]  # the first key of buckets 0, 1, 2 and 3 of 4
+
+    def add(names: str, buckets: list[int]) -> None:
+        rows = pa.table([[n.encode() for n in names], list(range(len(names)))], schema=CANDIDATE_SCHEMA)
+        writer.add(rows, np.array([top[b] + i for i, b in enumerate(buckets)], np.int64))
+
+    add("abcd", [3, 0, 3, 1])
+    add("efgh", [1, 3, 0, 3])  # 8 rows held: the first part
+    add("ijk", [2, 2, 0])
+    writer.flush()  # the second part
+    writer.flush()  # nothing held: no part
+    assert writer.parts == ["listed/w-00000.parquet", "listed/w-00001.parquet"] and writer.rows == 11
+    assert sorted(p.name for p in (tmp_path / "listed").iterdir()) == ["w-00000.parquet", "w-00001.parquet"]
+    first = pq.ParquetFile(tmp_path / "listed" / "w-00000.parquet")
+    assert _part_buckets(tmp_path / "listed" / "w-00000.parquet") == [0, 1, 3]
+    assert [first.read_row_group(g).column("path").to_pylist() for g in range(3)] == [
+        [b"b", b"g"],
+        [b"d", b"e"],
+        [b"a", b"c", b"f", b"h"],
+    ]
+    assert _read(scratch, writer.parts[0], range(1, 3)) == [(1, [b"d", b"e"])]
+    assert _read(scratch, writer.parts[1], range(0, 3)) == [(0, [b"k"]), (2, [b"i", b"j"])]
+
+
+def _read(scratch: Scratch, name: str, wanted: range) -> list[tuple[int, list[bytes]]]:
+    return [(b, t.column("path").to_pylist()) for b, t in scratch.read_buckets(name, CANDIDATE_SCHEMA, wanted)]
+
+
+def test_a_part_whose_bucket_list_does_not_fit_is_refused(tmp_path):
+    scratch = Scratch(f"file://{tmp_path}", {})
+    rows = pa.table([[b"a", b"b"], [1, 2]], schema=CANDIDATE_SCHEMA)
+    scratch.write_part("p.parquet", rows, np.array([0, 1]))
+    pq.write_table(rows.replace_schema_metadata({b"buckets": b"[1, 0]"}), tmp_path / "q.parquet")
+    assert [b for b, _ in scratch.read_buckets("p.parquet", CANDIDATE_SCHEMA, range(2))] == [0, 1]
+    with pytest.raises(MetadataReadError, match=r"scratch file '.*/q.parquet': its bucket list does not fit"):
+        list(scratch.read_buckets("q.parquet", CANDIDATE_SCHEMA, range(2)))
 
 
 @pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog"])
@@ -144,8 +242,6 @@ def test_a_failed_shard_fails_the_run_before_anything_is_deleted(request, tmp_pa
 
 
 def _planned_manifests(scratch: str, s: Scenario, index: int) -> list[str]:
-    from airflow_iceberg_maint.orphans.shard_files import Scratch
-
     return Scratch(scratch, _io(s)).read_json("plan.json")["manifests"][index]
 
 
