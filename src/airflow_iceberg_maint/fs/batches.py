@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
@@ -22,6 +23,41 @@ RETRY = "retry"
 Send = Callable[[str, list[str]], Mapping[str, str | None]]
 #: ``exists``: whether a key is still there; raises when the store cannot say.
 Exists = Callable[[str, str], bool]
+#: HTTP statuses of a batch's sub-reply that are worth sending that key again.
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class Reply(Protocol):
+    """One key's HTTP sub-reply in a multipart batch reply (Azure Blob Batch, the GCS JSON API)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+
+R = TypeVar("R", bound=Reply)
+
+
+def reply_verdicts(
+    keys: list[str], replies: Sequence[R], error_text: Callable[[R], str], malformed: type[Exception]
+) -> dict[str, str | None]:
+    """The verdicts of a batch reply that has one sub-reply a key, in order.
+
+    2xx and 404 (already gone) mean deleted, ``RETRY_STATUSES`` retry, any other status fails with
+    ``error_text(reply)``. A reply whose parts do not match the keys raises ``malformed`` (one of
+    the store's request errors: the batch is then settled key by key).
+    """
+    if len(replies) != len(keys):
+        raise malformed(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
+    verdicts: dict[str, str | None] = {}
+    for key, reply in zip(keys, replies, strict=True):
+        status = reply.status_code
+        if 200 <= status < 300 or status == 404:
+            verdicts[key] = None
+        elif status in RETRY_STATUSES:
+            verdicts[key] = RETRY
+        else:
+            verdicts[key] = error_text(reply)
+    return verdicts
 
 
 @dataclass(frozen=True)
