@@ -1,6 +1,7 @@
-"""Bulk deletion shared by the object stores: group by bucket, send batches, settle what got no reply.
+"""Bulk deletion shared by the stores: group by bucket, send batches, settle what got no reply.
 
-Each store supplies two calls: ``send(bucket, keys)``, one bulk-delete request that answers per key,
+``delete_each`` serves filesystems with no bulk delete (one request a file). For the object
+stores, each store supplies two calls: ``send(bucket, keys)``, one bulk-delete request that answers per key,
 and ``exists(bucket, key)``, used only when a request got no reply, since it may still have taken
 effect. The retry policy is the same for every store: the client library retries whole requests;
 keys a successful reply marks as throttled are sent again here, with backoff.
@@ -140,3 +141,28 @@ class BatchDeleter:
             else:
                 deleted.append(key)
         return deleted, failed
+
+
+def delete_each(
+    paths: Sequence[str], max_concurrency: int, remove: Callable[[str], None], describe: Callable[[OSError], str]
+) -> DeleteOutcome:
+    """Delete ``paths`` one ``remove(path)`` each, ``max_concurrency`` at a time; a missing file counts as deleted."""
+
+    def delete(path: str) -> str | None:
+        try:
+            remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return describe(exc)
+        return None
+
+    outcome = DeleteOutcome()
+    with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
+        for path, error in zip(paths, pool.map(delete, paths), strict=True):
+            outcome.requests += 1
+            if error is None:
+                outcome.deleted.append(path)
+            else:
+                outcome.failed.append((path, error))
+    return outcome
