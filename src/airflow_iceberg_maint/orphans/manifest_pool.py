@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Collection, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import lru_cache
 
 import pyarrow as pa
@@ -77,16 +77,25 @@ class ManifestPool:
     def close(self) -> None:
         self._executor.shutdown(cancel_futures=True)
 
-    def manifests_of(self, manifest_lists: list[str]) -> list[str]:
-        """The unique manifests the manifest lists name, in first-seen order."""
-        chunks = _chunks(manifest_lists, self.workers * CHUNKS_PER_WORKER)
-        found: dict[str, None] = {}
-        for manifests in self._executor.map(_read_lists, [self.spec] * len(chunks), chunks):
-            found.update(dict.fromkeys(manifests))
-        return list(found)
+    def walk(
+        self, manifest_lists: list[str], skip: Collection[str], hasher: PathHasher
+    ) -> Iterator[tuple[list[str], pa.RecordBatch | None]]:
+        """Manifests the lists name and the hashes of their live content files, in one pass.
 
-    def hash_batches(self, manifests: list[str], hasher: PathHasher) -> Iterator[tuple[list[str], pa.RecordBatch]]:
-        """Hashes of the live content files of the manifests, one batch a chunk, with the chunk's manifests."""
-        chunks = _chunks(manifests, self.workers * CHUNKS_PER_WORKER)
-        batches = self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [hasher] * len(chunks))
-        yield from zip(chunks, batches, strict=True)
+        Yields ``(manifests, None)`` for manifests not in ``skip`` as the lists naming them are
+        decoded, then ``(chunk, hashes)`` for each chunk of them. A manifest's read is queued as
+        soon as one list names it, so the workers never wait for the slowest list.
+        """
+        parts = self.workers * CHUNKS_PER_WORKER
+        lists = [self._executor.submit(_read_lists, self.spec, c) for c in _chunks(manifest_lists, parts)]
+        found: set[str] = set()
+        hashing: list[tuple[list[str], Future[pa.RecordBatch]]] = []
+        for done in as_completed(lists):
+            new = [m for m in done.result() if m not in skip and m not in found]
+            if new:
+                found.update(new)
+                for chunk in _chunks(new, parts):
+                    hashing.append((chunk, self._executor.submit(_hash_manifests, self.spec, chunk, hasher)))
+                yield new, None
+        for chunk, future in hashing:
+            yield chunk, future.result()
