@@ -34,11 +34,13 @@ from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, sort_table
+from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, release_unused, sort_table
 from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
+#: Regions' worth of entries held while regions are cut and written (``regions_of``, ``in_order``).
+REGIONS_HELD = 2 + IO_THREADS
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
@@ -160,14 +162,15 @@ def in_order(function: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
     """``function`` of each item on ``IO_THREADS`` threads, results in item order, few held at once.
 
     Unlike ``ThreadPoolExecutor.map``, items are submitted only as results are taken, so a slow
-    consumer does not let every result pile up in memory.
+    consumer does not let every result pile up in memory; and the next item is drawn only once a
+    thread is free for it, so at most ``IO_THREADS`` items (regions to write) are held at once.
     """
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
         pending: deque[Future[_R]] = deque()
         for item in items:
+            pending.append(pool.submit(function, item))
             if len(pending) >= IO_THREADS:
                 yield pending.popleft().result()
-            pending.append(pool.submit(function, item))
         while pending:
             yield pending.popleft().result()
 
@@ -355,7 +358,10 @@ def write_sorted_regions(
     """
     metadata = layout.metadata
     size = 0.0
-    with SortedRuns(partial(ordering_columns, layout=layout), metadata.build_memory_budget_bytes(), spill_dir) as runs:
+    budget = metadata.build_memory_budget_bytes()
+    # While runs merge, about four regions' entries are held: up to two being cut, two being written.
+    reserved = REGIONS_HELD * metadata.region_target_size_bytes()
+    with SortedRuns(partial(ordering_columns, layout=layout), budget, spill_dir, reserved) as runs:
         for part in entries:
             size += entry_bytes(part)
             runs.add(part)
@@ -365,6 +371,7 @@ def write_sorted_regions(
             regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
             for entry in in_order(lambda region: write_region(io, layout, *region, directory), regions):
                 written.append(entry)
+                release_unused()
                 if progress is not None:
                     progress.advance()
         return written, runs.rows
