@@ -106,7 +106,10 @@ class SortedRuns:
             return None
         entries = _combined(self._buffer)
         self._buffered_bytes = 0
-        return sort_table(entries, self.keys_of)
+        ordered = sort_table(entries, self.keys_of)
+        del entries
+        release_unused()  # the entries in input order
+        return ordered
 
     def _spill(self) -> None:
         if not self._buffer:
@@ -156,6 +159,7 @@ def _combined(parts: list[pa.Table]) -> pa.Table:
     for name in names:
         columns.append(pending.column(name).combine_chunks())
         pending = pending.drop_columns([name])
+        release_unused()  # the column's chunks, before the next column is copied
     return pa.Table.from_arrays(columns, names=names)
 
 
