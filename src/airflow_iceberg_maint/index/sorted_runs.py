@@ -28,8 +28,10 @@ import pyarrow as pa
 
 from airflow_iceberg_maint.index.ordering import comparable, sort_indices
 
-#: Entries per IPC batch of a run: the merge holds one batch per run at a time.
-RUN_BATCH_ROWS = 65_536
+#: Entries per IPC batch of a run; the merge reads a run some batches at a time (see ``merge_bytes``).
+RUN_BATCH_ROWS = 8_192
+#: Entries the merge reads from a run at a time, at most (fewer when many runs share ``merge_bytes``).
+MERGE_ROWS = 65_536
 #: A run holds a third of the budget: sorting it needs the keys, 8-byte indices, and one column twice.
 _RUN_SHARE = 3
 _DIR_PREFIX = "iceberg-index-build-"
@@ -65,6 +67,9 @@ class SortedRuns:
     ) -> None:
         self.keys_of = keys_of
         self.run_bytes = max(max(budget_bytes - reserved_bytes, budget_bytes // 2) // _RUN_SHARE, 1)
+        # The merge holds the batches in hand and a sorted copy of them: together about a run,
+        # however many runs there are (so 10^9 entries merge in the memory of 10^8).
+        self.merge_bytes = max(self.run_bytes // 2, 1)
         self.spill_dir = spill_dir
         self.rows = 0
         self.runs: list[Path] = []
@@ -143,7 +148,8 @@ class SortedRuns:
                 yield buffered
             return
         self._spill()
-        yield from _merge([_Cursor(path, self.keys_of) for path in self.runs], self.keys_of)
+        share = self.merge_bytes // len(self.runs)
+        yield from _merge([_Cursor(path, self.keys_of, share) for path in self.runs], self.keys_of)
 
 
 def _combined(parts: list[pa.Table]) -> pa.Table:
@@ -195,12 +201,14 @@ def _alive(pid: int) -> bool:
 
 
 class _Cursor:
-    """The next entries of one run: one IPC batch in memory, searchable by key."""
+    """The next entries of one run, searchable by key: as many IPC batches in memory as fit in
+    ``limit_bytes`` (at least one, at most ``MERGE_ROWS`` entries)."""
 
-    def __init__(self, path: Path, keys_of: KeysOf) -> None:
+    def __init__(self, path: Path, keys_of: KeysOf, limit_bytes: int) -> None:
         self.file = pa.OSFile(str(path), "rb")
         self.reader = pa.ipc.open_file(self.file)
         self.keys_of = keys_of
+        self.limit_bytes = limit_bytes
         self.next_batch = 0
         self.batch_rows = 0
         self.entries: pa.Table = self.reader.schema.empty_table()
@@ -208,11 +216,19 @@ class _Cursor:
         self.refill()
 
     def refill(self) -> None:
-        """Load the next batch once the current one is used up."""
+        """Load the next batches once the current ones are used up."""
         while self.entries.num_rows == 0 and self.next_batch < self.reader.num_record_batches:
-            self.entries = pa.Table.from_batches([self.reader.get_batch(self.next_batch)])
+            batches: list[pa.RecordBatch] = []
+            rows = size = 0
+            while self.next_batch < self.reader.num_record_batches and (
+                not batches or (size < self.limit_bytes and rows < MERGE_ROWS)
+            ):
+                batches.append(self.reader.get_batch(self.next_batch))
+                self.next_batch += 1
+                rows += batches[-1].num_rows
+                size += batches[-1].nbytes
+            self.entries = pa.Table.from_batches(batches).combine_chunks()
             self.batch_rows = self.entries.num_rows
-            self.next_batch += 1
             self.keys = self.keys_of(self.entries)
 
     @property
