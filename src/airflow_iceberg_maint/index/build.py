@@ -303,12 +303,13 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
     """Regions of sorted entries arriving in pieces, cut exactly as ``cut_regions`` cuts them all at once.
 
     Only the last region found may still grow with the next piece; the others are final (their
-    end is a key change, or the hot-key cut, seen in the entries held). So at most the entries of
-    about two regions are held, unless a hot key that may not span regions is longer.
+    end is a key change, or the hot-key cut, seen in the entries held). The entries held are cut
+    again each time half a region more has arrived, so about one and a half regions' entries are
+    held, unless a hot key that may not span regions is longer.
     """
     held: list[Sorted] = []
     rows = 0
-    enough = 2 * target + 1  # enough entries to settle the first region held
+    enough = max(target // 2, 1)
     for piece in pieces:
         if piece[0].num_rows == 0:
             continue
@@ -318,12 +319,16 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
             continue
         entries, keys = _joined(held)
         regions = cut_regions(keys, target, spanning)
+        release_unused()  # the merge's pieces and the key copies of the cut, freed since the last cut
         for start, stop in regions[:-1]:
             yield entries.slice(start, stop - start), [k.slice(start, stop - start) for k in keys]
         start = regions[-1][0]
         held = [(entries.slice(start), [k.slice(start) for k in keys])]
+        del entries, keys  # the regions passed on are not kept until the next cut
         rows = held[0][0].num_rows
-        enough = max(2 * target + 1, 2 * rows)  # a region still open waits for twice its entries
+        # Half a region more; a region longer than its target (a hot key) waits for as many
+        # entries again as it has beyond it, so cutting it again and again stays linear.
+        enough = rows + max(target // 2, rows - target, 1)
     if rows:
         entries, keys = _joined(held)
         for start, stop in cut_regions(keys, target, spanning):
