@@ -39,7 +39,8 @@ from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
-#: Regions' worth of entries held while regions are cut and written (``regions_of``, ``in_order``).
+#: Regions' worth of entries held while regions are cut and written: about one and a half being
+#: cut, and a merged piece (``regions_of``), and one a thread writing (``in_order``).
 REGIONS_HELD = 2 + IO_THREADS
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -364,7 +365,7 @@ def write_sorted_regions(
     metadata = layout.metadata
     size = 0.0
     budget = metadata.build_memory_budget_bytes()
-    # While runs merge, about four regions' entries are held: up to two being cut, two being written.
+    # While runs merge, up to about four regions' entries are held (``REGIONS_HELD``).
     reserved = REGIONS_HELD * metadata.region_target_size_bytes()
     with SortedRuns(partial(ordering_columns, layout=layout), budget, spill_dir, reserved) as runs:
         for part in entries:
