@@ -25,6 +25,7 @@ import logging
 import math
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -158,10 +159,17 @@ def floor(table: Table, manifest_lists: list[str], manifests: list[str]) -> int:
             return sum(counts) + listed.result()
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    started = time.perf_counter()
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the forked workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
+    """Wall seconds, CPU seconds (every process's), and the result."""
+    started, cpu = time.perf_counter(), _cpu_seconds()
     result = fn()
-    return time.perf_counter() - started, result
+    return time.perf_counter() - started, _cpu_seconds() - cpu, result
 
 
 def referenced_set_bytes(count: int) -> dict[str, float]:
@@ -334,9 +342,9 @@ def s3_scan(endpoint: str, work: Path, files: int, prefixes: int, orphans: int, 
     found: object = None
     listed = 0
     for _ in range(repeat):
-        seconds, listed = timed(lambda: s3_list_floor(endpoint, table, prefixes))  # type: ignore[assignment]
+        seconds, _, listed = timed(lambda: s3_list_floor(endpoint, table, prefixes))  # type: ignore[assignment]
         times["list_floor"].append(seconds)
-        seconds, found = timed(lambda: ours(table, datetime.now(UTC)))
+        seconds, _, found = timed(lambda: ours(table, datetime.now(UTC)))
         times["ours"].append(seconds)
     median = {k: statistics.median(v) for k, v in times.items()}
     assert isinstance(found, set)
@@ -372,6 +380,7 @@ def main() -> int:
     manifest_lists = [s.manifest_list for s in table.metadata.snapshots]
     manifests = list(dict.fromkeys(table.inspect.all_manifests()["path"].to_pylist()))
     times: dict[str, list[float]] = {"floor": [], "old_floor": [], "ours": [], "naive": []}
+    cpu: dict[str, list[float]] = {name: [] for name in times}
     results = {}
     for _ in range(args.repeat):
         for name, fn in (
@@ -380,12 +389,14 @@ def main() -> int:
             ("ours", lambda: ours(table, cutoff)),
             ("naive", lambda: naive(table, cutoff)),
         ):
-            seconds, results[name] = timed(fn)
+            seconds, cpu_seconds, results[name] = timed(fn)
             times[name].append(seconds)
+            cpu[name].append(cpu_seconds)
     if results["ours"] != results["naive"]:
         print("MISMATCH: ours and naive found different orphans", file=sys.stderr)
         return 1
     median = {k: statistics.median(v) for k, v in times.items()}
+    median_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     summary: dict[str, Any] = {
         "table": {
             "snapshots": len(table.metadata.snapshots),
@@ -397,7 +408,9 @@ def main() -> int:
         },
         "seconds_median": {k: round(v, 3) for k, v in median.items()},
         "seconds_all": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "cpu_seconds_median": {k: round(v, 3) for k, v in median_cpu.items()},
         "ours_over_floor": round(median["ours"] / median["floor"], 2),
+        "ours_over_floor_cpu": round(median_cpu["ours"] / median_cpu["floor"], 2),
         "ours_over_old_floor": round(median["ours"] / median["old_floor"], 2),
         "naive_over_ours": round(median["naive"] / median["ours"], 2),
         "referenced_set": referenced_set_bytes(args.memory_files) if args.memory_files else None,
@@ -417,7 +430,9 @@ def main() -> int:
     print(
         f"ours {median['ours']:.2f} s | floor {median['floor']:.2f} s | old floor {median['old_floor']:.2f} s | "
         f"naive {median['naive']:.2f} s  ->  ours/floor {summary['ours_over_floor']} (target <= 1.1), "
-        f"ours/old floor {summary['ours_over_old_floor']}, naive/ours {summary['naive_over_ours']} (target >= 10)"
+        f"ours/old floor {summary['ours_over_old_floor']}, naive/ours {summary['naive_over_ours']} (target >= 10); "
+        f"CPU seconds: ours {median_cpu['ours']:.2f}, floor {median_cpu['floor']:.2f}, "
+        f"ours/floor {summary['ours_over_floor_cpu']}"
     )
     if summary["s3_scan"]:
         scan = summary["s3_scan"]
