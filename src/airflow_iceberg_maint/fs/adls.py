@@ -34,12 +34,11 @@ from pyiceberg.io import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
-from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
+from airflow_iceberg_maint.fs.batches import BatchDeleter, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_BLOBS_PER_BATCH = 256  # the Blob Batch limit for one request
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 REQUEST_ERRORS: tuple[type[Exception], ...] = (AzureError,)
 DEFAULT_BLOB_HOST = "blob.core.windows.net"
 
@@ -111,6 +110,10 @@ def _error_text(exc: Exception) -> str:
     return f"{code or type(exc).__name__}: {message}"
 
 
+def _reply_error(reply: Any) -> str:
+    return f"{reply.headers.get('x-ms-error-code') or reply.status_code}: {reply.reason}"
+
+
 @contextlib.contextmanager
 def _as_os_error(location: str) -> Iterator[None]:
     """A missing blob as FileNotFoundError, any other failure to reach or use the store as OSError."""
@@ -163,18 +166,7 @@ class AzureStorage:
 
     def _send_delete(self, authority: str, keys: list[str]) -> dict[str, str | None]:
         replies = list(self.container(authority).delete_blobs(*keys, raise_on_any_failure=False))
-        if len(replies) != len(keys):
-            raise AzureError(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
-        verdicts: dict[str, str | None] = {}
-        for key, reply in zip(keys, replies, strict=True):
-            status = reply.status_code
-            if 200 <= status < 300 or status == 404:
-                verdicts[key] = None
-            elif status in RETRY_STATUSES:
-                verdicts[key] = RETRY
-            else:
-                verdicts[key] = f"{reply.headers.get('x-ms-error-code') or status}: {reply.reason}"
-        return verdicts
+        return reply_verdicts(keys, replies, _reply_error, AzureError)
 
     def _exists(self, authority: str, key: str) -> bool:
         return bool(self.container(authority).get_blob_client(key).exists())

@@ -1,6 +1,7 @@
-"""Bulk deletion shared by the object stores: group by bucket, send batches, settle what got no reply.
+"""Bulk deletion shared by the stores: group by bucket, send batches, settle what got no reply.
 
-Each store supplies two calls: ``send(bucket, keys)``, one bulk-delete request that answers per key,
+``delete_each`` serves filesystems with no bulk delete (one request a file). For the object
+stores, each store supplies two calls: ``send(bucket, keys)``, one bulk-delete request that answers per key,
 and ``exists(bucket, key)``, used only when a request got no reply, since it may still have taken
 effect. The retry policy is the same for every store: the client library retries whole requests;
 keys a successful reply marks as throttled are sent again here, with backoff.
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
@@ -22,6 +24,41 @@ RETRY = "retry"
 Send = Callable[[str, list[str]], Mapping[str, str | None]]
 #: ``exists``: whether a key is still there; raises when the store cannot say.
 Exists = Callable[[str, str], bool]
+#: HTTP statuses of a batch's sub-reply that are worth sending that key again.
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class Reply(Protocol):
+    """One key's HTTP sub-reply in a multipart batch reply (Azure Blob Batch, the GCS JSON API)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+
+R = TypeVar("R", bound=Reply)
+
+
+def reply_verdicts(
+    keys: list[str], replies: Sequence[R], error_text: Callable[[R], str], malformed: type[Exception]
+) -> dict[str, str | None]:
+    """The verdicts of a batch reply that has one sub-reply a key, in order.
+
+    2xx and 404 (already gone) mean deleted, ``RETRY_STATUSES`` retry, any other status fails with
+    ``error_text(reply)``. A reply whose parts do not match the keys raises ``malformed`` (one of
+    the store's request errors: the batch is then settled key by key).
+    """
+    if len(replies) != len(keys):
+        raise malformed(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
+    verdicts: dict[str, str | None] = {}
+    for key, reply in zip(keys, replies, strict=True):
+        status = reply.status_code
+        if 200 <= status < 300 or status == 404:
+            verdicts[key] = None
+        elif status in RETRY_STATUSES:
+            verdicts[key] = RETRY
+        else:
+            verdicts[key] = error_text(reply)
+    return verdicts
 
 
 @dataclass(frozen=True)
@@ -104,3 +141,28 @@ class BatchDeleter:
             else:
                 deleted.append(key)
         return deleted, failed
+
+
+def delete_each(
+    paths: Sequence[str], max_concurrency: int, remove: Callable[[str], None], describe: Callable[[OSError], str]
+) -> DeleteOutcome:
+    """Delete ``paths`` one ``remove(path)`` each, ``max_concurrency`` at a time; a missing file counts as deleted."""
+
+    def delete(path: str) -> str | None:
+        try:
+            remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return describe(exc)
+        return None
+
+    outcome = DeleteOutcome()
+    with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
+        for path, error in zip(paths, pool.map(delete, paths), strict=True):
+            outcome.requests += 1
+            if error is None:
+                outcome.deleted.append(path)
+            else:
+                outcome.failed.append((path, error))
+    return outcome

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.io import load_file_io
 
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
+from airflow_iceberg_maint.fs.batches import delete_each
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 from airflow_iceberg_maint.pyiceberg_compat import file_io_filesystem
@@ -95,25 +95,12 @@ class FileIOStorage:
         return files, dirs
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        outcome = DeleteOutcome()
-
-        def delete(path: str) -> tuple[str, str | None]:
-            try:
-                self.fs.rm_file(self._name(path))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                return path, f"{type(exc).__name__}: {exc}"
-            return path, None
-
-        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-            for path, error in pool.map(delete, paths):
-                outcome.requests += 1
-                if error is None:
-                    outcome.deleted.append(path)
-                else:
-                    outcome.failed.append((path, error))
-        return outcome
+        return delete_each(
+            paths,
+            max_concurrency,
+            lambda path: self.fs.rm_file(self._name(path)),
+            lambda exc: f"{type(exc).__name__}: {exc}",
+        )
 
     # Conditional writes (index commits)
 

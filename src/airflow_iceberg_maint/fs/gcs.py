@@ -25,12 +25,11 @@ from google.oauth2.credentials import Credentials
 from pyiceberg.io import GCS_PROJECT_ID, GCS_REQUESTER_PAYS, GCS_SERVICE_HOST, GCS_TOKEN, GCS_TOKEN_EXPIRES_AT_MS
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
+from airflow_iceberg_maint.fs.batches import BatchDeleter, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
 MAX_CALLS_PER_BATCH = 100  # the JSON API's limit for one batch request
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: What the client raises when the store is unreachable or refuses a request (requests' errors are OSErrors).
 REQUEST_ERRORS: tuple[type[Exception], ...] = (GoogleAPIError, GoogleAuthError, requests.RequestException)
 
@@ -76,11 +75,27 @@ def _as_os_error(location: str) -> Iterator[None]:
         raise OSError(f"{location}: {_error_text(exc)}") from exc
 
 
-def _reply_message(reply: Any) -> str:
+def _reply_error(reply: Any) -> str:
     try:
-        return str(json.loads(reply.content)["error"]["message"])
+        message = str(json.loads(reply.content)["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return str(reply.content[:200])
+        message = str(reply.content[:200])
+    return f"{reply.status_code}: {message}"
+
+
+class _RepliesBatch(storage.Batch):
+    """A batch that keeps its replies, one HTTP response a call, in order.
+
+    ``Batch.finish`` returns them, but the context manager (the only public way to queue calls
+    in a batch) calls it on exit and drops them; the client has no other public handle
+    (python-storage issue 1214). With ``raise_exception=False`` failed calls are replies too.
+    """
+
+    replies: list[Any]
+
+    def finish(self, raise_exception: bool = True) -> list[Any]:
+        self.replies = list(super().finish(raise_exception=raise_exception))
+        return self.replies
 
 
 class GcsStorage:
@@ -124,25 +139,14 @@ class GcsStorage:
     def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, str | None]:
         def send() -> list[Any]:
             bucket = self._bucket(bucket_name)
-            with self.client.batch(raise_exception=False) as batch:
+            with _RepliesBatch(self.client, raise_exception=False) as batch:
                 for key in keys:
                     bucket.delete_blob(key)
-            return list(batch._responses)  # one (status, body) reply a call; the client keeps no public handle
+            return batch.replies
 
         # Sending a batch again is safe: a delete that already happened answers 404.
         replies = DEFAULT_RETRY(send)()
-        if len(replies) != len(keys):
-            raise GoogleAPIError(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
-        verdicts: dict[str, str | None] = {}
-        for key, reply in zip(keys, replies, strict=True):
-            status = reply.status_code
-            if 200 <= status < 300 or status == 404:
-                verdicts[key] = None
-            elif status in RETRY_STATUSES:
-                verdicts[key] = RETRY
-            else:
-                verdicts[key] = f"{status}: {_reply_message(reply)}"
-        return verdicts
+        return reply_verdicts(keys, replies, _reply_error, GoogleAPIError)
 
     def _exists(self, bucket_name: str, key: str) -> bool:
         return bool(self._bucket(bucket_name).blob(key).exists())

@@ -6,9 +6,9 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+from airflow_iceberg_maint.fs.batches import delete_each
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
@@ -68,25 +68,12 @@ class LocalStorage:
         return files, dirs
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
-        outcome = DeleteOutcome()
-
-        def delete(path: str) -> tuple[str, str | None]:
-            try:
-                os.remove(local_path(path))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                return path, f"{type(exc).__name__}: {exc.strerror or exc}"
-            return path, None
-
-        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-            for path, error in pool.map(delete, paths):
-                outcome.requests += 1
-                if error is None:
-                    outcome.deleted.append(path)
-                else:
-                    outcome.failed.append((path, error))
-        return outcome
+        return delete_each(
+            paths,
+            max_concurrency,
+            lambda path: os.remove(local_path(path)),
+            lambda exc: f"{type(exc).__name__}: {exc.strerror or exc}",
+        )
 
     # Conditional writes (index commits)
 

@@ -21,7 +21,7 @@ rebuilds fully rather than commit a wrong extract).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -87,15 +87,7 @@ class _SortedKeys:
 
     def bisect(self, bound: Key, right: bool) -> int:
         """The first index whose key is > ``bound`` (``right``) or >= ``bound``."""
-        low, high = 0, len(self)
-        while low < high:
-            middle = (low + high) // 2
-            key = self.at(middle)
-            if key < bound or (right and key == bound):
-                low = middle + 1
-            else:
-                high = middle
-        return low
+        return (bisect_right if right else bisect_left)(range(len(self)), bound, key=self.at)
 
 
 def promote_stats(entry: RegionEntry, old: Sequence[StatsColumn], new: Sequence[StatsColumn]) -> RegionEntry:

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -240,15 +241,7 @@ class _Cursor:
 
     def bisect(self, bound: tuple[tuple[Any, ...], ...], right: bool) -> int:
         """Entries of the batch below ``bound`` (``right``: at or below it)."""
-        low, high = 0, self.entries.num_rows
-        while low < high:
-            middle = (low + high) // 2
-            key = self.key(middle)
-            if key < bound or (right and key == bound):
-                low = middle + 1
-            else:
-                high = middle
-        return low
+        return (bisect_right if right else bisect_left)(range(self.entries.num_rows), bound, key=self.key)
 
     def take(self, count: int) -> Sorted:
         """The first ``count`` entries of the batch, removed from it.

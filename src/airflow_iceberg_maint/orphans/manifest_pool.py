@@ -2,9 +2,9 @@
 
 Decoding Avro is CPU-bound Python, so one interpreter decodes on one core however many
 threads it runs. Tables with many manifest lists and manifests are read by a few worker
-processes instead. They start with ``forkserver``, so they come up clean even when the
-caller runs threads (an Airflow task does), and they return manifest paths or hashed path
-batches: never a partial result.
+processes instead. They are forked, or started from a ``forkserver`` when the caller runs
+threads (see ``_start_method``), and they return manifest paths or hashed path batches:
+never a partial result.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from collections.abc import Collection, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import lru_cache
 
 import pyarrow as pa
@@ -60,15 +61,29 @@ def _chunks(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts)]
 
 
+def _start_method() -> str:
+    """``fork`` while this process runs one thread, else ``forkserver``.
+
+    A forked child is ready at once, but it inherits every lock as it was at the fork: with one
+    thread no lock can be held by a thread the child lacks, so that is safe. With other threads
+    (an Airflow task may run some) workers come from the forkserver, clean but slower to start:
+    each imports the caller's ``__main__`` again (CPython 3.11 never preloads it in the server).
+    The pool forks all its workers before its own threads start (ProcessPoolExecutor does so
+    for ``fork``).
+    """
+    return "fork" if threading.active_count() == 1 else "forkserver"
+
+
 class ManifestPool:
     """A pool of decoding workers for one table's files."""
 
     def __init__(self, io: FileIO, location: str, workers: int) -> None:
         self.spec: IoSpec = (tuple(sorted((str(k), str(v)) for k, v in io.properties.items())), location)
         self.workers = workers
-        context = multiprocessing.get_context("forkserver")
-        # Workers fork from a server that has already imported the readers.
-        context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
+        self.start_method = _start_method()
+        context = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":  # workers fork from a server that has already imported the readers
+            context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
         for _ in range(workers):
@@ -77,16 +92,25 @@ class ManifestPool:
     def close(self) -> None:
         self._executor.shutdown(cancel_futures=True)
 
-    def manifests_of(self, manifest_lists: list[str]) -> list[str]:
-        """The unique manifests the manifest lists name, in first-seen order."""
-        chunks = _chunks(manifest_lists, self.workers * CHUNKS_PER_WORKER)
-        found: dict[str, None] = {}
-        for manifests in self._executor.map(_read_lists, [self.spec] * len(chunks), chunks):
-            found.update(dict.fromkeys(manifests))
-        return list(found)
+    def walk(
+        self, manifest_lists: list[str], skip: Collection[str], hasher: PathHasher
+    ) -> Iterator[tuple[list[str], pa.RecordBatch | None]]:
+        """Manifests the lists name and the hashes of their live content files, in one pass.
 
-    def hash_batches(self, manifests: list[str], hasher: PathHasher) -> Iterator[tuple[list[str], pa.RecordBatch]]:
-        """Hashes of the live content files of the manifests, one batch a chunk, with the chunk's manifests."""
-        chunks = _chunks(manifests, self.workers * CHUNKS_PER_WORKER)
-        batches = self._executor.map(_hash_manifests, [self.spec] * len(chunks), chunks, [hasher] * len(chunks))
-        yield from zip(chunks, batches, strict=True)
+        Yields ``(manifests, None)`` for manifests not in ``skip`` as the lists naming them are
+        decoded, then ``(chunk, hashes)`` for each chunk of them. A manifest's read is queued as
+        soon as one list names it, so the workers never wait for the slowest list.
+        """
+        parts = self.workers * CHUNKS_PER_WORKER
+        lists = [self._executor.submit(_read_lists, self.spec, c) for c in _chunks(manifest_lists, parts)]
+        found: set[str] = set()
+        hashing: list[tuple[list[str], Future[pa.RecordBatch]]] = []
+        for done in as_completed(lists):
+            new = [m for m in done.result() if m not in skip and m not in found]
+            if new:
+                found.update(new)
+                for chunk in _chunks(new, parts):
+                    hashing.append((chunk, self._executor.submit(_hash_manifests, self.spec, chunk, hasher)))
+                yield new, None
+        for chunk, future in hashing:
+            yield chunk, future.result()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from collections.abc import Sequence
 
 import mmh3
@@ -45,6 +46,13 @@ _MISSING = (FileNotFoundError, NotADirectoryError)
 def exact_bytes(text: str) -> bytes:
     """The bytes a path string stands for; a surrogate-escaped local name gets its bytes on disk back."""
     return text.encode("utf-8", "surrogateescape")
+
+
+def int64_array(values: Sequence[int]) -> pa.Array:
+    """An Arrow int64 array; an ``array("q")`` is taken as it is (``pa.array`` would walk it value by value)."""
+    if isinstance(values, array) and values.typecode == "q":
+        return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+    return pa.array(values, pa.int64())
 
 
 def path_hash(text: str) -> int:

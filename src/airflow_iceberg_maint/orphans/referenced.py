@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
@@ -30,6 +31,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     PathHasher,
     component_hash,
     inode_identity,
+    int64_array,
     listed_identity,
     path_hash,
     path_hash128,
@@ -41,6 +43,14 @@ log = logging.getLogger(__name__)
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
 Reread = Callable[[], Iterable[str]]  # the paths a batch of hashes was made of, read again
+
+
+def _given(paths: list[str]) -> Reread:
+    return lambda: paths
+
+
+def _reread(io: FileIO, manifests: list[str]) -> Reread:
+    return lambda: (p for m in manifests for p in live_file_paths(io, m))
 
 
 class ReferencedSet:
@@ -125,8 +135,11 @@ class ReferencedSet:
         return exact.nbytes + keys.nbytes + identities.nbytes
 
     def contains_exact(self, paths: Sequence[str]) -> list[bool]:
-        exact = self._freeze()[0]
-        return pc.is_in(pa.array([path_hash(p) for p in paths], pa.int64()), value_set=exact).to_pylist()
+        return self.contains_hashes([path_hash(p) for p in paths])
+
+    def contains_hashes(self, hashes: Sequence[int]) -> list[bool]:
+        """``contains_exact`` of paths already hashed with ``path_hash``."""
+        return pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist()
 
     def classify_unmatched(
         self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None
@@ -226,6 +239,7 @@ class ReferenceWalk:
         if count:
             try:
                 self._workers = ManifestPool(self.table.io, self.table.metadata.location, count)
+                log.info("decoding manifests in %d worker processes (%s)", count, self._workers.start_method)
             except (OSError, ValueError, RuntimeError) as exc:
                 log.info("decoding manifests in this process: no worker processes (%s)", exc)
                 self._workers_failed = True
@@ -257,27 +271,26 @@ class ReferenceWalk:
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
         # One phase for the run: the re-check's walk continues the count of the first.
         with Phase("reading manifests", done=self.manifests_read) as reading:
-            yield hasher.batch(lists), lambda: lists
+            yield hasher.batch(lists), _given(lists)
             self._start_workers(len(lists))
-            found = self._pooled(
-                lambda pool: iter(pool.manifests_of(lists)), lambda: iter(unique_manifest_paths(io, lists, self._map))
-            )
-            manifests = [m for m in dict.fromkeys(found) if m not in self.seen]
-            self.seen.update(manifests)
-            reading.set_total(self.manifests_read + len(manifests))
-            yield hasher.batch(manifests), lambda: manifests
+            found: dict[str, None] = {}  # a dict: a stage redone here after its workers broke repeats itself
 
-            def reread(chunk: list[str]) -> Reread:
-                return lambda: (p for m in chunk for p in live_file_paths(io, m))
-
-            def here() -> Iterator[tuple[list[str], pa.RecordBatch]]:
+            def here() -> Iterator[tuple[list[str], pa.RecordBatch | None]]:
+                manifests = [m for m in unique_manifest_paths(io, lists, self._map) if m not in self.seen]
+                yield manifests, None
                 for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
                     yield [m], hasher.batch(paths)
 
-            for chunk, batch in self._pooled(lambda pool: pool.hash_batches(manifests, hasher), here):
-                reading.advance(len(chunk))
-                yield batch, reread(chunk)
-        self.manifests_read += len(manifests)
+            for chunk, batch in self._pooled(lambda pool: pool.walk(lists, self.seen, hasher), here):
+                if batch is None:  # manifests named for the first time: they are referenced files too
+                    found.update(dict.fromkeys(chunk))
+                    reading.set_total(self.manifests_read + len(found))
+                    yield hasher.batch(chunk), _given(chunk)
+                else:
+                    reading.advance(len(chunk))
+                    yield batch, _reread(io, chunk)
+            self.seen.update(found)
+        self.manifests_read += len(found)
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:
         """The same walk as strings, read here (for the rare report of conflicting pairs)."""

@@ -49,6 +49,15 @@ from airflow_iceberg_maint.progress import LoggingReporter, reporting
 EXPIRE_KEY = "expire"
 LAGS_KEY = "lags"
 SHARDED_KEY = "sharded"
+#: The fields of a committed extract (its ``to_json()``) in a commit's XCom.
+EXTRACT_FIELDS = (
+    "extract_id",
+    "source_table_snapshot_id",
+    "mode",
+    "entries",
+    "region_files_written",
+    "region_files_reused",
+)
 
 
 def optional_snapshot_id(value: Any) -> int | None:
@@ -213,6 +222,11 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
         return lagging
 
 
+def _commit_summary(extract: dict[str, Any], committed: bool, seconds: float) -> dict[str, Any]:
+    """What both commit paths add to their XCom: the extract's fields, whether this try committed, how long it took."""
+    return {**{k: extract[k] for k in EXTRACT_FIELDS}, "committed": committed, "seconds": seconds}
+
+
 class IcebergCommitIndexExtractOperator(BaseOperator):
     """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
 
@@ -306,19 +320,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
             "index": index,
             "requested_mode": "full",
             "shards": build.shards,
-            **{
-                k: body[k]
-                for k in (
-                    "extract_id",
-                    "source_table_snapshot_id",
-                    "mode",
-                    "entries",
-                    "region_files_written",
-                    "region_files_reused",
-                )
-            },
-            "committed": outcome.committed,
-            "seconds": seconds,
+            **_commit_summary(body, outcome.committed, seconds),
         }
 
     def _run(self, table_name: str, index: str) -> dict[str, Any]:
@@ -368,19 +370,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         )
         return {
             **summary,
-            **{
-                k: body[k]
-                for k in (
-                    "extract_id",
-                    "source_table_snapshot_id",
-                    "mode",
-                    "entries",
-                    "region_files_written",
-                    "region_files_reused",
-                )
-            },
-            "committed": True,
-            "seconds": seconds,
+            **_commit_summary(body, True, seconds),
         }
 
     def on_kill(self) -> None:
