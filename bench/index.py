@@ -41,6 +41,11 @@
   every existing one (ids or times that grow); second: keys spread over the whole range (the
   worst case, every region is touched). Reported per case: seconds and region bytes written
   by each, and the ratios incremental / full (targets: at most 0.1 for both).
+
+    .venv/bin/python bench/index.py --build --rows 100000000   # full build within the memory budget
+
+- build in bounded memory (``--build``, instead of all the above): runs ``bench/index_build.py``
+  with the options that follow (``--keys``, ``--budget``, ``--engine``, ...; see its help).
 """
 
 from __future__ import annotations
@@ -558,7 +563,14 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--build" in argv:
+        # The bounded-memory build bench lives in index_build.py; its options follow --build.
+        import index_build
+
+        return index_build.main([a for a in argv if a != "--build"])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", action="store_true", help="the bounded-memory build bench (bench/index_build.py)")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--probes", type=int, default=200)

@@ -18,6 +18,7 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.index import sorted_runs
 from airflow_iceberg_maint.index.build import (
     cut_regions,
     entries_for_files,
@@ -135,19 +136,26 @@ def _keys_of(entries: pa.Table) -> list[pa.Array]:
     return [entries.column("k")]
 
 
-def test_runs_merge_stably_and_leave_no_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("budget", "batch_rows", "run_count"),
+    [(3_000, 8_192, 20), (30_000, 5, 2)],  # many runs of one batch; few runs of many batches, read several at once
+)
+def test_runs_merge_stably_and_leave_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, batch_rows: int, run_count: int
+) -> None:
+    monkeypatch.setattr(sorted_runs, "RUN_BATCH_ROWS", batch_rows)
     rng = random.Random(3)
     parts = [
         pa.table({"k": [rng.choice([None, 1, 2, 2, 2, 3]) for _ in range(count)], "seq": range(at, at + count)})
         for at, count in ((0, 500), (500, 3), (503, 700), (1203, 40))
     ]
-    with SortedRuns(_keys_of, budget_bytes=3_000, spill_dir=str(tmp_path)) as runs:
+    with SortedRuns(_keys_of, budget_bytes=budget, spill_dir=str(tmp_path)) as runs:
         for part in parts:
             runs.add(part)
-        assert len(runs.runs) > 10 and runs.rows == 1243
         (directory,) = tmp_path.iterdir()
         assert directory.name.startswith(f"iceberg-index-build-{os.getpid()}-")
         merged = pa.concat_tables([entries for entries, _ in runs.sorted()])
+        assert len(runs.runs) == run_count and runs.rows == 1243
     everything = pa.concat_tables(parts)
     assert merged.to_pylist() == everything.take(sort_indices([everything.column("k")])).to_pylist()
     assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import pytest
 
 from airflow_iceberg_maint.index.references import INDEX_FILES
@@ -56,13 +59,26 @@ def test_metadata_files_beyond_previous_versions_max_are_orphans(sqlite_catalog)
     assert all(s.files.exists(p) for p in kept_json)
 
 
-def test_worker_processes_find_the_same_orphans(sqlite_catalog):
+@pytest.mark.parametrize("other_thread", [False, True], ids=["fork", "forkserver"])
+def test_worker_processes_find_the_same_orphans(sqlite_catalog, caplog, other_thread):
+    """Workers are forked while the caller runs one thread, and come from the forkserver otherwise."""
     s = build(sqlite_catalog)
     here = remove_orphan_files(
         s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=0), sources=[INDEX_FILES]
     )
-    pooled = remove_orphan_files(
-        s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2), sources=[INDEX_FILES]
-    )
+    stop = threading.Event()
+    # pytest may run helper threads of its own: only a thread started here is sure to exist.
+    side = threading.Thread(target=stop.wait) if other_thread else None
+    if side is not None:
+        side.start()
+    method = "forkserver" if threading.active_count() > 1 else "fork"
+    try:
+        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans.referenced"):
+            pooled = remove_orphan_files(
+                s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2), sources=[INDEX_FILES]
+            )
+    finally:
+        stop.set()
+    assert f"decoding manifests in 2 worker processes ({method})" in caplog.messages
     assert set(pooled.orphan_files) == set(here.orphan_files) == s.expected_orphans
     assert pooled.referenced_files == here.referenced_files

@@ -34,11 +34,14 @@ from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, sort_table
+from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, release_unused, sort_table
 from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2
+#: Regions' worth of entries held while regions are cut and written: about one and a half being
+#: cut, and a merged piece (``regions_of``), and one a thread writing (``in_order``).
+REGIONS_HELD = 2 + IO_THREADS
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 _METADATA_COLUMN_NAMES = {source_id: field.name for source_id, field in METADATA_COLUMNS.items()}
@@ -160,14 +163,15 @@ def in_order(function: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
     """``function`` of each item on ``IO_THREADS`` threads, results in item order, few held at once.
 
     Unlike ``ThreadPoolExecutor.map``, items are submitted only as results are taken, so a slow
-    consumer does not let every result pile up in memory.
+    consumer does not let every result pile up in memory; and the next item is drawn only once a
+    thread is free for it, so at most ``IO_THREADS`` items (regions to write) are held at once.
     """
     with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
         pending: deque[Future[_R]] = deque()
         for item in items:
+            pending.append(pool.submit(function, item))
             if len(pending) >= IO_THREADS:
                 yield pending.popleft().result()
-            pending.append(pool.submit(function, item))
         while pending:
             yield pending.popleft().result()
 
@@ -300,12 +304,13 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
     """Regions of sorted entries arriving in pieces, cut exactly as ``cut_regions`` cuts them all at once.
 
     Only the last region found may still grow with the next piece; the others are final (their
-    end is a key change, or the hot-key cut, seen in the entries held). So at most the entries of
-    about two regions are held, unless a hot key that may not span regions is longer.
+    end is a key change, or the hot-key cut, seen in the entries held). The entries held are cut
+    again each time half a region more has arrived, so about one and a half regions' entries are
+    held, unless a hot key that may not span regions is longer.
     """
     held: list[Sorted] = []
     rows = 0
-    enough = 2 * target + 1  # enough entries to settle the first region held
+    enough = max(target // 2, 1)
     for piece in pieces:
         if piece[0].num_rows == 0:
             continue
@@ -315,12 +320,16 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
             continue
         entries, keys = _joined(held)
         regions = cut_regions(keys, target, spanning)
+        release_unused()  # the merge's pieces and the key copies of the cut, freed since the last cut
         for start, stop in regions[:-1]:
             yield entries.slice(start, stop - start), [k.slice(start, stop - start) for k in keys]
         start = regions[-1][0]
         held = [(entries.slice(start), [k.slice(start) for k in keys])]
+        del entries, keys  # the regions passed on are not kept until the next cut
         rows = held[0][0].num_rows
-        enough = max(2 * target + 1, 2 * rows)  # a region still open waits for twice its entries
+        # Half a region more; a region longer than its target (a hot key) waits for as many
+        # entries again as it has beyond it, so cutting it again and again stays linear.
+        enough = rows + max(target // 2, rows - target, 1)
     if rows:
         entries, keys = _joined(held)
         for start, stop in cut_regions(keys, target, spanning):
@@ -355,7 +364,10 @@ def write_sorted_regions(
     """
     metadata = layout.metadata
     size = 0.0
-    with SortedRuns(partial(ordering_columns, layout=layout), metadata.build_memory_budget_bytes(), spill_dir) as runs:
+    budget = metadata.build_memory_budget_bytes()
+    # While runs merge, up to about four regions' entries are held (``REGIONS_HELD``).
+    reserved = REGIONS_HELD * metadata.region_target_size_bytes()
+    with SortedRuns(partial(ordering_columns, layout=layout), budget, spill_dir, reserved) as runs:
         for part in entries:
             size += entry_bytes(part)
             runs.add(part)
@@ -365,6 +377,7 @@ def write_sorted_regions(
             regions = regions_of(runs.sorted(), target, metadata.allow_key_spanning())
             for entry in in_order(lambda region: write_region(io, layout, *region, directory), regions):
                 written.append(entry)
+                release_unused()
                 if progress is not None:
                     progress.advance()
         return written, runs.rows

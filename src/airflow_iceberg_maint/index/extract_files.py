@@ -135,16 +135,22 @@ def region_stats(
 
 
 def write_region_file(io: FileIO, path: str, rows: pa.Table, schema: pa.Schema) -> int:
-    """Write one region file (columns by field ID from ``schema``); returns its size in bytes."""
-    buffer = pa.BufferOutputStream()
+    """Write one region file (columns by field ID from ``schema``); returns its size in bytes.
+
+    The file is streamed to storage a row group at a time, not assembled in memory first: a
+    region is as large as ``write.region.target-file-size-bytes`` (64 MB by default), and the
+    build's memory budget counts on holding only its entries. A failed write may leave a
+    partial file; like a region of a build that fails to commit, no tracking file names it.
+    """
     # Entries are small, mostly high-entropy values: dictionary-encode only dictionary columns
     # (_file) and leave pages uncompressed, which writes and decodes several times faster.
     dictionary = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-    with pq.ParquetWriter(
-        buffer, schema, write_statistics=True, use_dictionary=dictionary, compression="none"
-    ) as writer:
-        writer.write_table(rows.cast(schema), row_group_size=REGION_ROW_GROUP_ROWS)
-    return _put(io, path, buffer.getvalue())
+    with io.new_output(path).create(overwrite=False) as stream:
+        with pq.ParquetWriter(
+            stream, schema, write_statistics=True, use_dictionary=dictionary, compression="none"
+        ) as writer:
+            writer.write_table(rows.cast(schema), row_group_size=REGION_ROW_GROUP_ROWS)
+        return int(stream.tell())
 
 
 def read_region_file(io: FileIO, path: str, schema: pa.Schema) -> pa.Table:
@@ -165,7 +171,7 @@ def read_region_file(io: FileIO, path: str, schema: pa.Schema) -> pa.Table:
 
 def _put(io: FileIO, path: str, data: pa.Buffer) -> int:
     with io.new_output(path).create(overwrite=False) as stream:
-        stream.write(data.to_pybytes())
+        stream.write(data)  # a pa.Buffer is a bytes-like object: no copy
     return data.size
 
 

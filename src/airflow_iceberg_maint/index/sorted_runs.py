@@ -29,8 +29,10 @@ import pyarrow as pa
 
 from airflow_iceberg_maint.index.ordering import comparable, sort_indices
 
-#: Entries per IPC batch of a run: the merge holds one batch per run at a time.
-RUN_BATCH_ROWS = 65_536
+#: Entries per IPC batch of a run; the merge reads a run some batches at a time (see ``merge_bytes``).
+RUN_BATCH_ROWS = 8_192
+#: Entries the merge reads from a run at a time, at most (fewer when many runs share ``merge_bytes``).
+MERGE_ROWS = 65_536
 #: A run holds a third of the budget: sorting it needs the keys, 8-byte indices, and one column twice.
 _RUN_SHARE = 3
 _DIR_PREFIX = "iceberg-index-build-"
@@ -42,21 +44,33 @@ Sorted = tuple[pa.Table, list[pa.Array]]
 
 def sort_table(entries: pa.Table, keys_of: KeysOf) -> Sorted:
     """Entries in index order (stable), with their ordering-key columns in the same order."""
-    keys = keys_of(entries)
-    order = sort_indices(keys)
-    return entries.take(order), [k.take(order) for k in keys]
+    return _ordered(entries, sort_indices(keys_of(entries)), keys_of)
+
+
+def _ordered(entries: pa.Table, order: pa.Array, keys_of: KeysOf) -> Sorted:
+    # Keys evaluated again on the sorted entries rather than taken: a key that is a column of the
+    # entries (the usual case) is then that column, not a second copy of it.
+    entries = entries.take(order)
+    return entries, keys_of(entries)
 
 
 class SortedRuns:
     """Entries added in input order, given back in index order within a memory budget.
 
     ``keys_of`` evaluates the ordering key of some entries; ``spill_dir`` is where runs are
-    written (default: the system temporary directory, ``TMPDIR``).
+    written (default: the system temporary directory, ``TMPDIR``). ``reserved_bytes`` of the
+    budget are left to the consumer of the sorted entries (the regions being cut and written); a
+    run holds a third of the rest, but never less than a sixth of the budget.
     """
 
-    def __init__(self, keys_of: KeysOf, budget_bytes: int, spill_dir: str | None = None) -> None:
+    def __init__(
+        self, keys_of: KeysOf, budget_bytes: int, spill_dir: str | None = None, reserved_bytes: int = 0
+    ) -> None:
         self.keys_of = keys_of
-        self.run_bytes = max(budget_bytes // _RUN_SHARE, 1)
+        self.run_bytes = max(max(budget_bytes - reserved_bytes, budget_bytes // 2) // _RUN_SHARE, 1)
+        # The merge holds the batches in hand and a sorted copy of them: together about a run,
+        # however many runs there are (so 10^9 entries merge in the memory of 10^8).
+        self.merge_bytes = max(self.run_bytes // 2, 1)
         self.spill_dir = spill_dir
         self.rows = 0
         self.runs: list[Path] = []
@@ -98,11 +112,18 @@ class SortedRuns:
             return None
         entries = _combined(self._buffer)
         self._buffered_bytes = 0
-        return sort_table(entries, self.keys_of)
+        ordered = sort_table(entries, self.keys_of)
+        del entries
+        release_unused()  # the entries in input order
+        return ordered
 
     def _spill(self) -> None:
         if not self._buffer:
             return
+        self._write_run()
+        release_unused()
+
+    def _write_run(self) -> None:
         entries = _combined(self._buffer)
         self._buffered_bytes = 0
         order = sort_indices(self.keys_of(entries))
@@ -128,7 +149,8 @@ class SortedRuns:
                 yield buffered
             return
         self._spill()
-        yield from _merge([_Cursor(path, self.keys_of) for path in self.runs])
+        share = self.merge_bytes // len(self.runs)
+        yield from _merge([_Cursor(path, self.keys_of, share) for path in self.runs], self.keys_of)
 
 
 def _combined(parts: list[pa.Table]) -> pa.Table:
@@ -144,7 +166,17 @@ def _combined(parts: list[pa.Table]) -> pa.Table:
     for name in names:
         columns.append(pending.column(name).combine_chunks())
         pending = pending.drop_columns([name])
+        release_unused()  # the column's chunks, before the next column is copied
     return pa.Table.from_arrays(columns, names=names)
+
+
+def release_unused() -> None:
+    """Give memory Arrow's allocator holds but no longer uses back to the system.
+
+    The allocator keeps freed pages for reuse; after a run of hundreds of MB is sorted, or a
+    region is written, they would count in the process's RSS long after the data is gone.
+    """
+    pa.default_memory_pool().release_unused()
 
 
 def remove_abandoned(parent: str) -> None:
@@ -170,22 +202,34 @@ def _alive(pid: int) -> bool:
 
 
 class _Cursor:
-    """The next entries of one run: one IPC batch in memory, searchable by key."""
+    """The next entries of one run, searchable by key: as many IPC batches in memory as fit in
+    ``limit_bytes`` (at least one, at most ``MERGE_ROWS`` entries)."""
 
-    def __init__(self, path: Path, keys_of: KeysOf) -> None:
+    def __init__(self, path: Path, keys_of: KeysOf, limit_bytes: int) -> None:
         self.file = pa.OSFile(str(path), "rb")
         self.reader = pa.ipc.open_file(self.file)
         self.keys_of = keys_of
+        self.limit_bytes = limit_bytes
         self.next_batch = 0
+        self.batch_rows = 0
         self.entries: pa.Table = self.reader.schema.empty_table()
         self.keys: list[pa.Array] = []
         self.refill()
 
     def refill(self) -> None:
-        """Load the next batch once the current one is used up."""
+        """Load the next batches once the current ones are used up."""
         while self.entries.num_rows == 0 and self.next_batch < self.reader.num_record_batches:
-            self.entries = pa.Table.from_batches([self.reader.get_batch(self.next_batch)])
-            self.next_batch += 1
+            batches: list[pa.RecordBatch] = []
+            rows = size = 0
+            while self.next_batch < self.reader.num_record_batches and (
+                not batches or (size < self.limit_bytes and rows < MERGE_ROWS)
+            ):
+                batches.append(self.reader.get_batch(self.next_batch))
+                self.next_batch += 1
+                rows += batches[-1].num_rows
+                size += batches[-1].nbytes
+            self.entries = pa.Table.from_batches(batches).combine_chunks()
+            self.batch_rows = self.entries.num_rows
             self.keys = self.keys_of(self.entries)
 
     @property
@@ -200,15 +244,22 @@ class _Cursor:
         return (bisect_right if right else bisect_left)(range(self.entries.num_rows), bound, key=self.key)
 
     def take(self, count: int) -> Sorted:
-        """The first ``count`` entries of the batch, removed from it."""
+        """The first ``count`` entries of the batch, removed from it.
+
+        A slice keeps its whole batch in memory while it lives, and the regions being cut hold
+        many pieces: a small one (often the single last entry of a batch) is copied instead.
+        """
         taken = self.entries.slice(0, count), [k.slice(0, count) for k in self.keys]
+        if 2 * count < self.batch_rows:
+            entries = taken[0].take(pa.array(range(count), pa.int64()))
+            taken = entries, self.keys_of(entries)
         self.entries = self.entries.slice(count)
         self.keys = [k.slice(count) for k in self.keys]
         self.refill()
         return taken
 
 
-def _merge(cursors: Sequence[_Cursor]) -> Iterator[Sorted]:
+def _merge(cursors: Sequence[_Cursor], keys_of: KeysOf) -> Iterator[Sorted]:
     try:
         while active := [c for c in cursors if not c.done]:
             frontier = min(c.key(c.entries.num_rows - 1) for c in active)
@@ -218,17 +269,16 @@ def _merge(cursors: Sequence[_Cursor]) -> Iterator[Sorted]:
                 # come first, and no later run holds an entry below it.
                 first = next(c for c in active if c.key(0) == frontier)
                 pieces = [first.take(first.bisect(frontier, right=True))]
-            yield _sorted_together(pieces)
+            yield _sorted_together(pieces, keys_of)
     finally:
         for cursor in cursors:
             cursor.file.close()
 
 
-def _sorted_together(pieces: Sequence[Sorted]) -> Sorted:
+def _sorted_together(pieces: Sequence[Sorted], keys_of: KeysOf) -> Sorted:
     """Sorted pieces of consecutive runs as one sorted piece (stable: earlier runs first on equal keys)."""
     if len(pieces) == 1:
         return pieces[0]
     entries = pa.concat_tables([p[0] for p in pieces]).unify_dictionaries()
     keys = [pa.chunked_array([p[1][i] for p in pieces]) for i in range(len(pieces[0][1]))]
-    order = sort_indices(keys)
-    return entries.take(order), [k.take(order).combine_chunks() for k in keys]
+    return _ordered(entries, sort_indices(keys), keys_of)

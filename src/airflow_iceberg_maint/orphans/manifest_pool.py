@@ -2,9 +2,9 @@
 
 Decoding Avro is CPU-bound Python, so one interpreter decodes on one core however many
 threads it runs. Tables with many manifest lists and manifests are read by a few worker
-processes instead. They start with ``forkserver``, so they come up clean even when the
-caller runs threads (an Airflow task does), and they return manifest paths or hashed path
-batches: never a partial result.
+processes instead. They are forked, or started from a ``forkserver`` when the caller runs
+threads (see ``_start_method``), and they return manifest paths or hashed path batches:
+never a partial result.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import threading
 from collections.abc import Collection, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import lru_cache
@@ -60,15 +61,29 @@ def _chunks(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts)]
 
 
+def _start_method() -> str:
+    """``fork`` while this process runs one thread, else ``forkserver``.
+
+    A forked child is ready at once, but it inherits every lock as it was at the fork: with one
+    thread no lock can be held by a thread the child lacks, so that is safe. With other threads
+    (an Airflow task may run some) workers come from the forkserver, clean but slower to start:
+    each imports the caller's ``__main__`` again (CPython 3.11 never preloads it in the server).
+    The pool forks all its workers before its own threads start (ProcessPoolExecutor does so
+    for ``fork``).
+    """
+    return "fork" if threading.active_count() == 1 else "forkserver"
+
+
 class ManifestPool:
     """A pool of decoding workers for one table's files."""
 
     def __init__(self, io: FileIO, location: str, workers: int) -> None:
         self.spec: IoSpec = (tuple(sorted((str(k), str(v)) for k, v in io.properties.items())), location)
         self.workers = workers
-        context = multiprocessing.get_context("forkserver")
-        # Workers fork from a server that has already imported the readers.
-        context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
+        self.start_method = _start_method()
+        context = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":  # workers fork from a server that has already imported the readers
+            context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
         for _ in range(workers):

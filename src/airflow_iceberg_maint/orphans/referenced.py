@@ -239,6 +239,7 @@ class ReferenceWalk:
         if count:
             try:
                 self._workers = ManifestPool(self.table.io, self.table.metadata.location, count)
+                log.info("decoding manifests in %d worker processes (%s)", count, self._workers.start_method)
             except (OSError, ValueError, RuntimeError) as exc:
                 log.info("decoding manifests in this process: no worker processes (%s)", exc)
                 self._workers_failed = True

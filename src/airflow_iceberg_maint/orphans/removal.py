@@ -15,12 +15,14 @@ Pipeline (the dry run runs all of it but the last step):
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -599,6 +601,23 @@ def settle(
     phases.done("delete")
 
 
+@contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """Keep the objects that existed before the scan out of the garbage collector's full passes.
+
+    A scan allocates an object or more a listed file, so full collections run again and again,
+    and each one walks the whole heap (the table's metadata included): about 0.3 CPU seconds
+    of 1.5 per 100,000 files, on the core the listing needs. ``gc.freeze`` exempts the older
+    objects until ``gc.unfreeze``: any of them that become cyclic garbage meanwhile are
+    collected after the scan instead of during it.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def remove_orphan_files(
     table: Table,
     options: OrphanOptions | None = None,
@@ -629,7 +648,7 @@ def remove_orphan_files(
     )
 
     refs = ReferencedSet(equivalence)
-    with ReferenceWalk(table, equivalence, options.reader_processes) as walk:
+    with _older_objects_frozen(), ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.
             listing = lister.submit(
