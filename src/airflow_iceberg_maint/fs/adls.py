@@ -34,7 +34,7 @@ from pyiceberg.io import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, reply_verdicts
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
@@ -164,7 +164,7 @@ class AzureStorage:
             # An incomplete listing is never used: the run stops before matching or deleting anything.
             raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
 
-    def _send_delete(self, authority: str, keys: list[str]) -> dict[str, str | None]:
+    def _send_delete(self, authority: str, keys: list[str]) -> dict[str, Verdict]:
         replies = list(self.container(authority).delete_blobs(*keys, raise_on_any_failure=False))
         return reply_verdicts(keys, replies, _reply_error, AzureError)
 

@@ -18,10 +18,18 @@ from typing import Protocol, TypeVar
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
 
-#: A key's verdict in a bulk-delete reply: ``None`` deleted (or already gone), ``RETRY``, or an error text.
-RETRY = "retry"
+
+@dataclass(frozen=True)
+class Retry:
+    """A key's verdict: worth sending again; ``error`` is what the store said, reported if it never succeeds."""
+
+    error: str
+
+
+#: A key's verdict in a bulk-delete reply: ``None`` deleted (or already gone), a ``Retry``, or an error text.
+Verdict = str | Retry | None
 #: ``send``: one bulk-delete request for keys of one bucket; a verdict for every key, or an exception.
-Send = Callable[[str, list[str]], Mapping[str, str | None]]
+Send = Callable[[str, list[str]], Mapping[str, Verdict]]
 #: ``exists``: whether a key is still there; raises when the store cannot say.
 Exists = Callable[[str, str], bool]
 #: HTTP statuses of a batch's sub-reply that are worth sending that key again.
@@ -40,22 +48,22 @@ R = TypeVar("R", bound=Reply)
 
 def reply_verdicts(
     keys: list[str], replies: Sequence[R], error_text: Callable[[R], str], malformed: type[Exception]
-) -> dict[str, str | None]:
+) -> dict[str, Verdict]:
     """The verdicts of a batch reply that has one sub-reply a key, in order.
 
-    2xx and 404 (already gone) mean deleted, ``RETRY_STATUSES`` retry, any other status fails with
-    ``error_text(reply)``. A reply whose parts do not match the keys raises ``malformed`` (one of
+    2xx and 404 (already gone) mean deleted, ``RETRY_STATUSES`` retry, any other status fails; both
+    with ``error_text(reply)``. A reply whose parts do not match the keys raises ``malformed`` (one of
     the store's request errors: the batch is then settled key by key).
     """
     if len(replies) != len(keys):
         raise malformed(f"batch reply has {len(replies)} parts for {len(keys)} deletes")
-    verdicts: dict[str, str | None] = {}
+    verdicts: dict[str, Verdict] = {}
     for key, reply in zip(keys, replies, strict=True):
         status = reply.status_code
         if 200 <= status < 300 or status == 404:
             verdicts[key] = None
         elif status in RETRY_STATUSES:
-            verdicts[key] = RETRY
+            verdicts[key] = Retry(error_text(reply))
         else:
             verdicts[key] = error_text(reply)
     return verdicts
@@ -97,6 +105,7 @@ class BatchDeleter:
         failed: list[tuple[str, str]] = []
         requests = 0
         todo = keys
+        last_error: dict[str, str] = {}
         for attempt in range(self.max_attempts):
             if attempt:
                 time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
@@ -113,14 +122,16 @@ class BatchDeleter:
                 verdict = verdicts[key]
                 if verdict is None:
                     deleted.append(key)
-                elif verdict == RETRY:
+                elif isinstance(verdict, Retry):
                     retry.append(key)
+                    last_error[key] = verdict.error
                 else:
                     failed.append((key, verdict))
             if not retry:
                 return deleted, failed, requests
             todo = retry
-        return deleted, failed + [(k, f"still throttled after {self.max_attempts} attempts") for k in todo], requests
+        gave_up = [(k, f"{last_error[k]} (still failing after {self.max_attempts} attempts)") for k in todo]
+        return deleted, failed + gave_up, requests
 
     def _settle(self, bucket: str, keys: list[str], reason: str) -> tuple[list[str], list[tuple[str, str]]]:
         """After a bulk delete with no reply: keys now absent are deleted, the others failed.

@@ -25,7 +25,7 @@ from google.oauth2.credentials import Credentials
 from pyiceberg.io import GCS_PROJECT_ID, GCS_REQUESTER_PAYS, GCS_SERVICE_HOST, GCS_TOKEN, GCS_TOKEN_EXPIRES_AT_MS
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, reply_verdicts
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
 
@@ -136,7 +136,7 @@ class GcsStorage:
             # An incomplete listing is never used: the run stops before matching or deleting anything.
             raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
 
-    def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, str | None]:
+    def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, Verdict]:
         def send() -> list[Any]:
             bucket = self._bucket(bucket_name)
             with _RepliesBatch(self.client, raise_exception=False) as batch:

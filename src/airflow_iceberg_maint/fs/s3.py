@@ -17,7 +17,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.fs.batches import RETRY, BatchDeleter
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Retry, Verdict
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
@@ -132,16 +132,17 @@ class S3Storage:
 
     # Deletion
 
-    def _send_delete(self, bucket: str, keys: list[str]) -> dict[str, str | None]:
+    def _send_delete(self, bucket: str, keys: list[str]) -> dict[str, Verdict]:
         objects = [{"Key": k} for k in keys]
         response = self.client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-        verdicts: dict[str, str | None] = dict.fromkeys(keys)
+        verdicts: dict[str, Verdict] = dict.fromkeys(keys)
         for error in response.get("Errors", []):
             code = error.get("Code")
+            text = f"{code}: {error.get('Message', '')}"
             if code in RETRY_KEY_CODES:
-                verdicts[error["Key"]] = RETRY
+                verdicts[error["Key"]] = Retry(text)
             elif code not in NOT_FOUND_CODES:
-                verdicts[error["Key"]] = f"{code}: {error.get('Message', '')}"
+                verdicts[error["Key"]] = text
         return verdicts
 
     def _exists(self, bucket: str, key: str) -> bool:
