@@ -89,12 +89,17 @@ class _RepliesBatch(storage.Batch):
     ``Batch.finish`` returns them, but the context manager (the only public way to queue calls
     in a batch) calls it on exit and drops them; the client has no other public handle
     (python-storage issue 1214). With ``raise_exception=False`` failed calls are replies too.
+    A reply the client cannot read (not multipart, or not one part a call) raises ValueError there;
+    it is raised as a request error here, so that the batch is settled key by key.
     """
 
     replies: list[Any]
 
     def finish(self, raise_exception: bool = True) -> list[Any]:
-        self.replies = list(super().finish(raise_exception=raise_exception))
+        try:
+            self.replies = list(super().finish(raise_exception=raise_exception))
+        except ValueError as exc:
+            raise GoogleAPIError(f"batch reply cannot be read ({exc})") from exc
         return self.replies
 
 
