@@ -34,7 +34,7 @@ from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.ordering import key_changes
 from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, release_unused, sort_table
+from airflow_iceberg_maint.index.sorted_runs import Sorted, SortedRuns, joined, release_unused, sort_table
 from airflow_iceberg_maint.progress import Phase
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
@@ -318,7 +318,7 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
         rows += piece[0].num_rows
         if rows < enough:
             continue
-        entries, keys = _joined(held)
+        entries, keys = joined(held)
         regions = cut_regions(keys, target, spanning)
         release_unused()  # the merge's pieces and the key copies of the cut, freed since the last cut
         for start, stop in regions[:-1]:
@@ -331,16 +331,9 @@ def regions_of(pieces: Iterable[Sorted], target: int, spanning: bool) -> Iterato
         # entries again as it has beyond it, so cutting it again and again stays linear.
         enough = rows + max(target // 2, rows - target, 1)
     if rows:
-        entries, keys = _joined(held)
+        entries, keys = joined(held)
         for start, stop in cut_regions(keys, target, spanning):
             yield entries.slice(start, stop - start), [k.slice(start, stop - start) for k in keys]
-
-
-def _joined(pieces: Sequence[Sorted]) -> Sorted:
-    if len(pieces) == 1:
-        return pieces[0]
-    entries = pa.concat_tables([p[0] for p in pieces]).unify_dictionaries()
-    return entries, [pa.chunked_array([p[1][i] for p in pieces]) for i in range(len(pieces[0][1]))]
 
 
 def write_sorted_regions(

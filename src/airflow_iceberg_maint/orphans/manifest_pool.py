@@ -3,7 +3,7 @@
 Decoding Avro is CPU-bound Python, so one interpreter decodes on one core however many
 threads it runs. Tables with many manifest lists and manifests are read by a few worker
 processes instead. They are forked, or started from a ``forkserver`` when the caller runs
-threads (see ``_start_method``), and they return manifest paths or hashed path batches:
+threads (see ``worker_start_method``), and they return manifest paths or hashed path batches:
 never a partial result.
 """
 
@@ -61,7 +61,7 @@ def _chunks(items: list[str], parts: int) -> list[list[str]]:
     return [items[i::parts] for i in range(parts)]
 
 
-def _start_method() -> str:
+def worker_start_method() -> str:
     """``fork`` while this process runs one thread, else ``forkserver``.
 
     A forked child is ready at once, but it inherits every lock as it was at the fork: with one
@@ -80,7 +80,7 @@ class ManifestPool:
     def __init__(self, io: FileIO, location: str, workers: int) -> None:
         self.spec: IoSpec = (tuple(sorted((str(k), str(v)) for k, v in io.properties.items())), location)
         self.workers = workers
-        self.start_method = _start_method()
+        self.start_method = worker_start_method()
         context = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":  # workers fork from a server that has already imported the readers
             context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
