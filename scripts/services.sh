@@ -122,7 +122,6 @@ start_s3() {
   while [ "$SECONDS" -lt "$deadline" ]; do
     if ! kill -0 "$MOTO_PID" 2>/dev/null; then
       wait "$MOTO_PID" 2>/dev/null || true; MOTO_PID=""
-EMULATOR_PIDS=()  # Azurite and the GCS emulators
       fail "starting the S3 server (moto_server on 127.0.0.1:$S3_PORT)" "moto_server exited" "$DIR/moto.log"
     fi
     if "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$S3_PORT/moto-api/')" \
@@ -139,7 +138,6 @@ stop_s3() {
   kill "$MOTO_PID" 2>/dev/null || true
   wait "$MOTO_PID" 2>/dev/null || true  # the port is free once the process is gone
   MOTO_PID=""
-EMULATOR_PIDS=()  # Azurite and the GCS emulators
 }
 
 # wait_http NAME PID URL LOG: wait until the server started as PID answers HTTP at URL (any status).
