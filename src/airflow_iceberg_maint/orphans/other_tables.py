@@ -24,6 +24,7 @@ import posixpath
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -249,3 +250,8 @@ def listed_table_protections(
 def is_listed_metadata_file(path: str) -> bool:
     head, _, name = path.rpartition("/")
     return name.endswith(METADATA_SUFFIXES) and head.endswith("/metadata")
+
+
+def listed_metadata_files(paths: Iterable[str]) -> list[str]:
+    """The paths ``is_listed_metadata_file`` accepts; the suffix is tested in C first (most paths fail it)."""
+    return [p for p in filter(methodcaller("endswith", METADATA_SUFFIXES), paths) if is_listed_metadata_file(p)]

@@ -17,12 +17,18 @@ a string it cannot encode).
 from __future__ import annotations
 
 import os
+import re
 import struct
+import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
+from itertools import repeat, starmap
+from operator import itemgetter
 
 import mmh3
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
@@ -41,6 +47,14 @@ HASH_SCHEMA = pa.schema(
 )
 LISTED_SCHEMA = pa.schema([("exact", pa.int64()), ("check", pa.int64()), ("identity", pa.int64())])
 _MISSING = (FileNotFoundError, NotADirectoryError)
+_RESERVED = pa.array([EMPTY, DEFERRED], pa.int64())
+_SEPARATOR = "\0"  # joins many names into one string, so one search in C checks them all
+# In joined path keys: one that ``PathEquivalence.path_key`` would change ("//", a trailing "/").
+_NOT_A_KEY = re.compile("//|/\0")
+# In joined names below the scan root: one a listing never yields (hidden, "//", empty, trailing "/").
+_NOT_LISTABLE = re.compile("\0[./_\0]|/[./_\0]")
+_pack_inode = struct.Struct("<QQ").pack
+_encoded = partial(str.encode, encoding="utf-8", errors="surrogateescape")  # ``exact_bytes``, callable from C
 
 
 def exact_bytes(text: str) -> bytes:
@@ -55,6 +69,36 @@ def int64_array(values: Sequence[int]) -> pa.Array:
     return pa.array(values, pa.int64())
 
 
+def constant_array(value: int, length: int) -> pa.Array:
+    return int64_array(array("q", [value]) * length)
+
+
+def hash_halves(keys: Iterable[bytes | str]) -> tuple[array[int], array[int]]:
+    """murmur3's 128-bit hash of each key (a string as UTF-8) as two signed 64-bit halves, hashed in C.
+
+    ``map`` over C functions runs no Python bytecode a key. A string must be ASCII or valid
+    Unicode: mmh3 (5.3) crashes the interpreter on a lone surrogate instead of raising.
+    """
+    halves = array("q")
+    halves.frombytes(b"".join(map(mmh3.hash_bytes, keys)))
+    if sys.byteorder == "big":
+        halves.byteswap()  # mmh3 writes each half little-endian
+    return halves[0::2], halves[1::2]
+
+
+def path_hashes128(paths: Sequence[str]) -> tuple[array[int], array[int]]:
+    """``path_hash128`` of each path: the first halves are the ``path_hash`` of each."""
+    if all(map(str.isascii, paths)):
+        return hash_halves(paths)
+    return hash_halves(map(_encoded, paths))  # a surrogate-escaped local name is hashed as its bytes on disk
+
+
+def inode_identities(inodes: Iterable[tuple[int, int]]) -> pa.Array:
+    """``inode_identity`` of each (device, inode) pair."""
+    values = int64_array(hash_halves(starmap(_pack_inode, inodes))[0])
+    return pc.if_else(pc.is_in(values, value_set=_RESERVED), 2, values)
+
+
 def path_hash(text: str) -> int:
     return mmh3.hash64(exact_bytes(text), signed=True)[0]  # stable across processes and runs, unlike hash()
 
@@ -65,7 +109,7 @@ def path_hash128(text: str) -> tuple[int, int]:
 
 
 def inode_identity(device: int, inode: int) -> int:
-    value = mmh3.hash64(struct.pack("<QQ", device, inode), signed=True)[0]
+    value = mmh3.hash64(_pack_inode(device, inode), signed=True)[0]
     return value if value not in (EMPTY, DEFERRED) else 2
 
 
@@ -158,6 +202,69 @@ class PathHasher:
         return not (rest.startswith((".", "_")) or "/." in rest or "/_" in rest or "//" in rest)
 
     def batch(self, paths: Sequence[str]) -> pa.RecordBatch:
+        uniform = self._uniform_batch(paths)
+        return uniform if uniform is not None else self._batch_each(paths)
+
+    def key_hashes(self, paths: Sequence[str]) -> tuple[Sequence[int], Sequence[bool]]:
+        """``key_and_local`` of each path, hashed in C when the paths share the cached head."""
+        uniform = self._uniform_keys(paths)
+        if uniform is None:
+            pairs = [self.key_and_local(p) for p in paths]
+            return [k for k, _ in pairs], [local for _, local in pairs]
+        keys, (_, _, local_prefix) = uniform
+        return path_hashes128(keys)[0], [local_prefix is not None] * len(paths)
+
+    def _uniform_keys(self, paths: Sequence[str]) -> tuple[list[str], tuple[int, int, str | None]] | None:
+        """The path keys, and the head's scope, of paths that all have the cached head and keys as written.
+
+        None when any path has another head or a key ``PathEquivalence.path_key`` would change;
+        the keys are checked by one search of them joined (a false alarm only costs the slow path).
+        """
+        if not paths:
+            return None
+        scope = self._key_and_scope(paths[0])[1]
+        head = self._head
+        if not all(map(str.startswith, paths, repeat(head + "/"))):
+            return None
+        keys = list(map(itemgetter(slice(len(head), None)), paths))
+        if _NOT_A_KEY.search(_SEPARATOR.join(keys) + _SEPARATOR):
+            return None
+        return keys, scope
+
+    def _uniform_batch(self, paths: Sequence[str]) -> pa.RecordBatch | None:
+        """The batch hashed in C, when the keys are uniform and on local storage every path is listable.
+
+        Then every identity is DEFERRED (no ``stat``); otherwise None, and each path goes through
+        ``_batch_each``.
+        """
+        uniform = self._uniform_keys(paths)
+        if uniform is None:
+            return None
+        keys, (scheme, authority, local_prefix) = uniform
+        local = local_prefix is not None
+        if local and not self._all_listable(paths):
+            return None
+        count = len(paths)
+        exact, check = path_hashes128(paths)
+        columns = [
+            int64_array(exact),
+            int64_array(path_hashes128(keys)[0]),
+            constant_array(scheme, count),
+            constant_array(authority, count),
+            constant_array(DEFERRED if local else EMPTY, count),
+            int64_array(check) if local else constant_array(EMPTY, count),
+        ]
+        return pa.record_batch(columns, schema=HASH_SCHEMA)
+
+    def _all_listable(self, paths: Sequence[str]) -> bool:
+        """``_listable`` of every path, checked by one search of the names below the root joined."""
+        under = self._under
+        if under is None or not all(map(str.startswith, paths, repeat(under))):
+            return False
+        rests = _SEPARATOR.join(map(itemgetter(slice(len(under), None)), paths))
+        return not _NOT_LISTABLE.search(_SEPARATOR + rests + _SEPARATOR)
+
+    def _batch_each(self, paths: Sequence[str]) -> pa.RecordBatch:
         exact: list[int] = []
         keys: list[int] = []
         schemes: list[int] = []

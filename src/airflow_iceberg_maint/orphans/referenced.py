@@ -9,10 +9,12 @@ storage), not as Python strings. A hash collision can only make a listed file lo
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -30,11 +32,12 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     HASH_SCHEMA,
     PathHasher,
     component_hash,
+    inode_identities,
     inode_identity,
     int64_array,
     listed_identity,
-    path_hash,
     path_hash128,
+    path_hashes128,
 )
 from airflow_iceberg_maint.progress import Phase
 
@@ -88,21 +91,24 @@ class ReferencedSet:
         deferred, self._deferred = self._deferred, []
         if not deferred:
             return 0
-        rows = pa.concat_tables(
-            pa.table({"exact": b["exact"], "check": b["check"], "source": pa.array([i] * b.num_rows, pa.int32())})
-            for i, (b, _) in enumerate(deferred)
-        )
-        joined = rows.join(listed.select(["exact", "check", "identity"]), ["exact", "check"], join_type="left outer")
-        found = pc.is_valid(joined["identity"])
-        self._resolved.append(pc.unique(joined["identity"].filter(found)))
-        missing = joined.filter(pc.invert(found))
+        exact = pa.chunked_array([b["exact"] for b, _ in deferred], pa.int64())
+        check = pa.chunked_array([b["check"] for b, _ in deferred], pa.int64())
+        # The first listed file with the same first half; a second listed file sharing it (a
+        # 64-bit collision) only sends the path to the ``stat`` below.
+        at = pc.index_in(exact, value_set=listed["exact"])
+        found = pc.fill_null(pc.equal(pc.take(listed["check"], at), check), False)
+        self._resolved.append(pc.take(listed["identity"], at.filter(found)).combine_chunks())  # unique at the freeze
+        missing = pc.indices_nonzero(pc.invert(found)).to_pylist()
+        ends = list(accumulate(b.num_rows for b, _ in deferred))
+        rows: dict[int, list[int]] = {}
+        for row in missing:
+            rows.setdefault(bisect_right(ends, row), []).append(row)
         stated: list[int] = []
-        for source in pc.unique(missing["source"]).to_pylist():
-            mine = missing.filter(pc.equal(missing["source"], source))
-            wanted = set(zip(mine["exact"].to_pylist(), mine["check"].to_pylist(), strict=True))
+        for source, mine in rows.items():
+            wanted = set(zip(pc.take(exact, mine).to_pylist(), pc.take(check, mine).to_pylist(), strict=True))
             stated.extend(self.hasher.identity(p) for p in deferred[source][1]() if path_hash128(p) in wanted)
         self._resolved.append(pa.array(stated, pa.int64()))
-        return missing.num_rows
+        return len(missing)
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
@@ -135,7 +141,7 @@ class ReferencedSet:
         return exact.nbytes + keys.nbytes + identities.nbytes
 
     def contains_exact(self, paths: Sequence[str]) -> list[bool]:
-        return self.contains_hashes([path_hash(p) for p in paths])
+        return self.contains_hashes(path_hashes128(paths)[0])
 
     def contains_hashes(self, hashes: Sequence[int]) -> list[bool]:
         """``contains_exact`` of paths already hashed with ``path_hash``."""
@@ -155,14 +161,14 @@ class ReferencedSet:
             return {}
         _, keys, identities = self._freeze()
         eq = self.hasher.equivalence
-        path_keys = [self.hasher.key_and_local(p) for p in paths]
-        hits = keys.filter(pc.is_in(keys["key"], value_set=pa.array([k for k, _ in path_keys], pa.int64())))
+        path_keys, on_local = self.hasher.key_hashes(paths)
+        hits = keys.filter(pc.is_in(keys["key"], value_set=int64_array(path_keys)))
         scopes: dict[int, list[tuple[int, int]]] = {}
         for key, scheme, authority in zip(*(hits[c].to_pylist() for c in ("key", "scheme", "authority")), strict=True):
             scopes.setdefault(key, []).append((scheme, authority))
         result: dict[str, str] = {}
         local: list[int] = []
-        for i, (path, (key, is_local)) in enumerate(zip(paths, path_keys, strict=True)):
+        for i, (path, key, is_local) in enumerate(zip(paths, path_keys, on_local, strict=True)):
             if key not in scopes:
                 if is_local and len(identities):
                     local.append(i)
@@ -172,16 +178,22 @@ class ReferencedSet:
             same = any(s in (EMPTY, mine[0]) and a in (EMPTY, mine[1]) for s, a in scopes[key])
             result[path] = "equivalent" if same else "conflict"
         if local:
-
-            def identity(i: int) -> int:
-                inode = inodes[i] if inodes is not None else None
-                return listed_identity(local_path(paths[i])) if inode is None else inode_identity(*inode)
-
-            listed = pa.array([identity(i) for i in local], pa.int64())
+            listed = self._listed_identities([paths[i] for i in local], [inodes[i] for i in local] if inodes else None)
             for i, hit in zip(local, pc.is_in(listed, value_set=identities).to_pylist(), strict=True):
                 if hit:
                     result[paths[i]] = "equivalent"
         return result
+
+    @staticmethod
+    def _listed_identities(paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None) -> pa.Array:
+        """Identity of each listed local file: from the listing's (device, inode), else ``lstat``-ed here."""
+        given = inodes if inodes is not None else [None] * len(paths)
+        known = [i for i in given if i is not None]
+        if len(known) == len(paths):
+            return inode_identities(known)
+        pairs = zip(paths, given, strict=True)
+        identities = [listed_identity(local_path(p)) if i is None else inode_identity(*i) for p, i in pairs]
+        return pa.array(identities, pa.int64())
 
 
 def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:

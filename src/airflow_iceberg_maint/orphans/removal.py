@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from contextvars import copy_context
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from itertools import chain
+from itertools import chain, compress, islice
+from operator import attrgetter, not_
 from typing import Any
 
 import pyarrow as pa
@@ -46,16 +47,15 @@ from airflow_iceberg_maint.orphans.other_tables import (
     TablePaths,
     catalog_protections,
     catalog_table_paths,
-    is_listed_metadata_file,
+    listed_metadata_files,
     listed_table_protections,
     outermost,
 )
 from airflow_iceberg_maint.orphans.path_hashes import (
     LISTED_SCHEMA,
-    inode_identity,
+    inode_identities,
     int64_array,
-    path_hash,
-    path_hash128,
+    path_hashes128,
 )
 from airflow_iceberg_maint.orphans.referenced import (
     ReferencedSet,
@@ -72,7 +72,7 @@ DEFAULT_MAX_CONCURRENT_DELETES = 8
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 KINDS = ("data", "delete", "manifest", "manifest_list", "metadata", "statistics", "other")
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
-LIST_STEP = 1_000  # listed files a progress update
+LIST_STEP = 10_000  # listed files hashed together, and a progress update
 DELETE_STEP_PER_WORKER = 5_000  # files a delete worker gets between progress updates (5 S3 requests)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -271,32 +271,42 @@ class _Listing:
     on_disk: pa.Table  # 128-bit hash and identity of every listed local file (LISTED_SCHEMA)
 
 
+_PATH, _MTIME, _INODE = attrgetter("path"), attrgetter("mtime"), attrgetter("inode")
+
+
+def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: _Listing, on_disk: list[pa.Table]) -> None:
+    """Add a chunk of listed files: each step runs over the whole chunk in C, not a file at a time in Python."""
+    listing.listed += len(chunk)
+    paths = list(map(_PATH, chunk))
+    mtimes = list(map(_MTIME, chunk))
+    # ``cutoff > m`` is ``m < cutoff``; a file with no modification time is never a candidate.
+    old = list(map(cutoff.__gt__, mtimes)) if None not in mtimes else [m is not None and m < cutoff for m in mtimes]
+    listing.candidates.extend(compress(chunk, old))
+    first, second = path_hashes128(paths)
+    listing.candidate_hashes.extend(compress(first, old))
+    listing.metadata_files.extend(listed_metadata_files(paths))
+    inodes = list(map(_INODE, chunk))
+    if None in inodes:  # only files on local disks have one
+        local = [i is not None for i in inodes]
+        first, second = array("q", compress(first, local)), array("q", compress(second, local))
+        inodes = list(compress(inodes, local))
+    if inodes:
+        columns = [int64_array(first), int64_array(second), inode_identities(inodes)]
+        on_disk.append(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
+
+
 def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
     result = _Listing([], array("q"), 0, [], LISTED_SCHEMA.empty_table())
-    exact, check, identity = array("q"), array("q"), array("q")  # 8 bytes a value, not a Python int
+    on_disk: list[pa.Table] = []
+    files = storage.list_files(root, keep)
     with Phase("listing") as listing:
-        for info in storage.list_files(root, keep):
-            result.listed += 1
-            first = None
-            if info.inode is not None:
-                first, second = path_hash128(info.path)
-                exact.append(first)
-                check.append(second)
-                identity.append(inode_identity(*info.inode))
-            if info.mtime is not None and info.mtime < cutoff:
-                result.candidates.append(info)
-                # Hashed while the manifests are still being read, not after.
-                result.candidate_hashes.append(path_hash(info.path) if first is None else first)
-            if is_listed_metadata_file(info.path):
-                result.metadata_files.append(info.path)
-            if result.listed % LIST_STEP == 0:
-                listing.advance(LIST_STEP)
-                if result.listed % 100_000 == 0:
-                    log.info("listed %d files under %s", result.listed, root)
-        listing.advance(result.listed - listing.done)
-    if exact:
-        columns = [int64_array(a) for a in (exact, check, identity)]
-        result.on_disk = pa.Table.from_arrays(columns, schema=LISTED_SCHEMA)
+        for chunk in iter(lambda: list(islice(files, LIST_STEP)), []):
+            _take_listed(chunk, cutoff, result, on_disk)
+            listing.advance(len(chunk))
+            if result.listed % 100_000 < LIST_STEP:
+                log.info("listed %d files under %s", result.listed, root)
+    if on_disk:
+        result.on_disk = pa.concat_tables(on_disk)
     return result
 
 
@@ -387,9 +397,10 @@ def match_candidates(
     orphans: list[FileInfo] = []
     conflicts: list[FileInfo] = []
     equivalent = 0
+    paths = list(map(_PATH, candidates))
     if hashes is None:
-        hashes = [path_hash(c.path) for c in candidates]
-    undecodable = [c for c in candidates if not c.path.isascii() and not _comparable(c.path)]
+        hashes = path_hashes128(paths)[0]
+    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not _comparable(c.path)]
     if undecodable:
         kept = {id(c) for c in undecodable}
         hashes = [h for c, h in zip(candidates, hashes, strict=True) if id(c) not in kept]
@@ -397,7 +408,7 @@ def match_candidates(
     for start in range(0, len(candidates), MATCH_CHUNK):
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_hashes(hashes[start : start + MATCH_CHUNK])
-        unmatched = [c for c, hit in zip(chunk, exact, strict=True) if not hit]
+        unmatched = list(compress(chunk, map(not_, exact)))
         verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
         for info in unmatched:
             verdict = verdicts.get(info.path)
