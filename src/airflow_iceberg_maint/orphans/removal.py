@@ -295,13 +295,17 @@ def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: _Listing, on_
         on_disk.append(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
 
 
-def _list_candidates(storage: Any, root: str, keep: KeepComponent, cutoff: datetime) -> _Listing:
+def _list_candidates(
+    storage: Any, root: str, keep: KeepComponent, cutoff: datetime, after_chunk: Callable[[], None] = lambda: None
+) -> _Listing:
+    """List ``root``; ``after_chunk`` runs after each chunk of listed files is taken."""
     result = _Listing([], array("q"), 0, [], LISTED_SCHEMA.empty_table())
     on_disk: list[pa.Table] = []
     files = storage.list_files(root, keep)
     with Phase("listing") as listing:
         for chunk in iter(lambda: list(islice(files, LIST_STEP)), []):
             _take_listed(chunk, cutoff, result, on_disk)
+            after_chunk()
             listing.advance(len(chunk))
             if result.listed % 100_000 < LIST_STEP:
                 log.info("listed %d files under %s", result.listed, root)
@@ -613,18 +617,20 @@ def settle(
 
 
 @contextmanager
-def _older_objects_frozen() -> Iterator[None]:
+def _older_objects_frozen() -> Iterator[Callable[[], None]]:
     """Keep the objects that existed before the scan out of the garbage collector's full passes.
 
     A scan allocates an object or more a listed file, so full collections run again and again,
     and each one walks the whole heap (the table's metadata included): about 0.3 CPU seconds
     of 1.5 per 100,000 files, on the core the listing needs. ``gc.freeze`` exempts the older
     objects until ``gc.unfreeze``: any of them that become cyclic garbage meanwhile are
-    collected after the scan instead of during it.
+    collected after the scan instead of during it. It yields ``gc.freeze`` for the listing to
+    call after each chunk, so the listed files it keeps are not walked again and again either
+    (0.03 to 0.1 s per 100,000 files).
     """
     gc.freeze()
     try:
-        yield
+        yield gc.freeze
     finally:
         gc.unfreeze()
 
@@ -659,11 +665,11 @@ def remove_orphan_files(
     )
 
     refs = ReferencedSet(equivalence)
-    with _older_objects_frozen(), ReferenceWalk(table, equivalence, options.reader_processes) as walk:
+    with _older_objects_frozen() as freeze, ReferenceWalk(table, equivalence, options.reader_processes) as walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.
             listing = lister.submit(
-                copy_context().run, _list_candidates, storage, root, hidden_filter(table), setup.cutoff
+                copy_context().run, _list_candidates, storage, root, hidden_filter(table), setup.cutoff, freeze
             )
             _collect(refs, walk, sources, listed_under=root)
             listed = listing.result()
