@@ -199,9 +199,15 @@ print(_get_binary_path())" 2>"$DIR/fake-gcs.log") \
 }
 
 stop_emulators() {
-  local pid
+  local pid deadline=$((SECONDS + 5))
   for pid in "${EMULATOR_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${EMULATOR_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # Azurite closes gracefully on TERM, which took 20 s to over 2 minutes; the emulators keep
+  # nothing (Azurite runs in memory), so after 5 s they are killed.
+  for pid in "${EMULATOR_PIDS[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true  # still our unreaped child, so the pid cannot be another process's
+    wait "$pid" 2>/dev/null || true
+  done
   EMULATOR_PIDS=()
 }
 

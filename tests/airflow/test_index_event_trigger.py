@@ -214,9 +214,11 @@ def test_every_index_of_the_table_and_a_missing_table(catalog: SqlCatalog) -> No
             {"ti": TaskContextTI()},
         )
         await running.wait_for(1)
-        assert [i["index"] for i in running.events[0]["indexes"]] == ["events_by_id", "events_by_kind"]
-        assert [i["reasons"] for i in running.events[0]["indexes"]] == [["no extract yet"], ["no extract yet"]]
-        assert await running.quiet() == 1
+        if len(running.events[0]["indexes"]) == 1:  # it polled between the two indexes' creation
+            await running.wait_for(2)
+        reported = sorted((i["index"], i["reasons"]) for event in running.events for i in event["indexes"])
+        assert reported == [("events_by_id", ["no extract yet"]), ("events_by_kind", ["no extract yet"])]
+        assert await running.quiet() == len(running.events)  # each index once, nothing more
         await running.stop()
 
     asyncio.run(scenario())
