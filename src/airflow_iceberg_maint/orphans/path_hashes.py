@@ -54,12 +54,11 @@ _NOT_A_KEY = re.compile("//|/\0")
 # In joined names below the scan root: one a listing never yields (hidden, "//", empty, trailing "/").
 _NOT_LISTABLE = re.compile("\0[./_\0]|/[./_\0]")
 _pack_inode = struct.Struct("<QQ").pack
-_encoded = partial(str.encode, encoding="utf-8", errors="surrogateescape")  # ``exact_bytes``, callable from C
 
 
-def exact_bytes(text: str) -> bytes:
-    """The bytes a path string stands for; a surrogate-escaped local name gets its bytes on disk back."""
-    return text.encode("utf-8", "surrogateescape")
+# The bytes a path string stands for; a surrogate-escaped local name gets its bytes on disk back.
+# A partial of a C method, so that ``map`` over many paths runs no Python bytecode a path.
+exact_bytes = partial(str.encode, encoding="utf-8", errors="surrogateescape")
 
 
 def int64_array(values: Sequence[int]) -> pa.Array:
@@ -90,7 +89,7 @@ def path_hashes128(paths: Sequence[str]) -> tuple[array[int], array[int]]:
     """``path_hash128`` of each path: the first halves are the ``path_hash`` of each."""
     if all(map(str.isascii, paths)):
         return hash_halves(paths)
-    return hash_halves(map(_encoded, paths))  # a surrogate-escaped local name is hashed as its bytes on disk
+    return hash_halves(map(exact_bytes, paths))  # a surrogate-escaped local name is hashed as its bytes on disk
 
 
 def inode_identities(inodes: Iterable[tuple[int, int]]) -> pa.Array:
