@@ -69,6 +69,10 @@ class CatalogListingError(MaintenanceError):
     retryable = True
 
 
+class UnknownLocationsError(MaintenanceError):
+    """Another table of the catalog may write anywhere (a location provider of its own): nothing may be deleted."""
+
+
 class IndexNotFoundError(InvalidInputError):
     """The table has no index of that name."""
 

@@ -2,8 +2,11 @@
 
 Two rules keep deletes safe:
 - a listed file is referenced only when its exact string is referenced; normalised forms
-  (scheme aliases, authority aliases, collapsed ``//``) are used only to *protect* a file or
-  to report a conflict, never to make a file deletable (S4);
+  (scheme aliases, authority aliases, host case, collapsed ``//``, ``.`` segments) are used only
+  to *protect* a file or to report a conflict, never to make a file deletable (S4);
+- where two paths meet to decide whether one lies under the other (other tables' locations,
+  S8), both go through ``PathEquivalence.identities``: every form a store may take for the same
+  object is compared, so another spelling can only keep a file, never expose it;
 - a scan location must be the table location or a path under it, checked on the raw and
   on the percent-decoded form, before anything is listed (S3); on local disks an absolute
   table location, and a scan location that reaches no symlink below the table location.
@@ -13,16 +16,32 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
 
-DEFAULT_EQUAL_SCHEMES: Mapping[str, str] = {"s3a": "s3", "s3n": "s3"}
+# Schemes that name the same stores: Hadoop's S3 connectors, pyiceberg's GCS alias, and the
+# four spellings of Azure storage (ADLS Gen2 and Blob, with or without TLS).
+DEFAULT_EQUAL_SCHEMES: Mapping[str, str] = {
+    "s3a": "s3",
+    "s3n": "s3",
+    "gcs": "gs",
+    "abfss": "abfs",
+    "wasb": "abfs",
+    "wasbs": "abfs",
+}
+AZURE_SCHEME = "abfs"  # what every Azure scheme maps to
 LOCAL_SCHEMES = frozenset({"", "file"})
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _SLASHES_RE = re.compile(r"/{2,}")
+_DOT_SEGMENT_RE = re.compile(r"/\.(?=/|$)")
+# An Azure account's Blob and Data Lake endpoints name the same objects.
+_AZURE_BLOB_HOST_RE = re.compile(r"\.blob\.core\.")
+
+#: A path as the stores see it: (scheme, authority, path segments), after every alias is mapped.
+Identity = tuple[str, str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +112,36 @@ class PathEquivalence:
         return self.equal_schemes.get(scheme, scheme)
 
     def authority(self, authority: str) -> str:
-        return self.equal_authorities.get(authority, authority)
+        """The authority after the user's map, in lower case (host names are), an Azure Blob host as its DFS host."""
+        mapped = self.equal_authorities.get(authority, authority).lower()
+        return _AZURE_BLOB_HOST_RE.sub(".dfs.core.", mapped)
 
     @staticmethod
     def path_key(path: str) -> str:
-        """The path component with repeated ``/`` collapsed and no trailing ``/``."""
+        """The path component with repeated ``/`` and ``.`` segments collapsed, and no trailing ``/``."""
         collapsed = _SLASHES_RE.sub("/", Uri.parse(path).path)
+        if "/." in collapsed:
+            collapsed = _DOT_SEGMENT_RE.sub("", collapsed)
         return collapsed.rstrip("/") or "/"
+
+    def identities(self, path: str) -> tuple[Identity, ...]:
+        """Every identity a store may give ``path``: the literal one, and the percent-decoded one with ``..`` resolved.
+
+        Wider than ``equivalent`` on purpose, for keeping files only: an Azure authority is its
+        container alone (the account's host is folded away), and a local ``file://host/p`` is
+        ``host/p`` (as pyiceberg opens it).
+        """
+        uri = Uri.parse(path)
+        scheme, authority, raw = self.scheme(uri.scheme), self.authority(uri.authority), uri.path
+        if scheme == "file" and authority:
+            raw, authority = f"/{uri.authority}{raw}", ""
+        elif scheme == AZURE_SCHEME:
+            authority = authority.partition("@")[0]
+        literal = tuple(s for s in raw.split("/") if s not in ("", "."))
+        decoded = _resolved(unquote(raw).split("/"))
+        if decoded == literal:
+            return ((scheme, authority, literal),)
+        return (scheme, authority, literal), (scheme, authority, decoded)
 
     def equivalent(self, listed: str, referenced: str) -> bool:
         """Whether a listed file and a referenced path are the same file under another spelling.
@@ -112,6 +154,44 @@ class PathEquivalence:
         if b.scheme and self.scheme(a.scheme) != self.scheme(b.scheme):
             return False
         return not b.authority or self.authority(a.authority) == self.authority(b.authority)
+
+
+def _resolved(parts: list[str]) -> tuple[str, ...]:
+    """Segments with empty and ``.`` ones dropped and ``..`` resolved (one above the root stays at the root)."""
+    stack: list[str] = []
+    for part in parts:
+        if part == "..":
+            if stack:
+                stack.pop()
+        elif part not in ("", "."):
+            stack.append(part)
+    return tuple(stack)
+
+
+class LocationSet:
+    """Locations compared by identity: a path is covered when it lies at or under any of them, in any spelling.
+
+    Each side is taken in every identity ``PathEquivalence.identities`` gives it, so a file that
+    one spelling puts under a location and another does not is covered.
+    """
+
+    def __init__(self, locations: Iterable[str], equivalence: PathEquivalence) -> None:
+        self.equivalence = equivalence
+        self._identities = {i for location in locations for i in equivalence.identities(location)}
+        self._depths = sorted({len(segments) for _, _, segments in self._identities})
+
+    def __bool__(self) -> bool:
+        return bool(self._identities)
+
+    def covers(self, path: str) -> bool:
+        known = self._identities
+        for scheme, authority, segments in self.equivalence.identities(path):
+            for depth in self._depths:
+                if depth > len(segments):
+                    break
+                if (scheme, authority, segments[:depth]) in known:
+                    return True
+        return False
 
 
 def _segments(path: str, what: str, original: str) -> list[str]:

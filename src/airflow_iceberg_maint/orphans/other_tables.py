@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import posixpath
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import methodcaller
 from typing import Any
 
@@ -32,8 +31,8 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table.metadata import TableMetadata
 
-from airflow_iceberg_maint.errors import CatalogListingError
-from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.errors import CatalogListingError, UnknownLocationsError
+from airflow_iceberg_maint.fs.locations import LocationSet, PathEquivalence, Uri
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +42,59 @@ CATALOG_WORKERS = 8  # concurrent table loads in one catalog pass
 
 @dataclass(frozen=True)
 class ProtectedLocation:
-    """A location kept whole, and why."""
+    """A location kept whole, and why. ``spellings``: other spellings of it that a listing may use."""
 
     location: str
     reason: str
+    spellings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, str]:
         return {"location": self.location, "reason": self.reason}
 
 
+#: Table properties that say where a table's files go, with the writers that honour each
+#: (docs/safety.md, S8). A table's location, and its ``data`` and ``metadata`` folders, always count.
+LOCATION_PROPERTIES = (
+    "write.data.path",  # Iceberg Java, pyiceberg, iceberg-rust
+    "write.object-storage.path",  # Iceberg Java (deprecated for write.data.path, still read)
+    "write.folder-storage.path",  # Iceberg Java (deprecated for write.data.path, still read), iceberg-rust
+    "write.metadata.path",  # Iceberg Java, pyiceberg
+)
+#: Properties naming a location provider of the user's own: it may write anywhere.
+PROVIDER_PROPERTIES = ("write.location-provider.impl", "write.py-location-provider.impl")
+
+
 @dataclass(frozen=True)
 class TablePaths:
-    """Where a table writes: its location, data path and metadata path."""
+    """Where a table writes: its location, then every path its location properties name.
+
+    ``provider``: the class of a location provider of its own, when it has one (its files may
+    lie anywhere, so no scan may assume they are not under its location).
+    """
 
     table: str
     table_uuid: str
     paths: tuple[str, ...]
+    provider: str | None = None
 
     @classmethod
     def of(cls, table: str, metadata: TableMetadata) -> TablePaths:
         props = metadata.properties
         location = metadata.location.rstrip("/")
-        data = props.get("write.data.path") or props.get("write.object-storage.path") or f"{location}/data"
-        meta = props.get("write.metadata.path") or f"{location}/metadata"
-        return cls(table, str(metadata.table_uuid), (location, data.rstrip("/"), meta.rstrip("/")))
+        written = [props[p].rstrip("/") for p in LOCATION_PROPERTIES if props.get(p)]
+        paths = dict.fromkeys([location, f"{location}/data", f"{location}/metadata", *written])
+        provider = next((props[p] for p in PROVIDER_PROPERTIES if props.get(p)), None)
+        return cls(table, str(metadata.table_uuid), tuple(paths), provider)
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "table_uuid": self.table_uuid, "paths": list(self.paths)}
+        body = {"table": self.table, "table_uuid": self.table_uuid, "paths": list(self.paths)}
+        return {**body, "provider": self.provider}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> TablePaths:
-        return cls(str(body["table"]), str(body["table_uuid"]), tuple(str(p) for p in body["paths"]))
+        provider = body.get("provider")
+        paths = tuple(str(p) for p in body["paths"])
+        return cls(str(body["table"]), str(body["table_uuid"]), paths, None if provider is None else str(provider))
 
 
 def _identifiers(catalog: Catalog) -> list[tuple[str, ...]]:
@@ -147,38 +168,42 @@ def load_table_paths(uri: str, io_properties: dict[str, str]) -> list[TablePaths
         raise CatalogListingError(f"catalog pass {uri!r}: cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
-def _parts(path: str, equivalence: PathEquivalence) -> tuple[str, str, tuple[str, ...]]:
-    uri = Uri.parse(path)
-    segments = tuple(s for s in posixpath.normpath("/" + uri.path).split("/") if s)
-    return equivalence.scheme(uri.scheme), equivalence.authority(uri.authority), segments
-
-
 def _relative(path: str, root: str, equivalence: PathEquivalence) -> tuple[str, ...] | None:
-    """Segments of ``path`` below ``root``; () when it is the root or holds it; None when apart."""
+    """Segments of ``path`` below ``root``, any identity of each; () when it is or holds the root; None when apart."""
     forms = [(path, root)]
     if Uri.parse(root).is_local and Uri.parse(path).is_local:
         forms.append((os.path.realpath(Uri.parse(path).path), os.path.realpath(Uri.parse(root).path)))
     for one, base in forms:
-        a, b = _parts(one, equivalence), _parts(base, equivalence)
-        if a[:2] != b[:2]:
-            continue
-        if a[2][: len(b[2])] == b[2]:
-            return a[2][len(b[2]) :]
-        if b[2][: len(a[2])] == a[2]:
-            return ()
+        for a in equivalence.identities(one):
+            for b in equivalence.identities(base):
+                if a[:2] != b[:2]:
+                    continue
+                if a[2][: len(b[2])] == b[2]:
+                    return a[2][len(b[2]) :]
+                if b[2][: len(a[2])] == a[2]:
+                    return ()
     return None
 
 
 def outermost(found: Iterable[ProtectedLocation]) -> list[ProtectedLocation]:
-    """One entry per kept tree: the first reason for a location, none for locations inside another."""
-    by_location: dict[str, ProtectedLocation] = {}
+    """One entry per kept tree: the first reason for a location, none for locations inside another.
+
+    The spellings of an entry left out (and its location) join those of the entry holding it,
+    so nothing that any of them keeps is lost.
+    """
+    by_location: dict[str, tuple[ProtectedLocation, set[str]]] = {}
     for protected in found:
-        by_location.setdefault(protected.location.rstrip("/"), protected)
+        key = protected.location.rstrip("/")
+        _, spellings = by_location.setdefault(key, (protected, set()))
+        spellings.update({protected.location, *protected.spellings} - {key})
     locations = sorted(by_location)
+    kept: dict[str, set[str]] = {}
+    for location in locations:
+        outer = next((o for o in locations if location.startswith(o + "/")), location)
+        kept.setdefault(outer, set()).update(by_location[location][1] | ({location} - {outer}))
     return [
-        by_location[loc]
-        for loc in locations
-        if not any(loc.startswith(other + "/") for other in locations if other != loc)
+        replace(by_location[outer][0], spellings=tuple(sorted(spellings - {by_location[outer][0].location})))
+        for outer, spellings in kept.items()
     ]
 
 
@@ -186,26 +211,50 @@ def _spelled_under(root: str, relative: tuple[str, ...]) -> str:
     return "/".join((root.rstrip("/"), *relative))
 
 
+def _spelling_under(path: str, root: str) -> str | None:
+    """``path`` as written, when it is spelled as the root plus more (an S3 key keeps its ``//``)."""
+    root = root.rstrip("/")
+    return path if path == root or path.startswith(root + "/") else None
+
+
 def catalog_protections(
     others: Iterable[TablePaths], table_uuid: str, table_name: str, root: str, equivalence: PathEquivalence
 ) -> list[ProtectedLocation]:
-    """Locations under ``root`` (spelled like it) that other tables of the catalog write to."""
+    """Locations under ``root`` that other tables of the catalog write to (S8).
+
+    Each is reported as the other table spells it when that spelling starts with the root's,
+    else spelled under the root; either way every spelling is kept (``protection_set``).
+    Raises ``UnknownLocationsError`` for another table with a location provider of its own.
+    """
     found: list[ProtectedLocation] = []
     for other in others:
         if other.table == table_name and other.table_uuid == table_uuid:
             continue
+        if other.provider:
+            raise UnknownLocationsError(
+                f"table {other.table}: writes through its own location provider {other.provider!r}, so its files "
+                f"may lie under {root!r}; nothing was deleted. If the location holds this table only, say so with "
+                "only_this_table (--only-this-table)"
+            )
         location, *write_paths = other.paths
         candidates = [(location, False), *((p, True) for p in write_paths)]
         for path, holds_files in candidates:
             relative = _relative(path, root, equivalence)
             if relative is None:
                 continue
-            below = bool(relative) or _parts(path, equivalence)[2] == _parts(root, equivalence)[2]
+            below = bool(relative) or _relative(root, path, equivalence) == ()
             if not below and not holds_files:
                 continue  # a location above the root: only its data and metadata paths hold files
-            spelled = _spelled_under(root, relative)
-            found.append(ProtectedLocation(spelled, f"table {other.table} writes under {path!r}"))
+            under_root = _spelled_under(root, relative)
+            spelled = (_spelling_under(path, root) if relative else None) or under_root
+            reason = f"table {other.table} writes under {path!r}"
+            found.append(ProtectedLocation(spelled, reason, tuple({path, under_root} - {spelled})))
     return outermost(found)
+
+
+def protection_set(protected: Iterable[ProtectedLocation], equivalence: PathEquivalence) -> LocationSet:
+    """Every spelling of every kept location, compared with listed files by identity (S8)."""
+    return LocationSet((s for p in protected for s in (p.location, *p.spellings)), equivalence)
 
 
 def _is_this_tables(io: FileIO, metadata_file: str, table_uuid: str, table_location: str) -> bool:

@@ -40,7 +40,7 @@ from airflow_iceberg_maint.errors import (
     MetadataReadError,
     PrefixMismatchError,
 )
-from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.fs.locations import LocationSet, PathEquivalence, validate_location
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, SupportsBulkDelete, storage_for
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
@@ -50,6 +50,7 @@ from airflow_iceberg_maint.orphans.other_tables import (
     listed_metadata_files,
     listed_table_protections,
     outermost,
+    protection_set,
 )
 from airflow_iceberg_maint.orphans.path_hashes import (
     LISTED_SCHEMA,
@@ -366,10 +367,9 @@ def protected_locations(
     return outermost(found)
 
 
-def _outside(files: list[FileInfo], protected: list[ProtectedLocation]) -> list[FileInfo]:
-    prefixes = tuple(p.location.rstrip("/") + "/" for p in protected)
-    exact = {p.location.rstrip("/") for p in protected}
-    return [f for f in files if not (f.path.startswith(prefixes) or f.path in exact)]
+def _outside(files: list[FileInfo], kept: LocationSet) -> list[FileInfo]:
+    """The files that lie under no kept location, in any spelling of either (S8)."""
+    return [f for f in files if not kept.covers(f.path)]
 
 
 def _collect(
@@ -560,7 +560,8 @@ def settle(
     if protected:
         report.protected_locations = [p.to_json() for p in protected]
         before = len(orphans) + len(conflicts)
-        orphans, conflicts = _outside(orphans, protected), _outside(conflicts, protected)
+        kept = protection_set(protected, walk.equivalence)
+        orphans, conflicts = _outside(orphans, kept), _outside(conflicts, kept)
         report.kept_protected = before - len(orphans) - len(conflicts)
         log.warning(
             "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
