@@ -27,7 +27,7 @@ from pyiceberg.io import GCS_PROJECT_ID, GCS_REQUESTER_PAYS, GCS_SERVICE_HOST, G
 from airflow_iceberg_maint.errors import StorageError
 from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 MAX_CALLS_PER_BATCH = 100  # the JSON API's limit for one batch request
 #: What the client raises when the store is unreachable or refuses a request (requests' errors are OSErrors).
@@ -141,6 +141,27 @@ class GcsStorage:
             # An incomplete listing is never used: the run stops before matching or deleting anything.
             raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        head = f"{uri.scheme}://{uri.authority}/"
+        files: list[FileInfo] = []
+        names: list[str] = []
+        try:
+            pages = self.client.list_blobs(self._bucket(uri.authority), prefix=prefix, delimiter="/").pages
+            for page in pages:
+                self.list_calls += 1
+                for blob in page:
+                    name = blob.name[len(prefix) :]
+                    # The folder placeholder of the directory itself is no file; no name here holds a '/'.
+                    if name and not name.endswith("/") and keep(name):
+                        files.append(FileInfo(head + blob.name, int(blob.size or 0), blob.updated))
+                names.extend(p[len(prefix) : -1] for p in page.prefixes)  # each ends with the delimiter
+        except REQUEST_ERRORS as exc:
+            raise StorageError(f"{head}{prefix}: cannot be listed ({_error_text(exc)})") from exc
+        # '' is a prefix ending in '//' (GCS keeps it, as S3 does): the caller lists that directory whole.
+        return files, [name for name in names if not name or keep(name)]
+
     def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, Verdict]:
         def send() -> list[Any]:
             bucket = self._bucket(bucket_name)
@@ -199,3 +220,8 @@ class GcsStorage:
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError), _as_os_error(location):
             self._blob(location).delete()
+
+
+def _conforms(storage: GcsStorage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

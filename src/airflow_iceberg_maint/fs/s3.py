@@ -20,7 +20,7 @@ from airflow_iceberg_maint.errors import StorageError
 from airflow_iceberg_maint.fs.batches import BatchDeleter, Retry, Verdict
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
 #: Per-key error codes in a DeleteObjects reply that are worth sending again.
@@ -221,3 +221,8 @@ def _error_text(exc: Exception) -> str:
     if isinstance(exc, ClientError):
         return f"{_code(exc) or _status(exc)}: {exc}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _conforms(storage: S3Storage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage
