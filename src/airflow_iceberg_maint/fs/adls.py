@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from azure.core.credentials import AccessToken
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobPrefix, BlobServiceClient, ContainerClient
 from pyiceberg.io import (
     ADLS_ACCOUNT_HOST,
@@ -34,7 +34,7 @@ from pyiceberg.io import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, refusal_status, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
@@ -112,6 +112,11 @@ def _error_text(exc: Exception) -> str:
 
 def _reply_error(reply: Any) -> str:
     return f"{reply.headers.get('x-ms-error-code') or reply.status_code}: {reply.reason}"
+
+
+def _refused(exc: Exception) -> bool:
+    """The store refused the batch for what it asks (4xx): settled key by key."""
+    return isinstance(exc, HttpResponseError) and refusal_status(exc.status_code)
 
 
 @contextlib.contextmanager
@@ -193,6 +198,10 @@ class AzureStorage:
         replies = list(self.container(authority).delete_blobs(*keys, raise_on_any_failure=False))
         return reply_verdicts(keys, replies, _reply_error, AzureError)
 
+    def _delete_one(self, authority: str, key: str) -> None:
+        with contextlib.suppress(ResourceNotFoundError):
+            self.container(authority).delete_blob(key)
+
     def _exists(self, authority: str, key: str) -> bool:
         return bool(self.container(authority).get_blob_client(key).exists())
 
@@ -205,6 +214,8 @@ class AzureStorage:
             MAX_BLOBS_PER_BATCH,
             self.max_attempts,
             self.backoff_seconds,
+            delete_one=self._delete_one,
+            refused=_refused,
         )
         return deleter.delete_files(paths, max_concurrency)
 
