@@ -57,6 +57,10 @@ class CommitOutcomeUnknownError(MaintenanceError):
     retryable = True
 
 
+class UnsupportedStoreError(InvalidInputError):
+    """The store of a location lacks a capability the action needs; refused before anything is listed."""
+
+
 class StorageError(MaintenanceError):
     """Object storage could not be reached or refused a request after the client's retries."""
 

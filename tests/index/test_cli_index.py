@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,10 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
+
+from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.index.store import IndexStore
+from tests.orphans.test_cli import immutable
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32()), ("ts", pa.timestamp("us"))])
 ROWS = [
@@ -177,3 +182,26 @@ def test_index_command_errors_name_the_input(env: dict[str, str], table: Table) 
     assert _json(env, "lookup", "db.t", "by_day", "--eq", "2024-01-04", "--columns", "name")["rows"] == [
         {"name": "nil"}
     ]
+
+
+def test_remove_unreferenced_exits_3_when_a_delete_fails(env: dict[str, str], table: Table) -> None:
+    _json(env, "create", "db.t", "by_id", "--ordering", "id")
+    directory = local_path(IndexStore(table).index_dir("by_id"))
+    stray, locked = f"{directory}/stray-1.bin", f"{directory}/stray-2.bin"
+    old = time.time() - 5 * 86400
+    for path in (stray, locked):
+        with open(path, "wb") as fh:
+            fh.write(b"x")
+        os.utime(path, (old, old))
+    with immutable(locked):
+        done = _run(env, "remove-unreferenced", "db.t", "--older-than-days", "1", "--json")
+    assert done.returncode == 3, done.stderr
+    out = json.loads(done.stdout)
+    assert sorted(out["unreferenced_files"]) == [f"file://{stray}", f"file://{locked}"]
+    assert out["deleted_file_count"] == 1
+    assert out["failed"] == [{"path": f"file://{locked}", "error": "PermissionError: Operation not permitted"}]
+    assert done.stderr == "iceberg-maint index: 1 deletes failed (listed in the output)\n"
+    assert os.path.exists(locked) and not os.path.exists(stray)
+    again = _run(env, "remove-unreferenced", "db.t", "--older-than-days", "1", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["failed"] == [] and not os.path.exists(locked)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.orphans.scenario import SCHEMA, rows
@@ -93,3 +96,42 @@ def test_bad_input_gets_a_one_line_error_naming_it(tmp_path):
         assert result.stdout == ""
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert os.path.exists(orphan)
+
+
+@contextlib.contextmanager
+def immutable(path: str) -> Iterator[None]:
+    """The file cannot be deleted, even by root (the immutable attribute): a real failed delete on local disk."""
+    done = subprocess.run(["chattr", "+i", path], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i {path}: not possible here ({done.stderr.strip()})")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", path], check=True)
+
+
+def test_exit_status_3_when_a_delete_fails_with_the_output_in_full(tmp_path):
+    locked = _table_with_orphan(tmp_path)
+    other = f"{tmp_path}/wh/db/t/data/other-orphan.parquet"
+    with open(other, "wb") as fh:
+        fh.write(b"123")
+    old = time.time() - 5 * 86400
+    os.utime(other, (old, old))
+    env = _env(tmp_path)
+    with immutable(locked):
+        done = _run(env, "orphans", "db.t", "--json")
+        text = _run(env, "orphans", "db.t")  # the same failure, told in text
+    assert done.returncode == 3, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) >= CLI_KEYS
+    assert sorted(out["orphan_files"]) == sorted([f"file://{locked}", f"file://{other}"])
+    assert out["deleted_file_count"] == 1
+    assert out["failed"] == [{"path": f"file://{locked}", "error": "PermissionError: Operation not permitted"}]
+    assert done.stderr == "iceberg-maint orphans: 1 deletes failed (listed in the output)\n"
+    assert os.path.exists(locked) and not os.path.exists(other)
+    assert text.returncode == 3
+    assert f"  failed: file://{locked}: PermissionError: Operation not permitted" in text.stdout.splitlines()
+
+    clean = _run(env, "orphans", "db.t", "--json")  # the attribute gone, the next run deletes it: status 0
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout)["failed"] == [] and not os.path.exists(locked)

@@ -50,8 +50,9 @@ SAME = (
 
 
 def _scratch(catalog, tmp_path: Path) -> str:
+    """Next to the warehouse on its own store (outside every table), or a local folder for a local warehouse."""
     location = catalog.properties["warehouse"]
-    return f"{location.rsplit('/', 1)[0]}/scratch" if location.startswith("s3://") else f"file://{tmp_path}/scratch"
+    return f"file://{tmp_path}/scratch" if location.startswith("file:") else f"{location.rsplit('/', 1)[0]}/scratch"
 
 
 def _io(s: Scenario) -> dict[str, str]:
@@ -72,7 +73,7 @@ def _nested_table(s: Scenario) -> None:
 
 
 @pytest.mark.parametrize("shards", [1, 3])
-@pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog"])
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog", "gcs_catalog", "azure_catalog"])
 def test_sharded_equals_single_task_dry_and_real(request, tmp_path, backend, shards):
     catalog = request.getfixturevalue(backend)
     s = build(catalog, plant_extra=_nested_table)

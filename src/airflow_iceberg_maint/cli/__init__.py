@@ -5,6 +5,17 @@ Each subcommand lives in its own module with ``register(subparsers)``; the modul
 printed as one JSON object on stdout; otherwise its ``text`` rendering is. Subcommands get their
 catalog from ``cli_catalog(args)``: ``--catalog`` (pyiceberg's configuration) or ``--conn-id`` (an
 Airflow connection, built as the operators build it).
+
+Exit status:
+
+- 0: the command completed, and every delete it made succeeded.
+- 2: bad input, or the command refused or could not finish: one line on stderr naming the input
+  or the failure, nothing on stdout (``orphans --json`` prints the report of a prefix mismatch first).
+- 3: the command completed but some deletes failed (``orphans``, ``index remove-unreferenced``):
+  the output is printed in full, with ``--json`` the whole object on stdout, its ``failed`` list
+  naming each file and the store's error, and one line on stderr counts them. Whatever was not
+  deleted is still there, and a later run tries it again; scripts should treat 3 as a failure,
+  as the Airflow operators do.
 """
 
 from __future__ import annotations
@@ -28,6 +39,10 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES = ("orphans", "due", "policy", "index")
 PROGRESS_MODES = ("auto", "on", "off")
+#: The exit status of a command that completed with failed deletes (see the module's docstring).
+EXIT_FAILED_DELETES = 3
+#: The key of a command's result that holds the files whose deletion failed (``{"path", "error"}`` each).
+FAILED = "failed"
 DEFAULT_CATALOG = "default"
 _SECRETS_MASKER_LOGGER = "airflow.sdk._shared.secrets_masker"
 
@@ -153,10 +168,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if error is not None:
         print(f"iceberg-maint {args.command}: {error}".replace("\n", " "), file=sys.stderr)
         return 2
+    counts_failures = result.pop("__failed_deletes__", False)
     if getattr(args, "json", False):
         result.pop("__text__", None)
         json.dump(result, sys.stdout, default=str)
         sys.stdout.write("\n")
     else:
         print(_render_text(result))
+    if counts_failures and result.get(FAILED):
+        sys.stdout.flush()  # the whole output before the line that explains the status
+        print(
+            f"iceberg-maint {args.command}: {len(result[FAILED])} deletes failed (listed in the output)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED_DELETES
     return 0
+
+
+def with_failed_deletes(result: dict[str, Any]) -> dict[str, Any]:
+    """Mark a command's result whose ``failed`` list, when not empty, makes the exit status 3."""
+    return {**result, "__failed_deletes__": True}

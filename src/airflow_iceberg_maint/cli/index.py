@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
@@ -223,5 +223,7 @@ def run_remove_unreferenced(args: argparse.Namespace) -> dict[str, Any]:
     result = report.to_json()
     verb = "would delete" if args.dry_run else "deleted"
     count = len(report.unreferenced_files) if args.dry_run else report.deleted_file_count
-    result["__text__"] = f"{verb} {count} unreferenced index file(s) of {', '.join(report.indexes) or 'no index'}"
-    return result
+    lines = [f"{verb} {count} unreferenced index file(s) of {', '.join(report.indexes) or 'no index'}"]
+    lines += [f"  failed: {f['path']}: {f['error']}" for f in report.failed]
+    result["__text__"] = "\n".join(lines)
+    return with_failed_deletes(result)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.index.references import INDEX_FILES
@@ -100,4 +100,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise
     # Bookkeeping for `due`: only a real run without failed deletes moves the last-cleanup clock.
     record_orphan_run(SqlStateStore(), report.summary(), datetime.now(UTC))
-    return {**report.to_json(), "__text__": _text(report)}
+    return with_failed_deletes({**report.to_json(), "__text__": _text(report)})

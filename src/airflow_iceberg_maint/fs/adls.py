@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from azure.core.credentials import AccessToken
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
-from azure.storage.blob import BlobServiceClient, ContainerClient
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.storage.blob import BlobPrefix, BlobServiceClient, ContainerClient
 from pyiceberg.io import (
     ADLS_ACCOUNT_HOST,
     ADLS_ACCOUNT_KEY,
@@ -34,9 +34,9 @@ from pyiceberg.io import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, refusal_status, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 MAX_BLOBS_PER_BATCH = 256  # the Blob Batch limit for one request
 REQUEST_ERRORS: tuple[type[Exception], ...] = (AzureError,)
@@ -114,6 +114,11 @@ def _reply_error(reply: Any) -> str:
     return f"{reply.headers.get('x-ms-error-code') or reply.status_code}: {reply.reason}"
 
 
+def _refused(exc: Exception) -> bool:
+    """The store refused the batch for what it asks (4xx): settled key by key."""
+    return isinstance(exc, HttpResponseError) and refusal_status(exc.status_code)
+
+
 @contextlib.contextmanager
 def _as_os_error(location: str) -> Iterator[None]:
     """A missing blob as FileNotFoundError, any other failure to reach or use the store as OSError."""
@@ -164,9 +169,38 @@ class AzureStorage:
             # An incomplete listing is never used: the run stops before matching or deleting anything.
             raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        head = f"{uri.scheme}://{uri.authority}/"
+        files: list[FileInfo] = []
+        names: list[str] = []
+        try:
+            container = self.container(uri.authority)
+            items = container.walk_blobs(name_starts_with=prefix, delimiter="/", include=["metadata"])
+            for page in items.by_page():
+                self.list_calls += 1
+                for item in page:
+                    name = item.name[len(prefix) :]
+                    if isinstance(item, BlobPrefix):
+                        names.append(name[:-1])  # each ends with the delimiter
+                    # Directories of a hierarchical-namespace account are blobs marked hdi_isfolder: no files.
+                    elif (item.metadata or {}).get("hdi_isfolder") == "true" or not name or name.endswith("/"):
+                        continue
+                    elif keep(name):
+                        files.append(FileInfo(head + item.name, int(item.size or 0), item.last_modified))
+        except REQUEST_ERRORS as exc:
+            raise StorageError(f"{head}{prefix}: cannot be listed ({_error_text(exc)})") from exc
+        # '' is a prefix ending in '//': the caller lists that directory whole.
+        return files, [name for name in names if not name or keep(name)]
+
     def _send_delete(self, authority: str, keys: list[str]) -> dict[str, Verdict]:
         replies = list(self.container(authority).delete_blobs(*keys, raise_on_any_failure=False))
         return reply_verdicts(keys, replies, _reply_error, AzureError)
+
+    def _delete_one(self, authority: str, key: str) -> None:
+        with contextlib.suppress(ResourceNotFoundError):
+            self.container(authority).delete_blob(key)
 
     def _exists(self, authority: str, key: str) -> bool:
         return bool(self.container(authority).get_blob_client(key).exists())
@@ -180,6 +214,8 @@ class AzureStorage:
             MAX_BLOBS_PER_BATCH,
             self.max_attempts,
             self.backoff_seconds,
+            delete_one=self._delete_one,
+            refused=_refused,
         )
         return deleter.delete_files(paths, max_concurrency)
 
@@ -219,3 +255,8 @@ class AzureStorage:
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError), _as_os_error(location):
             self._blob(location).delete_blob()
+
+
+def _conforms(storage: AzureStorage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

@@ -5,6 +5,13 @@ stores, each store supplies two calls: ``send(bucket, keys)``, one bulk-delete r
 and ``exists(bucket, key)``, used only when a request got no reply, since it may still have taken
 effect. The retry policy is the same for every store: the client library retries whole requests;
 keys a successful reply marks as throttled are sent again here, with backoff.
+
+A bulk request the store refuses as a whole (it answered, with an error for the request, after the
+client's retries) may be refused for one key of it: its keys are then deleted one request each
+(``delete_one``), so that every other key is deleted and the odd one fails alone, with the store's
+own answer. A store that does not answer, or answers that it is busy, gets no more requests: its
+keys are settled by asking which are gone. Keys a store's bulk request cannot name at all
+(``bulk_safe``) are deleted one request each from the start.
 """
 
 from __future__ import annotations
@@ -32,8 +39,23 @@ Verdict = str | Retry | None
 Send = Callable[[str, list[str]], Mapping[str, Verdict]]
 #: ``exists``: whether a key is still there; raises when the store cannot say.
 Exists = Callable[[str, str], bool]
+#: ``delete_one``: one single-object delete (a key already gone is no error); raises what the store answered.
+DeleteOne = Callable[[str, str], None]
 #: HTTP statuses of a batch's sub-reply that are worth sending that key again.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def refusal_status(status: int | str | None) -> bool:
+    """Whether an HTTP status refuses a request for what it asks (4xx), not for a busy or failing store.
+
+    A bulk request refused so is settled key by key; 408, 429 and 5xx (after the client's retries)
+    say the store cannot serve now, and more requests would only add to its load.
+    """
+    try:
+        code = int(status or 0)
+    except ValueError:
+        return False
+    return 400 <= code < 500 and code not in RETRY_STATUSES
 
 
 class Reply(Protocol):
@@ -79,6 +101,13 @@ class BatchDeleter:
     max_keys: int
     max_attempts: int = 6
     backoff_seconds: float = 0.2
+    #: The single-object delete used to settle a bulk request the store refused as a whole.
+    delete_one: DeleteOne | None = None
+    #: Whether a request error is the store refusing the request (settled key by key with ``delete_one``),
+    #: rather than no answer or a busy store (settled by asking which keys are gone, ``exists``).
+    refused: Callable[[Exception], bool] = lambda exc: False
+    #: Whether a key can be named in a bulk request; the others are deleted one by one from the start.
+    bulk_safe: Callable[[str], bool] = lambda key: True
 
     def delete_files(self, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
         """Delete ``scheme://bucket/key`` paths in batches of ``max_keys``, ``max_concurrency`` at a time."""
@@ -101,12 +130,20 @@ class BatchDeleter:
         return outcome
 
     def _delete_batch(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
+        odd = [k for k in keys if not self.bulk_safe(k)]
+        deleted, failed, requests = self._send_batch(bucket, [k for k in keys if self.bulk_safe(k)] if odd else keys)
+        if odd:
+            gone, kept, sent = self._one_by_one(bucket, odd)
+            deleted, failed, requests = deleted + gone, failed + kept, requests + sent
+        return deleted, failed, requests
+
+    def _send_batch(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
         deleted: list[str] = []
         failed: list[tuple[str, str]] = []
         requests = 0
         todo = keys
         last_error: dict[str, str] = {}
-        for attempt in range(self.max_attempts):
+        for attempt in range(self.max_attempts if keys else 0):
             if attempt:
                 time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
             retry: list[str] = []
@@ -114,6 +151,11 @@ class BatchDeleter:
                 requests += 1
                 verdicts = self.send(bucket, todo)
             except self.request_errors as exc:
+                if self.delete_one is not None and self.refused(exc):
+                    # Refused whole, after the client's retries: maybe for one key of it. Each key on its own,
+                    # so that one odd key fails alone, with the store's own answer to it.
+                    gone, kept, sent = self._one_by_one(bucket, todo)
+                    return deleted + gone, failed + kept, requests + sent
                 # The client has already retried. The request may still have taken effect (its reply lost):
                 # ask which keys are gone rather than report them all as failed.
                 gone, kept = self._settle(bucket, todo, self.describe(exc))
@@ -132,6 +174,24 @@ class BatchDeleter:
             todo = retry
         gave_up = [(k, f"{last_error[k]} (still failing after {self.max_attempts} attempts)") for k in todo]
         return deleted, failed + gave_up, requests
+
+    def _one_by_one(self, bucket: str, keys: list[str]) -> tuple[list[str], list[tuple[str, str]], int]:
+        """Delete each key with its own request; stops at the first that gets no answer, and settles the rest."""
+        if self.delete_one is None:
+            raise TypeError("a BatchDeleter with bulk_safe or refused needs delete_one")
+        deleted: list[str] = []
+        failed: list[tuple[str, str]] = []
+        for i, key in enumerate(keys):
+            try:
+                self.delete_one(bucket, key)
+            except self.request_errors as exc:
+                if not self.refused(exc):  # no answer, or a busy store: no more requests to it
+                    gone, kept = self._settle(bucket, keys[i:], self.describe(exc))
+                    return deleted + gone, failed + kept, i + 1
+                failed.append((key, self.describe(exc)))
+            else:
+                deleted.append(key)
+        return deleted, failed, len(keys)
 
     def _settle(self, bucket: str, keys: list[str], reason: str) -> tuple[list[str], list[tuple[str, str]]]:
         """After a bulk delete with no reply: keys now absent are deleted, the others failed.

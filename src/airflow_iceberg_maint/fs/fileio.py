@@ -19,7 +19,7 @@ from pyiceberg.io import load_file_io
 from airflow_iceberg_maint.errors import InvalidInputError, StorageError
 from airflow_iceberg_maint.fs.batches import delete_each
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 from airflow_iceberg_maint.pyiceberg_compat import file_io_filesystem
 
 
@@ -143,3 +143,8 @@ def _mtime(info: Mapping[str, Any]) -> datetime | None:
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
     return None
+
+
+def _conforms(storage: FileIOStorage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
-from google.api_core.exceptions import GoogleAPIError, NotFound, PreconditionFailed
+from google.api_core.exceptions import GoogleAPICallError, GoogleAPIError, NotFound, PreconditionFailed
 from google.auth.credentials import AnonymousCredentials
 from google.auth.exceptions import GoogleAuthError
 from google.cloud import storage
@@ -25,9 +25,9 @@ from google.oauth2.credentials import Credentials
 from pyiceberg.io import GCS_PROJECT_ID, GCS_REQUESTER_PAYS, GCS_SERVICE_HOST, GCS_TOKEN, GCS_TOKEN_EXPIRES_AT_MS
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, reply_verdicts
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Verdict, refusal_status, reply_verdicts
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 MAX_CALLS_PER_BATCH = 100  # the JSON API's limit for one batch request
 #: What the client raises when the store is unreachable or refuses a request (requests' errors are OSErrors).
@@ -83,6 +83,15 @@ def _reply_error(reply: Any) -> str:
     return f"{reply.status_code}: {message}"
 
 
+class UnreadableReply(GoogleAPIError):
+    """The store answered a batch with a reply the client cannot match to its deletes."""
+
+
+def _refused(exc: Exception) -> bool:
+    """The store refused the batch (4xx), or answered it in a form that cannot be read: settled key by key."""
+    return isinstance(exc, UnreadableReply) or (isinstance(exc, GoogleAPICallError) and refusal_status(exc.code))
+
+
 class _RepliesBatch(storage.Batch):
     """A batch that keeps its replies, one HTTP response a call, in order.
 
@@ -99,7 +108,7 @@ class _RepliesBatch(storage.Batch):
         try:
             self.replies = list(super().finish(raise_exception=raise_exception))
         except ValueError as exc:
-            raise GoogleAPIError(f"batch reply cannot be read ({exc})") from exc
+            raise UnreadableReply(f"batch reply cannot be read ({exc})") from exc
         return self.replies
 
 
@@ -141,6 +150,27 @@ class GcsStorage:
             # An incomplete listing is never used: the run stops before matching or deleting anything.
             raise StorageError(f"{head}{base}: cannot be listed ({_error_text(exc)})") from exc
 
+    def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
+        uri = Uri.parse(directory.rstrip("/"))
+        prefix = uri.path.lstrip("/") + "/"
+        head = f"{uri.scheme}://{uri.authority}/"
+        files: list[FileInfo] = []
+        names: list[str] = []
+        try:
+            pages = self.client.list_blobs(self._bucket(uri.authority), prefix=prefix, delimiter="/").pages
+            for page in pages:
+                self.list_calls += 1
+                for blob in page:
+                    name = blob.name[len(prefix) :]
+                    # The folder placeholder of the directory itself is no file; no name here holds a '/'.
+                    if name and not name.endswith("/") and keep(name):
+                        files.append(FileInfo(head + blob.name, int(blob.size or 0), blob.updated))
+                names.extend(p[len(prefix) : -1] for p in page.prefixes)  # each ends with the delimiter
+        except REQUEST_ERRORS as exc:
+            raise StorageError(f"{head}{prefix}: cannot be listed ({_error_text(exc)})") from exc
+        # '' is a prefix ending in '//' (GCS keeps it, as S3 does): the caller lists that directory whole.
+        return files, [name for name in names if not name or keep(name)]
+
     def _send_delete(self, bucket_name: str, keys: list[str]) -> dict[str, Verdict]:
         def send() -> list[Any]:
             bucket = self._bucket(bucket_name)
@@ -151,7 +181,11 @@ class GcsStorage:
 
         # Sending a batch again is safe: a delete that already happened answers 404.
         replies = DEFAULT_RETRY(send)()
-        return reply_verdicts(keys, replies, _reply_error, GoogleAPIError)
+        return reply_verdicts(keys, replies, _reply_error, UnreadableReply)
+
+    def _delete_one(self, bucket_name: str, key: str) -> None:
+        with contextlib.suppress(NotFound):
+            self._bucket(bucket_name).delete_blob(key)
 
     def _exists(self, bucket_name: str, key: str) -> bool:
         return bool(self._bucket(bucket_name).blob(key).exists())
@@ -165,6 +199,8 @@ class GcsStorage:
             MAX_CALLS_PER_BATCH,
             self.max_attempts,
             self.backoff_seconds,
+            delete_one=self._delete_one,
+            refused=_refused,
         )
         return deleter.delete_files(paths, max_concurrency)
 
@@ -199,3 +235,8 @@ class GcsStorage:
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError), _as_os_error(location):
             self._blob(location).delete()
+
+
+def _conforms(storage: GcsStorage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

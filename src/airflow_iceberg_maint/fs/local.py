@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from airflow_iceberg_maint.fs.batches import delete_each
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 
 class LocalStorage:
@@ -60,9 +60,9 @@ class LocalStorage:
                         dirs.append(entry.name)
                     elif entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
-                        files.append(
-                            FileInfo(f"{prefix}/{entry.name}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
-                        )
+                        mtime = datetime.fromtimestamp(st.st_mtime, UTC)
+                        # The same record list_files makes of the file, its identity included.
+                        files.append(FileInfo(f"{prefix}/{entry.name}", st.st_size, mtime, (st.st_dev, st.st_ino)))
         except FileNotFoundError:
             pass  # removed since it was listed: nothing under it to consider
         return files, dirs
@@ -110,3 +110,8 @@ class LocalStorage:
     def delete(self, location: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(local_path(location))
+
+
+def _conforms(storage: LocalStorage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

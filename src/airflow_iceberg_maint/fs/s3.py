@@ -9,6 +9,7 @@ botocore exception.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +18,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.fs.batches import BatchDeleter, Retry, Verdict
+from airflow_iceberg_maint.fs.batches import BatchDeleter, Retry, Verdict, refusal_status
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.s3_client import put_arguments, s3_client
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, FileInfo, KeepComponent, Storage
 
 MAX_KEYS_PER_DELETE = 1000  # the S3 limit for one DeleteObjects request
 #: Per-key error codes in a DeleteObjects reply that are worth sending again.
@@ -39,6 +40,9 @@ NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 #: Replies to a conditional PUT that mean another writer created the object first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 REQUEST_ERRORS = (ClientError, BotoCoreError)
+#: What XML 1.0 cannot carry: C0 controls but tab, newline and carriage return (which botocore escapes),
+#: surrogates (a name that is not UTF-8), U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 SPREAD_DEPTH = 2  # list this many levels by delimiter, then each prefix flat and in parallel
 
 
@@ -145,6 +149,14 @@ class S3Storage:
                 verdicts[error["Key"]] = text
         return verdicts
 
+    def _delete_one(self, bucket: str, key: str) -> None:
+        # The key travels in the URL path, percent-encoded: any key can be named exactly.
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _status(exc) != "404":  # no such bucket: the file is gone
+                raise
+
     def _exists(self, bucket: str, key: str) -> bool:
         try:
             self.client.head_object(Bucket=bucket, Key=key)
@@ -163,6 +175,9 @@ class S3Storage:
             MAX_KEYS_PER_DELETE,
             self.max_attempts,
             self.backoff_seconds,
+            delete_one=self._delete_one,
+            refused=_refused,
+            bulk_safe=bulk_safe,
         )
         return deleter.delete_files(paths, max_concurrency)
 
@@ -208,6 +223,20 @@ class S3Storage:
         self.client.delete_object(Bucket=uri.authority, Key=uri.path.lstrip("/"))
 
 
+def bulk_safe(key: str) -> bool:
+    """Whether a ``DeleteObjects`` body can name the key: its XML cannot carry control characters.
+
+    Sent anyway, such a key makes S3 refuse the whole request (400 MalformedXML; the local test
+    server answers 500), so it is deleted with ``DeleteObject``, whose URL names any key exactly.
+    """
+    return _NOT_XML.search(key) is None
+
+
+def _refused(exc: Exception) -> bool:
+    """The store refused the request for what it names (4xx), not for being busy or failing (429, 408, 5xx)."""
+    return isinstance(exc, ClientError) and refusal_status(_status(exc))
+
+
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -221,3 +250,8 @@ def _error_text(exc: Exception) -> str:
     if isinstance(exc, ClientError):
         return f"{_code(exc) or _status(exc)}: {exc}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _conforms(storage: S3Storage) -> Storage:
+    """Never called: mypy checks here that the backend has every capability of ``Storage``."""
+    return storage

@@ -13,7 +13,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import Protocol
 
-from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.errors import InvalidInputError, UnsupportedStoreError
 from airflow_iceberg_maint.fs.locations import Uri
 
 GCS_SCHEMES = frozenset({"gs", "gcs"})
@@ -105,6 +105,20 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
         return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
     raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
+
+
+def require_capabilities(storage: object, location: str, names: Sequence[str]) -> None:
+    """Refuse, before anything is listed, a backend that lacks one of ``names`` (methods of ``Storage``).
+
+    Every backend of ``storage_for`` implements them all (a test enumerates them); this turns a
+    backend that does not into a refusal no retry can change, instead of an AttributeError mid-run.
+    """
+    missing = [name for name in names if not callable(getattr(storage, name, None))]
+    if missing:
+        raise UnsupportedStoreError(
+            f"location {location!r}: its storage backend {type(storage).__name__} cannot {', '.join(missing)}, "
+            "which this action needs"
+        )
 
 
 def _backend(module: str, extra: str) -> ModuleType:

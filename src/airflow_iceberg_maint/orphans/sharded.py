@@ -43,7 +43,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
-from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, storage_for
+from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, Storage, require_capabilities, storage_for
 from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, is_listed_metadata_file
 from airflow_iceberg_maint.orphans.path_hashes import EMPTY, HASH_SCHEMA, PathHasher, exact_bytes, listed_identity
@@ -79,6 +79,8 @@ UNITS_PER_SHARD = 4  # stop descending once there are this many directories a sh
 ROWS_PER_BUCKET = 500_000  # listed or referenced rows a bucket is sized for
 LIST_BATCH = 10_000  # listed files hashed and bucketed at a time
 PLAN = "plan.json"
+#: What the steps of a sharded scan ask of the table's store.
+SCAN_CAPABILITIES = ("list_level", "list_files", "delete_files")
 UNMATCHED_SCHEMA = pa.schema([("path", pa.binary()), ("size", pa.int64()), ("conflict", pa.bool_())])
 
 
@@ -155,7 +157,7 @@ class _Lister:
         self.writer.flush()
 
 
-def _directories(storage: Any, root: str, keep: KeepComponent, shards: int, lister: _Lister) -> list[str]:
+def _directories(storage: Storage, root: str, keep: KeepComponent, shards: int, lister: _Lister) -> list[str]:
     """List the first levels by delimiter; the directories below them, each to be listed whole by one shard."""
     level, leaves = [root.rstrip("/")], list[str]()
     for _ in range(LIST_DEPTH):
@@ -212,6 +214,8 @@ def plan_sharded_scan(
     _refuse_unsafe_scratch(scratch, table.metadata.location)
     store = Scratch(scratch, io_properties)
     storage = storage_for(setup.root, table.io.properties)
+    # Every capability the steps use, refused now rather than by a failed shard (no retry can add one).
+    require_capabilities(storage, setup.root, SCAN_CAPABILITIES)
     io, remote = table.io, not Uri.parse(setup.root).is_local
     with ThreadPoolExecutor(max_workers=REMOTE_READERS if remote else 1) as pool:
         lists = [s.manifest_list for s in table.metadata.snapshots if s.manifest_list]
@@ -300,6 +304,7 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
     buckets, owner = plan["buckets"], f"s{index:04d}"
     hasher = PathHasher(_equivalence(plan))
     storage = storage_for(plan["root"], table.io.properties)
+    require_capabilities(storage, plan["root"], SCAN_CAPABILITIES)
     keep = keep_filter(plan["partition_fields"])
     lister = _Lister(
         BucketWriter(store, "listed", owner, buckets, CANDIDATE_SCHEMA), hasher, datetime.fromisoformat(plan["cutoff"])
