@@ -2,7 +2,7 @@
 
 Each test reports one line ``reliability: <test> key=value ...`` (runs, kills, faults, commits,
 files lost); the lines are printed as they come (visible with ``-s``) and again in a summary
-section at the end of the pytest run, where ``make soak`` output can be collected for the README.
+section at the end of the pytest run, where ``make soak`` output can be collected for docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``iceberg-maint`` command (contract: shared CLI.md).
+"""The ``iceberg-maint`` command (contract: docs/cli.md).
 
 Each subcommand lives in its own module with ``register(subparsers)``; the module sets
 ``func`` on its parser to a callable ``(args) -> dict``. With ``--json`` that dict is

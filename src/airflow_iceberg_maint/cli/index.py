@@ -1,4 +1,4 @@
-"""``iceberg-maint index``: create, list, refresh, lag, lookup and expire secondary indexes (CLI.md)."""
+"""``iceberg-maint index``: create, list, refresh, lag, lookup and expire secondary indexes (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ class OrphanReport:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The ``orphans --json`` object of CLI.md."""
+        """The ``orphans --json`` object of docs/cli.md."""
         return {**self.summary(), "orphan_files": self.orphan_files}
 
 

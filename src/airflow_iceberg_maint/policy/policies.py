@@ -1,6 +1,6 @@
 """Maintenance policies: what to run on which tables, declared as configuration.
 
-A policy has the REST body shape of the orphan-removal design (section 5.2.5) plus two
+A policy has the body shape of docs/design.md (section "Policy") plus two
 top-level fields shared by every policy type: ``minIntervalDays`` (the minimum interval
 between runs) and ``tables`` (exact names or globs the policy attaches to). Policies load
 from JSON or YAML; every unknown field, wrong type or negative number is refused with an

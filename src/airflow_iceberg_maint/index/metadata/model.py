@@ -1,4 +1,4 @@
-"""The index metadata file of the Iceberg index spec (Part 1, format-version 1): the model and its JSON.
+"""The index metadata file (docs/index-format.md; format-version 1): the model and its JSON.
 
 ``IndexMetadata.from_json`` reads the JSON exactly and checks it with ``rules.check_metadata``;
 ``rules.validate_against_table`` adds the rules that need the table. The model also answers the

@@ -1,4 +1,4 @@
-"""The rules of the index spec: what makes an index metadata file valid, alone and against its table.
+"""The rules of docs/index-format.md: what makes an index metadata file valid, alone and against its table.
 
 Every error is an ``InvalidInputError`` that names the field (S7).
 """

@@ -1,4 +1,4 @@
-"""The numbers of the Iceberg index spec (Part 1, format-version 1) and the index properties.
+"""The numbers of the index format (docs/index-format.md; format-version 1) and the index properties.
 
 Field-ID limits, the layout of content-stats IDs, and each property with its documented default
 (``docs/index-format.md``).

@@ -1,0 +1,174 @@
+"""The documents: links resolve inside the repository, generated tables are current, the README stays short.
+
+Fast and without services: files are read and parsed (``ast``), nothing is imported from Airflow.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+_spec = importlib.util.spec_from_file_location("operator_docs", ROOT / "scripts" / "operator_docs.py")
+assert _spec is not None and _spec.loader is not None
+operator_docs = importlib.util.module_from_spec(_spec)
+sys.modules["operator_docs"] = operator_docs  # dataclasses look their module up while the class is built
+_spec.loader.exec_module(operator_docs)
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
+_CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+def _prose_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text, lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    found: set[str] = set()
+    counts: dict[str, int] = {}
+    for _, line in _prose_lines(path.read_text(encoding="utf-8")):
+        match = _HEADING.match(line)
+        if not match:
+            continue
+        slug = _slug(match.group(2))
+        seen = counts.get(slug, 0)
+        counts[slug] = seen + 1
+        found.add(slug if seen == 0 else f"{slug}-{seen}")
+    return found
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    result = []
+    for number, line in _prose_lines(path.read_text(encoding="utf-8")):
+        for match in _LINK.finditer(_CODE_SPAN.sub("", line)):
+            result.append((number, match.group(1)))
+    return result
+
+
+def test_the_link_checker_reads_headings_and_links_as_github_does(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# The `iceberg-maint` command: its contract\n"
+        "## S4. A listed file is deletable only if no referenced path could name the same file\n"
+        "### 2026-11-30\n### 2026-11-30\n"
+        "```bash\n# not a heading\n[not](a-link.md)\n```\n"
+        "See [the rules](safety.md#s1-x) and `[code](not-a-link.md)`, ![img](pic.png).\n",
+        encoding="utf-8",
+    )
+    assert anchors(page) == {
+        "the-iceberg-maint-command-its-contract",
+        "s4-a-listed-file-is-deletable-only-if-no-referenced-path-could-name-the-same-file",
+        "2026-11-30",
+        "2026-11-30-1",
+    }
+    assert links(page) == [(9, "safety.md#s1-x")]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves_inside_the_repository(document: Path) -> None:
+    broken = []
+    for number, target in links(document):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            broken.append(f"{document.name}:{number}: {target}: points outside the repository")
+            continue
+        path_part, _, anchor = target.partition("#")
+        resolved = (document.parent / path_part).resolve() if path_part else document
+        if not resolved.is_relative_to(ROOT) or not resolved.exists():
+            broken.append(f"{document.name}:{number}: {target}: no such file in the repository")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            broken.append(f"{document.name}:{number}: {target}: no heading with that anchor")
+    assert not broken, "\n".join(broken)
+
+
+_OUTSIDE = re.compile(r"\.\./shared|shared/|shared CLI|command-line document|[^/\w]CLI\.md|orphan-removal design")
+
+
+def test_no_comment_or_document_points_at_documents_outside_the_repository() -> None:
+    places = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    for folder in ("src", "dags", "scripts", "bench", "tests"):
+        places += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml", ".yml", ".md", ".sh"}]
+    here = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in places
+        if path.resolve() != here
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _OUTSIDE.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_operator_parameter_tables_of_airflow_md_are_current() -> None:
+    text = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
+    block = operator_docs.current_block(text)
+    assert block is not None, "docs/airflow.md lost its generated block"
+    assert block == operator_docs.render(), "stale: run python scripts/operator_docs.py"
+
+
+def test_every_public_operator_and_sensor_is_documented() -> None:
+    classes = operator_docs.collect()
+    names = {c.name for c in operator_docs.public_classes(classes)}
+    assert {"IcebergRemoveOrphanFilesOperator", "IcebergTableDueSensor", "IcebergIndexLagSensor"} <= names
+    orphans = classes["IcebergRemoveOrphanFilesOperator"]
+    rows = {row.name: row for row in operator_docs.parameters(orphans, classes)}
+    assert rows["table"].default is None and rows["table"].templated
+    assert rows["dry_run"].templated  # stored as self.is_dry_run, templated under that name
+    assert rows["iceberg_conn_id"].default == "'iceberg_default'" and not rows["iceberg_conn_id"].templated
+    assert "delete nothing" in rows["dry_run"].doc
+    # A subclass shows the parameters it passes on to its base.
+    planned = {row.name for row in operator_docs.parameters(classes["IcebergPlanOrphanShardsOperator"], classes)}
+    assert {"shards", "table", "older_than_days", "dry_run"} <= planned
+
+
+# Arguments every Airflow operator or sensor takes (BaseOperator, BaseSensorOperator).
+_AIRFLOW_ARGUMENTS = {
+    "task_id", "pool", "retries", "retry_delay", "queue", "priority_weight", "trigger_rule", "doc_md",
+    "poke_interval", "timeout", "mode", "soft_fail", "exponential_backoff", "max_wait", "execution_timeout",
+    "map_index_template", "deferrable", "owner", "depends_on_past",
+}  # fmt: skip
+
+
+def test_the_readme_dag_uses_only_parameters_the_operators_take() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    assert blocks, "the README shows one DAG"
+    classes = operator_docs.collect()
+    checked = 0
+    for block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes:
+                taken = {row.name for row in operator_docs.parameters(classes[node.func.id], classes)}
+                unknown = {k.arg for k in node.keywords if k.arg} - taken - _AIRFLOW_ARGUMENTS
+                assert not unknown, f"{node.func.id} takes no {sorted(unknown)}"
+                checked += 1
+    assert checked >= 2
+
+
+def test_the_readme_is_read_in_five_minutes() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    assert "make demo" in readme and "make test" in readme
