@@ -52,7 +52,6 @@ SPELLINGS = ["double_slash", "scheme_alias", "host_case", "blob_host", "dot_segm
 ALIASES = {"s3": ["s3a", "s3n"], "gs": ["gcs"], "abfs": ["abfss", "wasb", "wasbs"], "file": ["", "file"]}
 # Stores whose keys keep "//" and "." segments as written; a local disk folds them.
 LITERAL_KEYS = {"s3", "gcs", "azure"}
-SHARDED_STORES = {"local", "s3"}
 
 
 @dataclass
@@ -171,7 +170,7 @@ def check(catalog: Catalog, store: str, draw: dict[str, Any], figures: dict[str,
     counts = snapshot_row_counts(a)
     now = datetime.now(UTC) + timedelta(seconds=5)
     options = OrphanOptions(older_than=now)
-    if draw["sharded"] and store in SHARDED_STORES:
+    if draw["sharded"]:
         scratch = f"{a_loc.rsplit('/', 1)[0]}/scratch_{tag}"
         props = dict(a.io.properties)
         done = remove_orphan_files_sharded(
@@ -188,7 +187,7 @@ def check(catalog: Catalog, store: str, draw: dict[str, Any], figures: dict[str,
     figures["examples"] += 1
     figures["deleted"] += len(before - after)
     figures["b_files_kept"] += len(b_files)
-    figures["sharded"] += int(draw["sharded"] and store in SHARDED_STORES)
+    figures["sharded"] += int(draw["sharded"])
 
 
 DRAWS = st.fixed_dictionaries(
