@@ -257,7 +257,9 @@ def protection_set(protected: Iterable[ProtectedLocation], equivalence: PathEqui
     return LocationSet((s for p in protected for s in (p.location, *p.spellings)), equivalence)
 
 
-def _is_this_tables(io: FileIO, metadata_file: str, table_uuid: str, table_location: str) -> bool:
+def _is_this_tables(
+    io: FileIO, metadata_file: str, table_uuid: str, table_location: str, equivalence: PathEquivalence
+) -> bool:
     """Whether an unreferenced metadata file is this table's own (stale) or one of its indexes'."""
     try:
         with io.new_input(metadata_file).open() as f:
@@ -267,7 +269,10 @@ def _is_this_tables(io: FileIO, metadata_file: str, table_uuid: str, table_locat
         return False
     if not isinstance(body, dict) or str(body.get("table-uuid")) != table_uuid:
         return False
-    return "index-uuid" in body or str(body.get("location", "")).rstrip("/") == table_location.rstrip("/")
+    if "index-uuid" in body:
+        return True
+    location = str(body.get("location", ""))
+    return not set(equivalence.identities(location)).isdisjoint(equivalence.identities(table_location))
 
 
 def listed_table_protections(
@@ -276,6 +281,7 @@ def listed_table_protections(
     io: FileIO,
     table_uuid: str,
     table_location: str,
+    equivalence: PathEquivalence,
 ) -> list[ProtectedLocation]:
     """Directories ``D`` whose ``D/metadata`` holds a table metadata file that is not this table's.
 
@@ -291,7 +297,7 @@ def listed_table_protections(
         if any(hit for _, hit in files):
             continue
         newest = max(path for path, _ in files)
-        if not _is_this_tables(io, newest, table_uuid, table_location):
+        if not _is_this_tables(io, newest, table_uuid, table_location, equivalence):
             protected.append(ProtectedLocation(root, f"holds the metadata of another table ({newest})"))
     return protected
 

@@ -363,7 +363,8 @@ def protected_locations(
     uuid, location = str(table.metadata.table_uuid), table.metadata.location
     found = catalog_protections(others, uuid, _name(table), root, equivalence)
     metadata_files = [p for p in listed_metadata_files if _comparable(p)]
-    found += listed_table_protections(metadata_files, _referenced(metadata_files, refs), table.io, uuid, location)
+    referenced = _referenced(metadata_files, refs)
+    found += listed_table_protections(metadata_files, referenced, table.io, uuid, location, equivalence)
     return outermost(found)
 
 
