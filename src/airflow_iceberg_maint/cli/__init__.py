@@ -26,8 +26,11 @@ from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-COMMAND_MODULES = ("orphans", "due", "policy", "index")
+COMMAND_MODULES = ("orphans", "expiry", "due", "policy", "index")
 PROGRESS_MODES = ("auto", "on", "off")
+#: The run completed but some deletes failed (``failed`` is not empty); the result is still printed.
+#: For the commands whose parser sets ``exit_3_on_failed`` (CLI.md names them).
+EXIT_SOME_DELETES_FAILED = 3
 DEFAULT_CATALOG = "default"
 _SECRETS_MASKER_LOGGER = "airflow.sdk._shared.secrets_masker"
 
@@ -159,4 +162,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         print(_render_text(result))
-    return 0
+    return EXIT_SOME_DELETES_FAILED if getattr(args, "exit_3_on_failed", False) and result.get("failed") else 0

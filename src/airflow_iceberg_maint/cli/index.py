@@ -108,7 +108,7 @@ def register(subparsers: Any) -> None:
     )
     unreferenced.add_argument("--dry-run", action="store_true", help="report, delete nothing")
     add_json_flag(unreferenced)
-    unreferenced.set_defaults(func=run_remove_unreferenced)
+    unreferenced.set_defaults(func=run_remove_unreferenced, exit_3_on_failed=True)
 
 
 def _table_and_index(parser: argparse.ArgumentParser) -> None:

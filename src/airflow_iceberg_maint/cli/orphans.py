@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
         help="the location holds this table only: skip the catalog pass that finds other tables nested under it",
     )
     add_json_flag(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_3_on_failed=True)
 
 
 def _text(report: OrphanReport) -> str:
