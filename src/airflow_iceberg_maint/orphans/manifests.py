@@ -448,7 +448,7 @@ def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tupl
     """The manifest list's own size, and each manifest it names with its length. Any read error aborts (S2)."""
     try:
         data = _bytes(io, manifest_list)
-        return len(data), [(entry[0], entry[1]) for entry in _records(data, "list", _MANIFEST_LIST_SIZED)]
+        return len(data), [(entry[0], entry[1]) for entry in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
 
@@ -458,7 +458,7 @@ def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
     try:
         return [
             (entry[1][0], entry[1][1])
-            for entry in _read(io, manifest, "manifest", _MANIFEST_SIZED)
+            for entry in _read(io, manifest, "manifest+size", _MANIFEST_SIZED)
             if entry[0] != _DELETED
         ]
     except Exception as exc:
