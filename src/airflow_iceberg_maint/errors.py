@@ -89,3 +89,9 @@ class IndexCommitConflictError(MaintenanceError):
     """Every commit attempt lost to a concurrent writer; nothing was committed."""
 
     retryable = True
+
+
+class ExpiryConflictError(MaintenanceError):
+    """Every expiry commit found a ref moved by a concurrent writer; nothing was committed or deleted."""
+
+    retryable = True

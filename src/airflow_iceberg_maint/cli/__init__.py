@@ -11,7 +11,7 @@ Exit status:
 - 0: the command completed, and every delete it made succeeded.
 - 2: bad input, or the command refused or could not finish: one line on stderr naming the input
   or the failure, nothing on stdout (``orphans --json`` prints the report of a prefix mismatch first).
-- 3: the command completed but some deletes failed (``orphans``, ``index remove-unreferenced``):
+- 3: the command completed but some deletes failed (``orphans``, ``expire-snapshots``, ``index remove-unreferenced``):
   the output is printed in full, with ``--json`` the whole object on stdout, its ``failed`` list
   naming each file and the store's error, and one line on stderr counts them. Whatever was not
   deleted is still there, and a later run tries it again; scripts should treat 3 as a failure,
@@ -37,7 +37,7 @@ from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-COMMAND_MODULES = ("orphans", "due", "policy", "index")
+COMMAND_MODULES = ("orphans", "expiry", "due", "policy", "index")
 PROGRESS_MODES = ("auto", "on", "off")
 #: The exit status of a command that completed with failed deletes (see the module's docstring).
 EXIT_FAILED_DELETES = 3

@@ -153,3 +153,32 @@ class IndexFiles:
 
 #: The reference source every orphan run passes.
 INDEX_FILES: ReferenceSource = IndexFiles()
+
+
+class IndexExtractSnapshots:
+    """The index package's ``SnapshotPin``: expiry keeps the snapshot of each index's newest extract (S13).
+
+    Lookups reconcile from that snapshot and refreshes start from it; without it every lookup
+    scans the table and the next refresh is a full build.
+    """
+
+    name = "indexes"
+
+    def snapshot_ids(self, table: Table) -> dict[int, str]:
+        try:
+            store = IndexStore(table)
+            pinned: dict[int, str] = {}
+            for name in store.names():
+                metadata, _, _ = store.load(name)
+                if metadata.extracts:
+                    newest = max(metadata.extracts, key=lambda e: e.timestamp_ms)
+                    pinned.setdefault(newest.source_table_snapshot_id, f"newest extract of index {name}")
+            return pinned
+        except MetadataReadError:
+            raise
+        except Exception as exc:
+            raise MetadataReadError(f"indexes of table {table.metadata.location!r}: cannot be read ({exc})") from exc
+
+
+#: The snapshot pin every expiry passes.
+INDEX_SNAPSHOTS = IndexExtractSnapshots()

@@ -38,6 +38,8 @@ Want = dict[int, "Want | None"]  # field ids to read: a nested Want for a record
 
 _MANIFEST_LIST: Want = {500: None}  # manifest_path
 _MANIFEST: Want = {0: None, 2: {100: None}}  # status, data_file.file_path
+_MANIFEST_LIST_SIZED: Want = {500: None, 501: None}  # manifest_path, manifest_length
+_MANIFEST_SIZED: Want = {0: None, 2: {100: None, 104: None}}  # status, data_file.file_path, file_size_in_bytes
 _DELETED = int(ManifestEntryStatus.DELETED)
 _MAGIC = b"Obj\x01"
 _SYNC_SIZE = 16
@@ -400,10 +402,13 @@ def _records(data: bytes, name: str, want: Want) -> Iterator[list[Any]]:
             raise _Damaged(f"{end - decoder.tell()} bytes left after a block's last record")
 
 
-def _read(io: FileIO, path: str, name: str, want: Want) -> Iterator[list[Any]]:
+def _bytes(io: FileIO, path: str) -> bytes:
     with io.new_input(path).open() as f:
-        data = f.read()
-    return _records(data, name, want)
+        return f.read()
+
+
+def _read(io: FileIO, path: str, name: str, want: Want) -> Iterator[list[Any]]:
+    return _records(_bytes(io, path), name, want)
 
 
 def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
@@ -432,5 +437,29 @@ def live_file_paths(io: FileIO, manifest: str) -> list[str]:
     """
     try:
         return [entry[1][0] for entry in _read(io, manifest, "manifest", _MANIFEST) if entry[0] != _DELETED]
+    except Exception as exc:
+        raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
+
+
+# With sizes: what snapshot expiry reports as freed bytes, read in the same pass as the paths.
+
+
+def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tuple[str, int]]]:
+    """The manifest list's own size, and each manifest it names with its length. Any read error aborts (S2)."""
+    try:
+        data = _bytes(io, manifest_list)
+        return len(data), [(entry[0], entry[1]) for entry in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
+    except Exception as exc:
+        raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
+
+
+def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
+    """``live_file_paths`` with each file's ``file_size_in_bytes``."""
+    try:
+        return [
+            (entry[1][0], entry[1][1])
+            for entry in _read(io, manifest, "manifest+size", _MANIFEST_SIZED)
+            if entry[0] != _DELETED
+        ]
     except Exception as exc:
         raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc

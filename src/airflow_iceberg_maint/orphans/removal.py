@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.errors import (
     CatalogListingError,
@@ -385,10 +386,23 @@ def _collect(
     With ``listed_under``, identities of local paths below it wait for ``refs.resolve``.
     """
     table = walk.table
-    refs.add(metadata_level_paths(table.metadata, table.metadata_location))
-    for batch, reread in walk.hash_batches(table.metadata, skip, listed_under):
+    collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, skip, listed_under)
+
+
+def collect_referenced(
+    refs: ReferencedSet,
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    metadata: TableMetadata,
+    metadata_location: str,
+    skip: frozenset[int] = frozenset(),
+    listed_under: str | None = None,
+) -> None:
+    """``_collect`` for given metadata of the walk's table (snapshot expiry passes the metadata it commits)."""
+    refs.add(metadata_level_paths(metadata, metadata_location))
+    for batch, reread in walk.hash_batches(metadata, skip, listed_under):
         refs.add_hashes(batch, reread)
-    for paths in source_path_batches(table, sources):
+    for paths in source_path_batches(walk.table, sources):
         refs.add(paths)
 
 
@@ -517,7 +531,7 @@ class ScanSetup:
     others: Sequence[TablePaths]
 
 
-def _delete(storage: SupportsBulkDelete, paths: list[str], max_concurrency: int) -> DeleteOutcome:
+def delete_in_steps(storage: SupportsBulkDelete, paths: list[str], max_concurrency: int) -> DeleteOutcome:
     """Delete in steps that keep every worker busy, reporting progress after each."""
     outcome = DeleteOutcome()
     step = max_concurrency * DELETE_STEP_PER_WORKER
@@ -605,7 +619,7 @@ def settle(
     if on_stage:
         on_stage(report, "planned")
     if not options.dry_run and orphans:
-        outcome = _delete(storage, report.orphan_files, options.max_concurrent_deletes)
+        outcome = delete_in_steps(storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
         report.delete_requests = outcome.requests

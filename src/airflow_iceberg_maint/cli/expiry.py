@@ -1,0 +1,77 @@
+"""``iceberg-maint expire-snapshots``: expire old snapshots of one table and delete the files only they reached."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
+from airflow_iceberg_maint.cli.orphans import _positive
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions, check_retain_last
+from airflow_iceberg_maint.index.references import INDEX_FILES, INDEX_SNAPSHOTS
+from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, cutoff_for_days
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "expire-snapshots", help="expire old snapshots and delete the files only they reached (no listing)"
+    )
+    parser.add_argument("table", help="namespace.table")
+    age = parser.add_mutually_exclusive_group()
+    age.add_argument(
+        "--older-than-days",
+        type=float,
+        help="expire snapshots older than this many days (default: history.expire.max-snapshot-age-ms, else 5 days)",
+    )
+    age.add_argument("--older-than", type=timestamp, help="expire snapshots older than this ISO 8601 timestamp")
+    parser.add_argument(
+        "--retain-last",
+        type=int,
+        help="every branch keeps at least its N newest ancestors "
+        "(default: history.expire.min-snapshots-to-keep, else 1)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="report, commit nothing, delete nothing")
+    parser.add_argument("--max-concurrent-deletes", type=_positive, default=DEFAULT_MAX_CONCURRENT_DELETES)
+    add_json_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def _text(report: ExpiryReport) -> str:
+    expire, delete = ("would expire", "would delete") if report.dry_run else ("expired", "deleted")
+    lines = [
+        f"table {report.table}: {expire} {len(report.expired_snapshot_ids)} snapshots older than "
+        f"{report.older_than.isoformat()} (retaining at least {report.retain_last} a branch)",
+        f"  removed refs: {', '.join(report.removed_refs) or 'none'}",
+        f"  {delete} {report.deleted_file_count} files, {report.deleted_bytes} bytes",
+    ]
+    lines += [f"  kept snapshot {sid}: {why}" for sid, why in report.kept_for_pins.items()]
+    lines += [f"  failed: {f['path']}: {f['error']}" for f in report.failed]
+    if report.kept_all_files:
+        lines.append(f"  {report.kept_all_files}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    # Refused before any catalog call, naming the option as typed.
+    now = datetime.now(UTC)
+    if args.older_than_days is not None:
+        cutoff_for_days(args.older_than_days, now, "--older-than-days")
+    if args.older_than is not None and args.older_than > now:
+        when = args.older_than.isoformat()
+        raise InvalidInputError(f"--older-than {when}: is in the future (now is {now.isoformat()})")
+    if args.retain_last is not None:
+        check_retain_last(args.retain_last, "--retain-last")
+    table = load_table(cli_catalog(args), args.table)
+    options = ExpireOptions(
+        older_than=args.older_than,
+        older_than_days=args.older_than_days,
+        retain_last=args.retain_last,
+        dry_run=args.dry_run,
+        max_concurrent_deletes=args.max_concurrent_deletes,
+    )
+    report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now)
+    return with_failed_deletes({**report.to_json(), "__text__": _text(report)})

@@ -1,0 +1,102 @@
+"""The files only expired snapshots reached, found from manifests: storage is never listed.
+
+Candidates are what the expired snapshots reached: their manifest lists, the manifests those
+name, the live entries (data, delete and deletion-vector files) of the manifests no kept
+snapshot lists, and their statistics and partition statistics files. The kept set is what the
+metadata after the expiry references (every snapshot, ref, the metadata log, kept statistics
+files), read with the orphan engine's walk, plus every reference source (the indexes). A
+candidate is deleted only when no kept path names it exactly or under another spelling (S4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from pyiceberg.table.metadata import TableMetadata
+
+from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.references import not_referenced
+from airflow_iceberg_maint.orphans.manifests import sized_live_file_paths, sized_manifest_paths
+from airflow_iceberg_maint.orphans.referenced import REMOTE_READERS, ReferencedSet, ReferenceWalk
+from airflow_iceberg_maint.orphans.removal import collect_referenced, refuse_gc_disabled
+from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.progress import Phase
+
+#: Path -> size in bytes, in the order found.
+Sized = dict[str, int]
+
+
+def _expired_reach(walk: ReferenceWalk, before: TableMetadata, expired: set[int], kept: ReferencedSet) -> Sized:
+    """Manifest lists and statistics of the expired snapshots, their manifests no kept snapshot lists, and
+    those manifests' live files (each with its size)."""
+    io = walk.table.io
+    found: Sized = {}
+    snapshots = [s for s in before.snapshots if s.snapshot_id in expired and s.manifest_list]
+    with ThreadPoolExecutor(REMOTE_READERS) as pool, Phase("reading expired manifests") as reading:
+        manifests: Sized = {}
+        for snapshot, (size, named) in zip(
+            snapshots, pool.map(lambda s: sized_manifest_paths(io, s.manifest_list), snapshots), strict=True
+        ):
+            found[snapshot.manifest_list] = size
+            for path, length in named:
+                manifests.setdefault(path, length)
+        # A manifest a kept snapshot lists keeps its entries: only the others are read.
+        unread = set(not_referenced(list(manifests), kept))
+        reading.set_total(len(unread))
+        for path in manifests:
+            if path in unread:
+                found.setdefault(path, manifests[path])
+        for entries in pool.map(lambda m: sized_live_file_paths(io, m), [m for m in manifests if m in unread]):
+            for path, size in entries:
+                found.setdefault(path, size)
+            reading.advance(1)
+    for stats in [*before.statistics, *before.partition_statistics]:
+        if stats.snapshot_id in expired:
+            found.setdefault(stats.statistics_path, stats.file_size_in_bytes)
+    return found
+
+
+def _unreferenced(found: Sized, refs: ReferencedSet) -> Sized:
+    survivors = set(not_referenced(list(found), refs))
+    return {path: size for path, size in found.items() if path in survivors}
+
+
+def deletable_files(
+    walk: ReferenceWalk,
+    before: TableMetadata,
+    after: tuple[TableMetadata, str],
+    expired: set[int],
+    sources: Sequence[ReferenceSource],
+) -> Sized:
+    """What ``expired`` snapshots of ``before`` reached and nothing ``after`` (metadata, location) or a source does."""
+    kept = ReferencedSet(walk.equivalence)
+    collect_referenced(kept, walk, sources, *after)
+    return _unreferenced(_expired_reach(walk, before, expired, kept), kept)
+
+
+def recheck(
+    walk: ReferenceWalk,
+    planned: Sized,
+    known: frozenset[int],
+    sources: Sequence[ReferenceSource],
+    view: Callable[[TableMetadata], TableMetadata],
+) -> Sized:
+    """Reload the table and keep any planned file that metadata committed since references.
+
+    ``known``: the snapshots already read (only newer ones are read now, and only manifests
+    the walk has not seen); ``view`` turns the reloaded metadata into the metadata that counts
+    (the plan applied to it, on a dry run).
+    """
+    table = walk.table
+    try:
+        table.refresh()
+    except Exception as exc:
+        raise MetadataReadError(
+            f"table {'.'.join(table.name())}: cannot be reloaded for the re-check before deleting "
+            f"({type(exc).__name__}: {exc}); nothing was deleted"
+        ) from exc
+    refuse_gc_disabled(table)
+    late = ReferencedSet(walk.equivalence)
+    collect_referenced(late, walk, sources, view(table.metadata), table.metadata_location, skip=known)
+    return _unreferenced(planned, late)

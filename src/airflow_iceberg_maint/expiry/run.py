@@ -1,0 +1,228 @@
+"""Snapshot expiry of one table: plan, commit, find the files only expired snapshots reached, re-check, delete.
+
+Pipeline (the dry run runs all of it but the commit and the delete):
+1. refuse ``gc.enabled=false`` (S12) and bad input (S7); resolve the cutoff and retain-last;
+2. plan the retention (``retention``), keeping pinned snapshots (S13), and commit it; when a
+   ref moved meanwhile the catalog refuses and the run plans again;
+3. read what the expired snapshots reached and subtract what the committed metadata and every
+   reference source reach (``files``); a commit that did not apply on the planned metadata
+   keeps every file;
+4. reload the table and keep anything a snapshot committed since references;
+5. delete in batches on each store, collecting per-file failures.
+
+A failure before the commit changes nothing; after it, files not yet deleted are orphans that
+the next orphan run removes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+
+from airflow_iceberg_maint.errors import ExpiryConflictError, InvalidInputError
+from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
+from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
+from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
+from airflow_iceberg_maint.expiry.retention import Retention, plan_retention
+from airflow_iceberg_maint.expiry.settings import ExpireOptions, Settings, resolve_settings
+from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, storage_for
+from airflow_iceberg_maint.orphans.referenced import ReferenceWalk
+from airflow_iceberg_maint.orphans.removal import delete_in_steps, refuse_gc_disabled
+from airflow_iceberg_maint.orphans.sources import ReferenceSource
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 4  # plans, each committed against the metadata it read
+
+
+@dataclass
+class ExpiryReport:
+    table: str
+    table_uuid: str
+    older_than: datetime
+    retain_last: int
+    dry_run: bool
+    expired_snapshot_ids: list[int] = field(default_factory=list)
+    removed_refs: list[str] = field(default_factory=list)
+    deleted_files: list[str] = field(default_factory=list)  # deleted, or to delete on a dry run
+    deleted_bytes: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    kept_for_pins: dict[str, str] = field(default_factory=dict)  # snapshot id -> the pin that kept it
+    kept_by_recheck: int = 0
+    committed: bool = False
+    commit_attempts: int = 0
+    #: Set when the commit applied on other metadata than the plan read: every file was kept.
+    kept_all_files: str | None = None
+    delete_requests: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def deleted_file_count(self) -> int:
+        return len(self.deleted_files)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``expire-snapshots --json`` object of docs/cli.md, then the details."""
+        return {
+            "table": self.table,
+            "older_than": self.older_than.isoformat(),
+            "retain_last": self.retain_last,
+            "dry_run": self.dry_run,
+            "expired_snapshot_ids": self.expired_snapshot_ids,
+            "removed_refs": self.removed_refs,
+            "deleted_files": self.deleted_files,
+            "deleted_file_count": self.deleted_file_count,
+            "deleted_bytes": self.deleted_bytes,
+            "failed": self.failed,
+            "table_uuid": self.table_uuid,
+            "kept_for_pins": self.kept_for_pins,
+            "kept_by_recheck": self.kept_by_recheck,
+            "committed": self.committed,
+            "commit_attempts": self.commit_attempts,
+            "kept_all_files": self.kept_all_files,
+            "delete_requests": self.delete_requests,
+            "phase_seconds": self.phase_seconds,
+        }
+
+
+#: Called with the report and a stage: ``retention`` (planned, before the commit) and ``planned``
+#: (the files found, before the re-check and the delete).
+ExpiryStageHook = Callable[[ExpiryReport, str], None]
+
+
+@dataclass
+class _Committed:
+    before: TableMetadata  # the metadata the plan read
+    after: tuple[TableMetadata, str]  # the metadata after the expiry (committed, or as it would be) and its location
+    retention: Retention
+    verified: bool  # the commit applied on ``before``
+
+
+def _plan_and_commit(
+    table: Table,
+    settings: Settings,
+    options: ExpireOptions,
+    pins: Sequence[SnapshotPin],
+    report: ExpiryReport,
+    on_stage: ExpiryStageHook | None,
+    now_ms: int,
+) -> _Committed:
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        before, before_location = table.metadata, table.metadata_location
+        retention = plan_retention(before, settings, now_ms, pinned_snapshots(table, pins))
+        report.expired_snapshot_ids, report.removed_refs = retention.expired_snapshot_ids, retention.removed_refs
+        report.kept_for_pins = {str(k): v for k, v in sorted(retention.kept_for_pins.items())}
+        report.commit_attempts = attempt
+        if on_stage:
+            on_stage(report, "retention")
+        if options.dry_run or not retention.changes_anything:
+            return _Committed(before, (metadata_after(before, retention), before_location), retention, True)
+        try:
+            committed = commit_expiry(table, retention)
+        except CommitFailedException as exc:
+            log.info("table %s: a ref moved during the expiry (%s); planning again", report.table, exc)
+            table.refresh()
+            continue
+        report.committed = True
+        return _Committed(before, committed, retention, applied_on(committed[0], before, before_location, retention))
+    raise ExpiryConflictError(
+        f"table {report.table}: refs moved during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
+        "committed or deleted"
+    )
+
+
+def delete_on_each_store(paths: list[str], io_properties: dict[str, str], max_concurrency: int) -> DeleteOutcome:
+    """Delete through ``fs/``, one storage backend a scheme and authority (tables may write to several)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        uri = Uri.parse(path)
+        groups.setdefault((uri.scheme, uri.authority), []).append(path)
+    total = DeleteOutcome()
+    for group in groups.values():
+        part = delete_in_steps(storage_for(group[0], io_properties), group, max_concurrency)
+        total.deleted += part.deleted
+        total.failed += part.failed
+        total.requests += part.requests
+    return total
+
+
+def _settle(report: ExpiryReport, table: Table, final: Sized, options: ExpireOptions) -> None:
+    paths = sorted(final)
+    if options.dry_run or not paths:
+        report.deleted_files, report.deleted_bytes = paths, sum(final.values())
+        return
+    outcome = delete_on_each_store(paths, dict(table.io.properties), options.max_concurrent_deletes)
+    report.deleted_files = sorted(outcome.deleted)
+    report.deleted_bytes = sum(final.get(p, 0) for p in report.deleted_files)
+    report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
+    report.delete_requests = outcome.requests
+    log.info("deleted %d files in %d requests, %d failed", len(outcome.deleted), outcome.requests, len(outcome.failed))
+
+
+def expire_snapshots(
+    table: Table,
+    options: ExpireOptions | None = None,
+    *,
+    sources: Sequence[ReferenceSource],
+    pins: Sequence[SnapshotPin],
+    now: datetime | None = None,
+    on_stage: ExpiryStageHook | None = None,
+) -> ExpiryReport:
+    """Expire the snapshots retention no longer needs and delete the files only they reached (unless dry run).
+
+    ``sources`` keep files stored beside the table (``index.references.INDEX_FILES``); ``pins``
+    keep snapshots (``index.references.INDEX_SNAPSHOTS``). Neither has a default, so that no
+    caller drops one by accident.
+    """
+    options = options or ExpireOptions()
+    now = now or datetime.now(UTC)
+    if options.max_concurrent_deletes < 1:
+        raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")
+    settings = resolve_settings(table.properties, options, now)
+    refuse_gc_disabled(table)
+    name = ".".join(table.name())
+    report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
+    started = time.perf_counter()
+    state = _plan_and_commit(table, settings, options, pins, report, on_stage, int(now.timestamp() * 1000))
+    report.phase_seconds["commit"] = round(time.perf_counter() - started, 3)
+    log.info(
+        "table %s: %s %d snapshots and %d refs",
+        name,
+        "would expire" if options.dry_run else "expired",
+        len(report.expired_snapshot_ids),
+        len(report.removed_refs),
+    )
+    if not state.retention.expired_snapshot_ids:
+        return report
+    if not state.verified:
+        report.kept_all_files = (
+            "the commit applied on metadata a concurrent commit had changed: every file is kept "
+            "(the next orphan run removes what only the expired snapshots reached)"
+        )
+        log.warning("table %s: %s", name, report.kept_all_files)
+        return report
+    expired = set(state.retention.expired_snapshot_ids)
+    with ReferenceWalk(table, PathEquivalence(), options.reader_processes) as walk:
+        planned = deletable_files(walk, state.before, state.after, expired, sources)
+        report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
+        report.phase_seconds["plan_files"] = round(time.perf_counter() - started, 3)
+        if on_stage:
+            on_stage(report, "planned")
+        known = frozenset(s.snapshot_id for s in state.before.snapshots)
+        retention = state.retention
+        view: Callable[[TableMetadata], TableMetadata] = (
+            (lambda md: metadata_after(md, retention)) if options.dry_run else (lambda md: md)
+        )
+        final = recheck(walk, planned, known, sources, view) if planned else planned
+    report.kept_by_recheck = len(planned) - len(final)
+    _settle(report, table, final, options)
+    report.phase_seconds["done"] = round(time.perf_counter() - started, 3)
+    return report
