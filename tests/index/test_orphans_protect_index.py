@@ -26,6 +26,7 @@ from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.references import INDEX_FILES, index_file_batches, remove_unreferenced_index_files
 from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.sharded_build import build_shard, commit_sharded_build, plan_sharded_build
 from airflow_iceberg_maint.index.store import IndexStore
 from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 
@@ -272,3 +273,36 @@ def test_unreadable_tracking_file_aborts_the_clean_up(sqlite_catalog: SqlCatalog
     with pytest.raises(MetadataReadError, match="tracking file"):
         remove_unreferenced_index_files(indexed.table, now - timedelta(minutes=1), now=now)
     assert indexed.dropped | {indexed.stray} <= Storage(indexed.table).list(indexed.store.index_dir("by_id"))
+
+
+def test_remove_unreferenced_keeps_the_files_a_commit_during_its_run_references(sqlite_catalog: SqlCatalog) -> None:
+    """A sharded build's shards wrote their region files before the cutoff; its commit lands after the
+    run found those files unreferenced and before it deletes: the re-check keeps them, the index reads."""
+    indexed = indexed_table(sqlite_catalog)
+    table, store = indexed.table, indexed.store
+    table.append(rows(150, 50))
+    build = plan_sharded_build(table, "by_id", shards=2)
+    results = [build_shard(table, build, shard) for shard in range(build.shards)]
+    regions = {path for result in results for path in region_file_paths(table.io, result.manifest)}
+    manifests = {result.manifest for result in results}
+    now = datetime.now(UTC) + LATER
+    committed: list[bool] = []
+
+    def commit_during_the_run(stage: str) -> None:
+        assert stage == "unreferenced"
+        committed.append(commit_sharded_build(table, build, results).committed)  # a real commit of the index
+
+    report = remove_unreferenced_index_files(
+        table, now - timedelta(minutes=1), name="by_id", now=now, on_stage=commit_during_the_run
+    )
+    assert committed == [True]
+    remaining = Storage(table).list(store.index_dir("by_id"))
+    assert regions <= remaining, f"region files of the committed extract deleted: {sorted(regions - remaining)}"
+    assert sorted(report.kept_by_recheck) == sorted(regions)  # unreferenced when found, referenced now
+    # The rest goes: the dropped extract, the stray file, the shard manifests (the commit removed those).
+    assert set(report.unreferenced_files) == indexed.dropped | {indexed.stray} | manifests
+    metadata, _, _ = store.load("by_id")
+    newest = metadata.extracts[-1].tracking_file
+    assert set(region_file_paths(table.io, newest)) == regions
+    assert indexed.live | regions | {newest} <= remaining
+    assert not (indexed.dropped | {indexed.stray}) & remaining

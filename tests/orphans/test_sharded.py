@@ -29,7 +29,7 @@ from airflow_iceberg_maint.orphans.sharded import (
     remove_orphan_files_sharded,
     run_shard,
 )
-from tests.orphans.scenario import SCHEMA, Scenario, build, rows, snapshot_row_counts
+from tests.orphans.scenario import SCHEMA, Scenario, build, referenced_by_oracle, rows, snapshot_row_counts
 
 # Everything of a report but timings, request counts and the order of the orphan list.
 SAME = (
@@ -141,7 +141,8 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
     listed = sorted((tmp_path / "scratch" / "listed").iterdir())
     by_writer: dict[str, list[int]] = {}
     for part in listed:
-        by_writer.setdefault(part.name.split("-")[0], []).append(pq.ParquetFile(part).metadata.num_rows)
+        owner = part.name.split("-")[1]  # {plan}-{owner}-{number}.parquet
+        by_writer.setdefault(owner, []).append(pq.ParquetFile(part).metadata.num_rows)
     for sizes in by_writer.values():
         assert sizes[:-1] == [5] * (len(sizes) - 1) and 1 <= sizes[-1] <= 5
     assert len(listed) == sum(-(-sum(sizes) // 5) for sizes in by_writer.values())
@@ -181,7 +182,7 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
 def test_a_writer_writes_one_part_a_flush_with_a_row_group_a_bucket(tmp_path, monkeypatch):
     monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
     scratch = Scratch(f"file://{tmp_path}", {})
-    writer = BucketWriter(scratch, "listed", "w", 4, CANDIDATE_SCHEMA)
+    writer = BucketWriter(scratch, "listed", "w", 4, CANDIDATE_SCHEMA, "p1")
     top = [0, 1 << 62, -(1 << 63), -(1 << 62)]  # the first key of buckets 0, 1, 2 and 3 of 4
 
     def add(names: str, buckets: list[int]) -> None:
@@ -193,10 +194,10 @@ def test_a_writer_writes_one_part_a_flush_with_a_row_group_a_bucket(tmp_path, mo
     add("ijk", [2, 2, 0])
     writer.flush()  # the second part
     writer.flush()  # nothing held: no part
-    assert writer.parts == ["listed/w-00000.parquet", "listed/w-00001.parquet"] and writer.rows == 11
-    assert sorted(p.name for p in (tmp_path / "listed").iterdir()) == ["w-00000.parquet", "w-00001.parquet"]
-    first = pq.ParquetFile(tmp_path / "listed" / "w-00000.parquet")
-    assert _part_buckets(tmp_path / "listed" / "w-00000.parquet") == [0, 1, 3]
+    assert writer.parts == ["listed/p1-w-00000.parquet", "listed/p1-w-00001.parquet"] and writer.rows == 11
+    assert sorted(p.name for p in (tmp_path / "listed").iterdir()) == ["p1-w-00000.parquet", "p1-w-00001.parquet"]
+    first = pq.ParquetFile(tmp_path / "listed" / "p1-w-00000.parquet")
+    assert _part_buckets(tmp_path / "listed" / "p1-w-00000.parquet") == [0, 1, 3]
     assert [first.read_row_group(g).column("path").to_pylist() for g in range(3)] == [
         [b"b", b"g"],
         [b"d", b"e"],
@@ -207,17 +208,19 @@ def test_a_writer_writes_one_part_a_flush_with_a_row_group_a_bucket(tmp_path, mo
 
 
 def _read(scratch: Scratch, name: str, wanted: range) -> list[tuple[int, list[bytes]]]:
-    return [(b, t.column("path").to_pylist()) for b, t in scratch.read_buckets(name, CANDIDATE_SCHEMA, wanted)]
+    return [(b, t.column("path").to_pylist()) for b, t in scratch.read_buckets(name, CANDIDATE_SCHEMA, wanted, "p1")]
 
 
 def test_a_part_whose_bucket_list_does_not_fit_is_refused(tmp_path):
     scratch = Scratch(f"file://{tmp_path}", {})
     rows = pa.table([[b"a", b"b"], [1, 2]], schema=CANDIDATE_SCHEMA)
-    scratch.write_part("p.parquet", rows, np.array([0, 1]))
-    pq.write_table(rows.replace_schema_metadata({b"buckets": b"[1, 0]"}), tmp_path / "q.parquet")
-    assert [b for b, _ in scratch.read_buckets("p.parquet", CANDIDATE_SCHEMA, range(2))] == [0, 1]
+    scratch.write_part("p.parquet", rows, np.array([0, 1]), "p1")
+    pq.write_table(rows.replace_schema_metadata({b"buckets": b"[1, 0]", b"plan": b"p1"}), tmp_path / "q.parquet")
+    assert [b for b, _ in scratch.read_buckets("p.parquet", CANDIDATE_SCHEMA, range(2), "p1")] == [0, 1]
     with pytest.raises(MetadataReadError, match=r"scratch file '.*/q.parquet': its bucket list does not fit"):
-        list(scratch.read_buckets("q.parquet", CANDIDATE_SCHEMA, range(2)))
+        list(scratch.read_buckets("q.parquet", CANDIDATE_SCHEMA, range(2), "p1"))
+    with pytest.raises(MetadataReadError, match=r"scratch file '.*/p.parquet': belongs to plan p1, not to plan p2"):
+        list(scratch.read_buckets("p.parquet", CANDIDATE_SCHEMA, range(2), "p2"))
 
 
 @pytest.mark.parametrize("backend", ["sqlite_catalog", "s3_catalog"])
@@ -259,7 +262,7 @@ def test_a_scratch_write_failure_fails_the_shard_and_nothing_is_deleted(sqlite_c
     (tmp_path / "scratch" / "refs").rename(tmp_path / "scratch" / "refs-moved")
     (tmp_path / "scratch" / "refs").write_text("a file where the shards write their directories")
     before = s.files.all_files(s.table.location())
-    with pytest.raises(StorageError, match=r"scratch file '.*/refs/s0000-00000.parquet': cannot be written"):
+    with pytest.raises(StorageError, match=r"scratch file '.*/refs/\w{32}-s0000-00000.parquet': cannot be written"):
         run_shard(s.table, plan.scratch, 0, _io(s))
     with pytest.raises(MetadataReadError, match=r"shards/0000.json': cannot be read"):
         match_shard(plan.scratch, 1, _io(s))
@@ -330,3 +333,53 @@ def test_bad_shard_counts_are_refused(sqlite_catalog, tmp_path):
                 io_properties=_io(s),
                 sources=[INDEX_FILES],
             )
+
+
+def test_parts_a_zombie_of_a_cleared_plan_writes_are_never_read_by_the_new_plan(sqlite_catalog, tmp_path):
+    """Plan A's shard wrote its parts; A was cleared and B planned at the same scratch; B's shard wrote its
+    parts and marker; then a zombie of A's shard writes its parts again. A commit between the plans added
+    a file A's parts never saw: B's settle must not take A's parts, or that live file is an orphan (the
+    re-check reads only snapshots B did not know)."""
+    s = build(sqlite_catalog)
+    scratch = f"file://{tmp_path}/scratch"
+    store = Scratch(scratch, _io(s))
+    options = OrphanOptions(older_than=s.cutoff)
+    plan_sharded_scan(s.table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    run_shard(s.table, scratch, 0, _io(s))
+    a_parts = store.read_json("shards/0000.json")["parts"]
+    zombie = {name: store.read(name) for name in a_parts["refs"] + a_parts["listed"]}  # what A's shard writes
+
+    late = s.table.location() + "/data/late.parquet"
+    pq.write_table(rows(102, 1).cast(SCHEMA.as_arrow()), local_path(late))
+    os.utime(local_path(late), (0, 0))  # older than the cutoff: a candidate, kept only by B's references
+    sqlite_catalog.load_table("db.events").add_files([late])
+    table = sqlite_catalog.load_table("db.events")
+    rotated = referenced_by_oracle(s.table) - referenced_by_oracle(table)  # metadata files out of the log now
+
+    plan_sharded_scan(table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    run_shard(table, scratch, 0, _io(s))
+    for name, data in zombie.items():  # after B's marker
+        store.write(name, data)
+    match_shard(scratch, 0, _io(s))
+    report = finish_sharded_scan(table, scratch, _io(s), sources=[INDEX_FILES])
+    assert late not in report.orphan_files and s.files.exists(late)
+    assert set(report.orphan_files) == s.expected_orphans | rotated
+    assert snapshot_row_counts(sqlite_catalog.load_table("db.events"))  # every snapshot reads
+
+
+def test_a_part_of_another_plan_under_this_plans_name_is_refused(sqlite_catalog, tmp_path):
+    """Parts carry their plan in the footer too: bytes of plan A's part under a name of plan B fail B (S2)."""
+    s = build(sqlite_catalog)
+    scratch = f"file://{tmp_path}/scratch"
+    store = Scratch(scratch, _io(s))
+    options = OrphanOptions(older_than=s.cutoff, dry_run=True)
+    plan_sharded_scan(s.table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    run_shard(s.table, scratch, 0, _io(s))
+    a_refs = store.read_json("shards/0000.json")["parts"]["refs"]
+    plan_sharded_scan(s.table, options, shards=1, scratch=scratch, io_properties=_io(s), sources=[INDEX_FILES])
+    run_shard(s.table, scratch, 0, _io(s))
+    b_refs = store.read_json("shards/0000.json")["parts"]["refs"]
+    assert a_refs and b_refs and not set(a_refs) & set(b_refs)
+    store.write(b_refs[0], store.read(a_refs[0]))
+    with pytest.raises(MetadataReadError, match=r"belongs to plan [0-9a-f]{32}, not to plan [0-9a-f]{32}"):
+        match_shard(scratch, 0, _io(s))

@@ -11,6 +11,17 @@ commit then names a missing file. The writer checks every file its commit added;
 it counts an in-flight loss and undoes that commit as a failed commit would (roll back, expire
 the new snapshots; a lost metadata file is first written again from memory), so that every
 retained snapshot stays readable and the test can hold it to that.
+
+A commit that raised may still have landed (the catalog row was updated, then the error came): after
+an error the writer reads the catalog's metadata pointer and the snapshot ids, and logs the commit as
+``committed``, ``landed_after_error`` or ``failed`` (``outcome``), so its row model follows what the
+catalog holds, not what the call returned.
+
+Row model: pyiceberg's delete and overwrite commit up to three snapshots at once: DELETE drops the
+data files whose rows all match the filter, OVERWRITE rewrites the files that match in part, APPEND
+adds the new rows. Between DELETE and OVERWRITE the matching rows of the partly matching files are
+still live, so a DELETE snapshot that is not the commit's last reads the rows before the commit less
+those of the files it dropped (read with plain pyarrow), not the rows the commit keeps.
 """
 
 from __future__ import annotations
@@ -20,13 +31,20 @@ import os
 import random
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow.parquet as pq
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import In
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation, Snapshot
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from tests.index.row_deletes import commit_position_deletes
 from tests.orphans.scenario import rows
@@ -34,6 +52,9 @@ from tests.reliability import oracle
 
 OPS = ("append", "append", "append", "overwrite", "delete_cow", "delete_positions", "expire")
 KEEP_SNAPSHOTS = 6
+# What a commit may raise on a loaded machine or under a cutoff-0 run: the writer then asks the catalog
+# whether it landed. Anything else is a bug and stops the writer with its traceback.
+UNKNOWN_OUTCOME = (FileNotFoundError, CommitFailedException, SQLAlchemyError, TimeoutError, ConnectionError)
 
 
 class Writer:
@@ -77,14 +98,22 @@ class Writer:
         op = self.rng.choice(OPS)
         snapshots_before = {s.snapshot_id for s in self.table.metadata.snapshots}
         current_before = self.table.current_snapshot()
+        location_before = self.table.metadata_location
         start = time.monotonic()
+        planned: tuple[set[int], Callable[[], None]] | None = None
+        outcome, error = "committed", ""
         try:
-            ids_after = self._apply(op)
-        except FileNotFoundError as exc:
-            self._failed(op, start, exc)
-            return
-        if ids_after is None:
-            return
+            planned = self._plan(op)
+            if planned is None:
+                return
+            planned[1]()
+        except UNKNOWN_OUTCOME as exc:
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            if planned is None or self._catalog_location() == location_before:
+                self._failed(op, start, exc)
+                return
+            outcome = "landed_after_error"  # the catalog moved on: the commit happened, whatever it raised
+        ids_after = planned[0]
         done = time.monotonic()
         self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
         new = sorted(
@@ -93,11 +122,7 @@ class Writer:
         )
         refs, lost = self._refs_and_lost(new)
         added, dropped = refs - self.refs, self.refs - refs
-        counts: dict[int, int] = {}
-        if new:
-            counts[new[-1].snapshot_id] = len(ids_after)
-            for s in new[:-1]:  # the delete half of an overwrite: the rows it kept, before the append
-                counts[s.snapshot_id] = len(ids_after & self.ids)
+        counts, unmodelled = self._row_model(new, ids_after)
         self._write(
             {
                 "op": op,
@@ -108,6 +133,10 @@ class Writer:
                 "rows": {str(k): v for k, v in counts.items()},
                 "rolled_back": False,
                 "lost": lost,
+                "outcome": outcome,
+                "error": error,
+                "snapshots": [[x.snapshot_id, x.summary.operation.value if x.summary else None] for x in new],
+                "unmodelled": unmodelled,
             }
         )
         self.refs = refs
@@ -117,6 +146,51 @@ class Writer:
         self.ids = ids_after
         if lost:
             self.repair()
+
+    def _row_model(self, new: list[Snapshot], ids_after: set[int]) -> tuple[dict[int, int], dict[str, str]]:
+        """The rows each new snapshot must read; snapshots the model cannot be built for, with why."""
+        counts: dict[int, int] = {}
+        unmodelled: dict[str, str] = {}
+        for i, snapshot in enumerate(new):
+            if i == len(new) - 1:
+                counts[snapshot.snapshot_id] = len(ids_after)
+            elif snapshot.summary is not None and snapshot.summary.operation == Operation.DELETE:
+                # Drops whole files only: what was live before, less the rows of the files it dropped.
+                try:
+                    parent = self.table.metadata.snapshot_by_id(snapshot.parent_snapshot_id or -1)
+                    gone = (self._data_files(parent) if parent else set()) - self._data_files(snapshot)
+                    dropped_ids: set[int] = set()
+                    for path in gone:
+                        with self.table.io.new_input(path).open() as stream:
+                            dropped_ids.update(pq.read_table(stream, columns=["id"]).column("id").to_pylist())
+                except FileNotFoundError as exc:  # the commit names a deleted file: repair undoes it
+                    unmodelled[str(snapshot.snapshot_id)] = str(exc).splitlines()[0][:300]
+                    continue
+                counts[snapshot.snapshot_id] = len(self.ids - dropped_ids)
+            else:  # the rewrite of partly matching files: the rows the commit keeps
+                counts[snapshot.snapshot_id] = len(ids_after & self.ids)
+        return counts, unmodelled
+
+    def _data_files(self, snapshot: Snapshot) -> set[str]:
+        return {
+            e.data_file.file_path
+            for m in snapshot.manifests(self.table.io)
+            for e in m.fetch_manifest_entry(self.table.io, discard_deleted=True)
+            if e.data_file.content == DataFileContent.DATA
+        }
+
+    def _catalog_location(self) -> str | None:
+        """The metadata file the catalog's row names now: whether a commit landed, without reading that file."""
+        namespace, _, table_name = self.name.rpartition(".")
+        with Session(self.catalog.engine) as session:
+            row = session.execute(
+                select(IcebergTables.metadata_location).where(
+                    IcebergTables.catalog_name == self.catalog.name,
+                    IcebergTables.table_namespace == namespace,
+                    IcebergTables.table_name == table_name,
+                )
+            ).scalar_one()
+        return row
 
     def repair(self) -> None:
         """Undo, as failed commits, every commit from the first one whose added files are now missing.
@@ -189,12 +263,13 @@ class Writer:
             return self.refs | set(known), lost
         return refs, oracle.missing(refs - self.refs)
 
-    def _failed(self, op: str, start: float, exc: FileNotFoundError) -> None:
-        """A cutoff-0 run deleted a file this write had not committed yet (an overwrite's staged manifest
-        list, say) and the write failed before its commit: allowed, if every committed file is still there."""
+    def _failed(self, op: str, start: float, exc: BaseException) -> None:
+        """The write failed before its commit (the catalog still names the metadata it had): a cutoff-0 run
+        deleted a file it had not committed yet (an overwrite's staged manifest list, say), or the catalog
+        refused or timed out. Allowed, if every committed file is still there."""
         self.table = self.catalog.load_table(self.name)
         if oracle.live_files(self.table) != self.refs or oracle.missing(self.refs):
-            raise RuntimeError(f"{op} failed on a missing file and the committed state is not intact") from exc
+            raise RuntimeError(f"{op} failed ({exc!r}) and the committed state is not intact") from exc
         self._write(
             {
                 "op": f"failed_{op}",
@@ -205,7 +280,8 @@ class Writer:
                 "rows": {},
                 "rolled_back": False,
                 "lost": [],
-                "error": str(exc).splitlines()[0][:300],
+                "outcome": "failed",
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
             }
         )
 
@@ -217,22 +293,24 @@ class Writer:
         ToOutputFile.table_metadata(self.table.metadata, self.table.io.new_output(self.table.metadata_location))
         return self.catalog.load_table(self.name)
 
-    def _apply(self, op: str) -> set[int] | None:
-        """Commit one change; the live ids after it, or None when there was nothing to do."""
+    def _plan(self, op: str) -> tuple[set[int], Callable[[], None]] | None:
+        """One change: the live ids after it and the call that commits it, or None when there is nothing to do.
+
+        The ids are known before the call, so a commit that raised but landed is still modelled."""
         table, ids = self.table, self.ids
         if op == "append":
             batch = self._new_rows(self.rng.randint(5, 40))
-            table.append(batch)
-            return ids | set(batch.column("id").to_pylist())
+            return ids | set(batch.column("id").to_pylist()), lambda: table.append(batch)
         if op == "overwrite" and ids:
             below = self.rng.choice(sorted(ids))
-            batch = self._new_rows(self.rng.randint(3, 15))
-            table.overwrite(batch, overwrite_filter=f"id < {below}")
-            return {i for i in ids if i >= below} | set(batch.column("id").to_pylist())
+            replacement = self._new_rows(self.rng.randint(3, 15))
+            return (
+                {i for i in ids if i >= below} | set(replacement.column("id").to_pylist()),
+                lambda: table.overwrite(replacement, overwrite_filter=f"id < {below}"),
+            )
         if op == "delete_cow" and ids:
             victims = set(self.rng.sample(sorted(ids), min(len(ids), self.rng.randint(1, 8))))
-            table.delete(In("id", victims))
-            return ids - victims
+            return ids - victims, lambda: table.delete(In("id", victims))
         if op == "delete_positions" and ids:
             return self._delete_positions()
         if op == "expire" and len(table.metadata.snapshots) > KEEP_SNAPSHOTS:
@@ -244,11 +322,10 @@ class Writer:
                 if current is None or s.snapshot_id != current.snapshot_id
             ]
             if old:
-                table.maintenance.expire_snapshots().by_ids(old).commit()
-                return set(ids)
+                return set(ids), lambda: table.maintenance.expire_snapshots().by_ids(old).commit()
         return None
 
-    def _delete_positions(self) -> set[int] | None:
+    def _delete_positions(self) -> tuple[set[int], Callable[[], None]] | None:
         """Merge-on-read position deletes of live rows of one current data file."""
         snapshot = self.table.current_snapshot()
         if snapshot is None:
@@ -266,8 +343,11 @@ class Writer:
         if not live:
             return None
         chosen = self.rng.sample(live, min(len(live), self.rng.randint(1, 4)))
-        self.table = commit_position_deletes(self.table, {path: [pos for pos, _ in chosen]})
-        return self.ids - {i for _, i in chosen}
+
+        def commit() -> None:
+            self.table = commit_position_deletes(self.table, {path: [pos for pos, _ in chosen]})
+
+        return self.ids - {i for _, i in chosen}, commit
 
 
 def run(

@@ -322,9 +322,17 @@ fetch(api + "/details", {credentials: "same-origin"}).then(r => r.json()).then(d
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const result = document.getElementById("result");
-  const response = await fetch(api + "/dagRuns", {method: "POST", credentials: "same-origin",
-    headers: {"Content-Type": "application/json"}, body: JSON.stringify({logical_date: null, conf: conf()})});
-  const body = await response.json();
+  // Say at once that the request is out: on a busy Airflow the answer can take long.
+  result.className = "pending"; result.textContent = "Triggering…";
+  let response, body;
+  try {
+    response = await fetch(api + "/dagRuns", {method: "POST", credentials: "same-origin",
+      headers: {"Content-Type": "application/json"}, body: JSON.stringify({logical_date: null, conf: conf()})});
+    const text = await response.text();
+    try { body = JSON.parse(text); } catch (e) { body = {detail: response.status + " " + text.slice(0, 500)}; }
+  } catch (e) {  // no answer at all: show it, never leave the page waiting silently
+    result.className = "problem"; result.textContent = "the trigger request failed: " + e; return;
+  }
   if (!response.ok) { result.className = "problem"; result.textContent = JSON.stringify(body.detail || body);
     return; }
   result.className = "";

@@ -5,13 +5,16 @@ region files of every extract of the current metadata (the spec's only reachabil
 ``index_file_batches`` feeds them to the orphan engine's referenced set; any read error aborts
 the orphan run (S2). ``remove_unreferenced_index_files`` deletes what lies under an index
 directory outside that set: files of failed builds, of expired extracts whose deletion failed,
-metadata versions dropped from the log, and temporary files of interrupted commits.
+metadata versions dropped from the log, and temporary files of interrupted commits. Like the
+orphan run's re-check, it reloads each index's metadata after finding those files and before
+deleting them, and keeps any file a commit that landed meanwhile references (a sharded build
+whose shards wrote their files long ago and commits now, say).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +32,10 @@ from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
+
+#: Called with a stage name: ``"unreferenced"`` once every index's unreferenced files are known,
+#: before the re-check and the deletion (tests commit there to prove the re-check).
+UnreferencedHook = Callable[[str], None]
 
 
 def extract_file_batches(table: Table, metadata: IndexMetadata) -> Iterator[list[str]]:
@@ -77,6 +84,7 @@ class UnreferencedReport:
     dry_run: bool
     indexes: list[str] = field(default_factory=list)
     unreferenced_files: list[str] = field(default_factory=list)
+    kept_by_recheck: list[str] = field(default_factory=list)
     deleted_file_count: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
 
@@ -87,23 +95,27 @@ class UnreferencedReport:
             "dry_run": self.dry_run,
             "indexes": self.indexes,
             "unreferenced_files": self.unreferenced_files,
+            "kept_by_recheck": self.kept_by_recheck,
             "deleted_file_count": self.deleted_file_count,
             "failed": self.failed,
         }
 
 
-def _unreferenced_in(store: IndexStore, name: str, cutoff: datetime) -> list[str]:
-    """Files under the index directory, older than ``cutoff``, that nothing of the index references.
-
-    Referenced: the current metadata file, those its log lists, any newer one (a concurrent
-    commit), and the files of the current extracts.
-    """
+def _index_references(store: IndexStore, name: str) -> ReferencedSet:
+    """What the index references now: the current metadata file, those its log lists, any newer
+    one (a concurrent commit), and the files of the current extracts. Read afresh on each call."""
     metadata, location, current = store.load(name)
     refs = ReferencedSet(PathEquivalence())
     newer = [loc for version, loc in store.versions(name).items() if version > current]
     refs.add([location, *(entry.metadata_file for entry in metadata.metadata_log), *newer])
     for batch in extract_file_batches(store.table, metadata):
         refs.add(batch)
+    return refs
+
+
+def _unreferenced_in(store: IndexStore, name: str, cutoff: datetime) -> list[str]:
+    """Files under the index directory, older than ``cutoff``, that nothing of the index references."""
+    refs = _index_references(store, name)
     directory = store.index_dir(name)
     listed = [
         f.path
@@ -120,18 +132,31 @@ def remove_unreferenced_index_files(
     dry_run: bool = False,
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES,
     now: datetime | None = None,
+    on_stage: UnreferencedHook | None = None,
 ) -> UnreferencedReport:
     """Delete index files older than ``older_than`` that no extract or metadata version references.
 
     All indexes of the table, or only ``name``. Every index is read before anything is deleted,
-    so a read error deletes nothing (S2). The age cutoff protects files of builds still running.
+    so a read error deletes nothing (S2). The age cutoff protects files of builds still running;
+    the re-check, files a commit that landed during the run references (what is left is the
+    window between the re-check and the deletes, which the cutoff covers).
     """
     cutoff = resolve_cutoff(None, older_than, now or datetime.now(UTC))
     store = IndexStore(table)
     report = UnreferencedReport(table.metadata.location, cutoff, dry_run)
     report.indexes = [name] if name is not None else store.names()
-    for index in report.indexes:
-        report.unreferenced_files.extend(_unreferenced_in(store, index, cutoff))
+    found = {index: _unreferenced_in(store, index, cutoff) for index in report.indexes}
+    if on_stage is not None:
+        on_stage("unreferenced")
+    for index, paths in found.items():
+        if not paths:
+            continue
+        # Re-check against the index as it is now: any read error raises, and nothing is deleted (S2).
+        still = set(not_referenced(paths, _index_references(store, index)))
+        report.unreferenced_files.extend(p for p in paths if p in still)
+        report.kept_by_recheck.extend(p for p in paths if p not in still)
+    if report.kept_by_recheck:
+        log.info("kept %d index files a commit during the run references", len(report.kept_by_recheck))
     if dry_run or not report.unreferenced_files:
         return report
     storage = storage_for(store.root, table.io.properties)

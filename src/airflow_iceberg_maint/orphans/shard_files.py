@@ -13,6 +13,10 @@ A writer writes one part a flush, whatever the number of buckets: its rows sorte
 row group a bucket, and the bucket of each row group in the footer. A match task owns a
 contiguous range of buckets, so it fetches one contiguous byte range of each part (pyarrow's
 pre-buffered read of the row groups: ranged GETs on object storage).
+
+Every part belongs to one plan: its name holds the plan id and its footer says it again. A task of
+a cleared plan that still runs (a zombie) writes under its own plan's names, never over a part of
+the plan that replaced it; a part whose footer names another plan fails the reader (S2).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from airflow_iceberg_maint.fs.locations import validate_location
 CANDIDATE_SCHEMA = pa.schema([("path", pa.binary()), ("size", pa.int64())])
 FLUSH_ROWS = 250_000  # rows a writer holds before it writes them out as one part
 BUCKETS_KEY = b"buckets"  # a part's footer metadata: the bucket of each row group, as a JSON list
+PLAN_KEY = b"plan"  # a part's footer metadata: the id of the plan that wrote it
 
 
 def refuse_scratch_inside(scratch: str, table_location: str) -> None:
@@ -100,25 +105,28 @@ class Scratch:
             raise MetadataReadError(f"scratch file {self.location(name)!r}: expected a JSON object")
         return body
 
-    def write_table(self, name: str, table: pa.Table) -> str:
+    def write_table(self, name: str, table: pa.Table, plan_id: str) -> str:
         sink = io.BytesIO()
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table.replace_schema_metadata({PLAN_KEY: plan_id.encode()}), sink, compression="zstd")
         return self.write(name, sink.getvalue())
 
-    def read_table(self, name: str, schema: pa.Schema) -> pa.Table:
+    def read_table(self, name: str, schema: pa.Schema, plan_id: str) -> pa.Table:
         try:
             table = pq.read_table(pa.BufferReader(self.read(name)))
         except pa.ArrowException as exc:
             raise MetadataReadError(f"scratch file {self.location(name)!r}: is not Parquet ({exc})") from exc
         if not table.schema.equals(schema):
             raise MetadataReadError(f"scratch file {self.location(name)!r}: schema {table.schema} is not {schema}")
+        _refuse_other_plan(table.schema, self.location(name), plan_id)
         return table
 
-    def write_part(self, name: str, table: pa.Table, buckets: np.ndarray) -> str:
+    def write_part(self, name: str, table: pa.Table, buckets: np.ndarray, plan_id: str) -> str:
         """Rows sorted by their ``buckets``, written as a row group a bucket."""
         present, starts = np.unique(buckets, return_index=True)
         ends = [*starts[1:].tolist(), len(table)]
-        schema = table.schema.with_metadata({BUCKETS_KEY: json.dumps(present.tolist()).encode()})
+        schema = table.schema.with_metadata(
+            {BUCKETS_KEY: json.dumps(present.tolist()).encode(), PLAN_KEY: plan_id.encode()}
+        )
         sink = io.BytesIO()
         # No statistics: nothing reads them, and the footer (read by each match task) stays small.
         with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=False) as writer:
@@ -126,13 +134,14 @@ class Scratch:
                 writer.write_table(table.slice(start, end - start), row_group_size=end - start)
         return self.write(name, sink.getvalue())
 
-    def read_buckets(self, name: str, schema: pa.Schema, wanted: range) -> Iterator[tuple[int, pa.Table]]:
-        """The rows of a part in the ``wanted`` buckets, by bucket; only their row groups are fetched."""
+    def read_buckets(self, name: str, schema: pa.Schema, wanted: range, plan_id: str) -> Iterator[tuple[int, pa.Table]]:
+        """The rows of plan ``plan_id``'s part in the ``wanted`` buckets, by bucket; only their row groups are read."""
         location = self.location(name)
         try:
             with self._io.new_input(location).open() as f:
                 part = pq.ParquetFile(f, pre_buffer=True)  # adjacent row groups: one ranged read
                 buckets = _part_buckets(part, location, schema)
+                _refuse_other_plan(part.schema_arrow, location, plan_id)
                 groups = [i for i, b in enumerate(buckets) if b in wanted]
                 table = part.read_row_groups(groups) if groups else schema.empty_table()
         except MetadataReadError:
@@ -144,6 +153,20 @@ class Scratch:
             rows = part.metadata.row_group(group).num_rows
             yield buckets[group], table.slice(start, rows)
             start += rows
+
+
+def _refuse_other_plan(schema: pa.Schema, location: str, plan_id: str) -> None:
+    """A part written by another plan (a zombie task of a cleared one) is never read as this plan's (S2)."""
+    written = (schema.metadata or {}).get(PLAN_KEY, b"").decode("utf-8", "replace")
+    if written != plan_id:
+        raise MetadataReadError(
+            f"scratch file {location!r}: belongs to plan {written or '(none)'}, not to plan {plan_id}"
+        )
+
+
+def part_name(kind: str, plan_id: str, owner: str, number: int) -> str:
+    """A part's name: its plan's id first, so no task of another plan can write over it."""
+    return f"{kind}/{plan_id}-{owner}-{number:05d}.parquet"
 
 
 def _part_buckets(part: pq.ParquetFile, location: str, schema: pa.Schema) -> list[int]:
@@ -168,8 +191,9 @@ class BucketRange:
     one bucket (and one part's slice while fetching), never the whole range.
     """
 
-    def __init__(self, scratch: Scratch, schema: pa.Schema, wanted: range, directory: str) -> None:
+    def __init__(self, scratch: Scratch, schema: pa.Schema, wanted: range, directory: str, plan_id: str) -> None:
         self.scratch, self.schema, self.wanted, self.directory = scratch, schema, wanted, directory
+        self.plan_id = plan_id
         self._files: list[tuple[str, list[int]]] = []  # local file, first batch of each wanted bucket (+ the end)
         os.makedirs(directory, exist_ok=True)
 
@@ -179,7 +203,7 @@ class BucketRange:
             path = os.path.join(self.directory, f"{len(self._files):06d}.arrow")
             try:
                 with pa.ipc.new_file(path, self.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as out:
-                    for bucket, rows in self.scratch.read_buckets(name, self.schema, self.wanted):
+                    for bucket, rows in self.scratch.read_buckets(name, self.schema, self.wanted, self.plan_id):
                         for batch in rows.to_batches():
                             out.write_batch(batch)
                             counts[bucket - self.wanted.start] += 1
@@ -202,8 +226,9 @@ class BucketRange:
 class BucketWriter:
     """Holds rows with their hash-range buckets and writes them as one part a flush (at most ``FLUSH_ROWS`` held)."""
 
-    def __init__(self, scratch: Scratch, kind: str, owner: str, buckets: int, schema: pa.Schema) -> None:
+    def __init__(self, scratch: Scratch, kind: str, owner: str, buckets: int, schema: pa.Schema, plan_id: str) -> None:
         self.scratch, self.kind, self.owner, self.buckets, self.schema = scratch, kind, owner, buckets, schema
+        self.plan_id = plan_id
         self.parts: list[str] = []
         self.rows = 0
         self._held: list[tuple[pa.Table, np.ndarray]] = []
@@ -225,7 +250,7 @@ class BucketWriter:
         table = pa.concat_tables(t for t, _ in self._held).cast(self.schema)
         buckets = np.concatenate([b for _, b in self._held])
         order = np.argsort(buckets, kind="stable")  # within a bucket, rows keep the order they came in
-        name = f"{self.kind}/{self.owner}-{len(self.parts):05d}.parquet"
-        self.scratch.write_part(name, table.take(pa.array(order)), buckets[order])
+        name = part_name(self.kind, self.plan_id, self.owner, len(self.parts))
+        self.scratch.write_part(name, table.take(pa.array(order)), buckets[order], self.plan_id)
         self.parts.append(name)
         self._held, self._held_rows = [], 0

@@ -222,16 +222,16 @@ def plan_sharded_scan(
         manifests = unique_manifest_paths(io, lists, pool.map)
     buckets = _bucket_count(table, len(manifests), shards)
     hasher = PathHasher(setup.equivalence)
-    refs = BucketWriter(store, "refs", "plan", buckets, HASH_SCHEMA)
+    plan_id = uuid.uuid4().hex  # before any part: every part of this plan carries it
+    refs = BucketWriter(store, "refs", "plan", buckets, HASH_SCHEMA, plan_id)
     metadata_paths = metadata_level_paths(table.metadata, table.metadata_location)
     for paths in chain([metadata_paths, lists, manifests], source_path_batches(table, sources)):
         _add_paths(refs, hasher, paths)
     refs.flush()
     fields = partition_field_names(table)
-    lister = _Lister(BucketWriter(store, "listed", "plan", buckets, CANDIDATE_SCHEMA), hasher, setup.cutoff)
+    lister = _Lister(BucketWriter(store, "listed", "plan", buckets, CANDIDATE_SCHEMA, plan_id), hasher, setup.cutoff)
     directories = _directories(storage, setup.root, keep_filter(fields), shards, lister)
     lister.flush()
-    plan_id = uuid.uuid4().hex
     store.write_json(
         PLAN,
         {
@@ -301,18 +301,20 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
     store = Scratch(scratch, io_properties)
     plan = _plan(store, str(table.metadata.table_uuid))
     _index(plan, index)
-    buckets, owner = plan["buckets"], f"s{index:04d}"
+    buckets, owner, plan_id = plan["buckets"], f"s{index:04d}", plan["plan_id"]
     hasher = PathHasher(_equivalence(plan))
     storage = storage_for(plan["root"], table.io.properties)
     require_capabilities(storage, plan["root"], SCAN_CAPABILITIES)
     keep = keep_filter(plan["partition_fields"])
     lister = _Lister(
-        BucketWriter(store, "listed", owner, buckets, CANDIDATE_SCHEMA), hasher, datetime.fromisoformat(plan["cutoff"])
+        BucketWriter(store, "listed", owner, buckets, CANDIDATE_SCHEMA, plan_id),
+        hasher,
+        datetime.fromisoformat(plan["cutoff"]),
     )
     for directory in plan["directories"][index]:
         lister.add(storage.list_files(directory, keep))
     lister.flush()
-    refs = BucketWriter(store, "refs", owner, buckets, HASH_SCHEMA)
+    refs = BucketWriter(store, "refs", owner, buckets, HASH_SCHEMA, plan_id)
     manifests = plan["manifests"][index]
     io, remote = table.io, not Uri.parse(plan["root"]).is_local
     with ThreadPoolExecutor(max_workers=REMOTE_READERS if remote else 1) as pool:
@@ -376,9 +378,9 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
     equivalent = referenced = 0
     undecodable: list[str] = []
     with tempfile.TemporaryDirectory(prefix="orphan-match-") as local:
-        refs_range = BucketRange(store, HASH_SCHEMA, wanted, f"{local}/refs")
+        refs_range = BucketRange(store, HASH_SCHEMA, wanted, f"{local}/refs", plan["plan_id"])
         refs_range.fetch(_parts(plan, shards, "refs"))
-        listed_range = BucketRange(store, CANDIDATE_SCHEMA, wanted, f"{local}/listed")
+        listed_range = BucketRange(store, CANDIDATE_SCHEMA, wanted, f"{local}/listed", plan["plan_id"])
         listed_range.fetch(_parts(plan, shards, "listed"))
         for bucket in wanted:
             refs = ReferencedSet(equivalence)
@@ -400,8 +402,9 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
                     schema=UNMATCHED_SCHEMA,
                 )
             )
-    name = f"unmatched/{index:04d}.parquet"
-    store.write_table(name, pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table())
+    name = f"unmatched/{plan['plan_id']}-{index:04d}.parquet"
+    rows = pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table()
+    store.write_table(name, rows, plan["plan_id"])
     counts = {
         "referenced_files": referenced,
         "kept_equivalent": equivalent,
@@ -422,7 +425,7 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
     return counts
 
 
-def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: list[str]) -> set[str]:
+def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: list[str], plan_id: str) -> set[str]:
     """Local orphans that are a referenced file under a spelling of another bucket (S4: same device and inode)."""
     identities: dict[int, list[str]] = {}
     for info in orphans:
@@ -435,7 +438,7 @@ def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts
     wanted = pa.array(list(identities), pa.int64())
     found: set[str] = set()
     for name in refs_parts:
-        referenced = store.read_table(name, HASH_SCHEMA).column("identity")
+        referenced = store.read_table(name, HASH_SCHEMA, plan_id).column("identity")
         hits = wanted.filter(pc.is_in(wanted, value_set=referenced))
         for identity in hits.to_pylist():
             found.update(identities[identity])
@@ -479,12 +482,12 @@ def finish_sharded_scan(
     orphans: list[FileInfo] = []
     conflicts: list[FileInfo] = []
     for match in matches:
-        rows = store.read_table(match["unmatched_part"], UNMATCHED_SCHEMA)
+        rows = store.read_table(match["unmatched_part"], UNMATCHED_SCHEMA, plan["plan_id"])
         for info, conflict in zip(_infos(rows), rows.column("conflict").to_pylist(), strict=True):
             (conflicts if conflict else orphans).append(info)
     orphans.sort(key=lambda i: i.path)
     conflicts.sort(key=lambda i: i.path)
-    same = _same_file_as_referenced(orphans, store, _parts(plan, shards, "refs"))
+    same = _same_file_as_referenced(orphans, store, _parts(plan, shards, "refs"), plan["plan_id"])
     if same:
         report.kept_equivalent += len(same)
         orphans = [o for o in orphans if o.path not in same]
