@@ -6,12 +6,12 @@ a scheme alias (``s3a``, ``gcs``, ``wasbs``...), the host in capitals, an Azure 
 Data Lake one, a ``.`` segment, a percent-encoded character, a trailing ``/``, and mixes of
 them. B is registered in the catalog with metadata as another writer (Iceberg Java, iceberg-rust)
 leaves it; its files are planted where a writer following that spelling puts them on the store
-(S3 and GCS keep ``//`` and ``.`` in keys, a local disk folds them). A's orphans are planted
-beside them, some under names that share B's folder name as a prefix.
+(S3 and GCS keep ``//`` and ``.`` in keys, Azure keeps ``//``, a local disk folds both). A's
+orphans are planted beside them, some under names that share B's folder name as a prefix.
 
 The oracle is the plan itself: exactly A's planted orphans are deleted, every file of B stays,
 and every snapshot of A still reads its rows. It runs on the local disk, S3 (moto), GCS
-(gcp-storage-emulator) and Azure (Azurite), single-task and sharded where the store supports it.
+(gcp-storage-emulator) and Azure (Azurite), single-task and sharded.
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ PROPERTIES = ["location", "write.data.path", "write.folder-storage.path", "write
 PROPERTIES += ["write.metadata.path"]
 SPELLINGS = ["double_slash", "scheme_alias", "host_case", "blob_host", "dot_segment", "percent", "trailing_slash"]
 ALIASES = {"s3": ["s3a", "s3n"], "gs": ["gcs"], "abfs": ["abfss", "wasb", "wasbs"], "file": ["", "file"]}
-# Stores whose keys keep "//" and "." segments as written; a local disk folds them.
-LITERAL_KEYS = {"s3", "gcs", "azure"}
+# Stores whose keys keep "//" as written, and those that keep "." segments too; a local disk folds
+# both, and Azure's clients fold "." segments out of a blob's URL (so no writer can keep one there).
+LITERAL_SLASHES = {"s3", "gcs", "azure"}
+LITERAL_DOTS = {"s3", "gcs"}
 
 
 @dataclass
@@ -77,11 +79,11 @@ def spell(store: str, a_location: str, name: str, spellings: list[str], alias: i
     for spelling in spellings:
         if spelling == "double_slash":
             segments_written[0] += "/"  # <A>/data//<name>
-            if store in LITERAL_KEYS:
+            if store in LITERAL_SLASHES:
                 objects_below = [[s + "/" if s == "data" else s for s in o] for o in objects_below]
         elif spelling == "dot_segment":
             segments_written.insert(1, ".")
-            if store in LITERAL_KEYS:
+            if store in LITERAL_DOTS:
                 objects_below = [[o[0], ".", *o[1:]] for o in objects_below]
         elif spelling == "percent":
             segments_written[-1] = "%" + format(ord(name[0]), "02X") + name[1:]
