@@ -304,6 +304,9 @@ def test_seaweedfs_that_cannot_start_is_named_with_its_log_and_the_others_are_st
     for program in (VENV / "bin").iterdir():
         if program.name != "weed":
             (venv / "bin" / program.name).symlink_to(program)
+    # Its python finds the real packages through pyvenv.cfg and lib/.
+    shutil.copy2(VENV / "pyvenv.cfg", venv / "pyvenv.cfg")
+    (venv / "lib").symlink_to(VENV / "lib")
     weed = venv / "bin" / "weed"
     weed.write_text("#!/bin/sh\necho 'weed: cannot allocate memory' >&2\nexit 1\n")
     weed.chmod(0o755)
