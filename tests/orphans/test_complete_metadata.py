@@ -128,3 +128,24 @@ def test_an_unreadable_metadata_file_is_refused(sqlite_catalog: SqlCatalog, ware
     with pytest.raises(IncompleteMetadataError, match=r"its metadata file .*gone\.metadata\.json cannot be read"):
         complete_metadata("db.t", view)
     assert IncompleteMetadataError.retryable
+
+
+def test_every_table_is_loaded_through_the_complete_loader() -> None:
+    """No code calls a catalog's ``load_table`` or a table's ``refresh`` but the loader itself, and the
+    pass that reads other tables' locations and write paths (no snapshots: a partial answer has them
+    all, and a table whose metadata file cannot be read must not stop the scan of another)."""
+    import ast
+
+    import airflow_iceberg_maint
+
+    root = Path(airflow_iceberg_maint.__file__).parent
+    calls = set()
+    for source in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            called = node.func if isinstance(node, ast.Call) else None
+            if isinstance(called, ast.Attribute) and called.attr in ("load_table", "refresh", "refresh_table"):
+                calls.add((str(source.relative_to(root)), ast.unparse(node)))
+    assert calls == {
+        ("catalog.py", "catalog.load_table(parse_identifier(identifier))"),
+        ("orphans/other_tables.py", "catalog.load_table(identifier)"),
+    }
