@@ -378,3 +378,38 @@ def test_bad_ports_get_one_line_and_start_nothing(checkout: Path, pg: str, s3: s
 
     assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
     assert not (checkout / ".services").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("2003x", "services: TEST_SEAWEED_PORT must be a TCP port number (1-65535), got '2003x'\n"),
+        ("65530", "services: TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '65530'\n"),
+    ],
+)
+def test_bad_seaweed_port_gets_one_line_and_starts_nothing(checkout: Path, value: str, message: str) -> None:
+    env = env_for(*port_pair())
+    env["TEST_SEAWEED_PORT"] = value
+    result = run(checkout, env, "true")
+
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
+    assert not (checkout / ".services").exists()
+
+
+def test_a_seaweed_port_in_use_is_refused_before_anything_starts(checkout: Path, tmp_path: Path) -> None:
+    pg_port, s3_port = port_pair()
+    env = env_for(pg_port, s3_port)
+    base = int(env["TEST_SEAWEED_PORT"])
+    marker = tmp_path / "ran"
+    with socket.socket() as taken:  # the REST catalog's port, held by another program
+        taken.bind(("127.0.0.1", base + 8))
+        taken.listen()
+        result = run(checkout, env, "touch", str(marker))
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"services: port {base + 8} on 127.0.0.1 (TEST_SEAWEED_PORT {base} + 8) is already in use: "
+        "set TEST_SEAWEED_PORT to the first of 10 free consecutive ports\n"
+    )
+    assert not marker.exists()
+    assert pg_folders(pg_port) == [] and not answers(pg_port) and not answers(s3_port)
