@@ -230,6 +230,29 @@ def create_table_bucket() -> str:
 
 
 @pytest.fixture
+def seaweed_s3_catalog(tmp_path: Path) -> SqlCatalog:
+    """A SQLite catalog whose warehouse is a plain (not table) bucket on SeaweedFS's S3: a second real
+    S3 implementation beside moto."""
+    import boto3
+
+    props = rest_properties("unused")
+    s3_props = {k: v for k, v in props.items() if k.startswith("s3.")}
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_props["s3.endpoint"],
+        aws_access_key_id=s3_props["s3.access-key-id"],
+        aws_secret_access_key=s3_props["s3.secret-access-key"],
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    catalog = SqlCatalog(
+        "default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"s3://{bucket}/warehouse", **s3_props
+    )
+    catalog.create_namespace("db")
+    return catalog
+
+
+@pytest.fixture
 def rest_catalog_config() -> tuple[Any, dict[str, str]]:
     """SeaweedFS's REST catalog on a table bucket of the test's own, with namespace ``db``, and its config."""
     from pyiceberg.catalog import load_catalog
