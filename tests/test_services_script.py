@@ -1,5 +1,6 @@
 """scripts/services.sh from a checkout below a 0700 folder (as /root is): the real PostgreSQL and S3
-server start, answer, and leave nothing behind; a service that cannot start is named with its log.
+server (and SeaweedFS's S3 and REST catalog) start, answer, and leave nothing behind; a service that
+cannot start is named with its log.
 
 As root the script runs PostgreSQL as the postgres user, which is the case these tests are about,
 so they need root (CI and the development machine run as root). Each test uses free ports of its
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -45,10 +47,43 @@ s3 = boto3.client("s3", endpoint_url=os.environ["TEST_S3_ENDPOINT"], aws_access_
                   aws_secret_access_key="testing", region_name="us-east-1")
 s3.create_bucket(Bucket="probe")
 s3.put_object(Bucket="probe", Key="k", Body=b"hello")
+
+# SeaweedFS: a table bucket, a namespace through the REST catalog, and where its servers listen.
+keys = dict(aws_access_key_id=os.environ["TEST_SEAWEED_ACCESS_KEY_ID"],
+            aws_secret_access_key=os.environ["TEST_SEAWEED_SECRET_ACCESS_KEY"], region_name="us-east-1")
+boto3.client("s3tables", endpoint_url=os.environ["TEST_SEAWEED_S3_ENDPOINT"], **keys).create_table_bucket(name="probe")
+from pyiceberg.catalog import load_catalog
+rest = load_catalog("rest", type="rest", uri=os.environ["TEST_REST_URI"], warehouse="s3://probe/",
+                    credential=keys["aws_access_key_id"] + ":" + keys["aws_secret_access_key"])
+rest.create_namespace("probe_ns")
+# This run's weed, told apart from other runs' by its REST catalog port.
+flag = b"-s3.port.iceberg=" + os.environ["TEST_REST_URI"].rsplit(":", 1)[1].encode()
+weed = []
+for p in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if flag in open(f"/proc/{p}/cmdline", "rb").read().split(b"\\0"):
+            weed.append(p)
+    except OSError:  # a process that ended meanwhile
+        pass
+inodes = set()
+for pid in weed:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+listening = []
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+            address, port = fields[1].split(":")
+            listening.append([address, int(port, 16)])
 print(json.dumps({
     "database": database, "data_dir": data_dir, "socket_dir": socket_dir,
     "socket_dir_uid": info.st_uid, "socket_dir_mode": stat.S_IMODE(info.st_mode),
     "s3_body": s3.get_object(Bucket="probe", Key="k")["Body"].read().decode(),
+    "rest_namespaces": rest.list_namespaces(), "weed_processes": len(weed), "weed_listening": sorted(listening),
+    "rest_uri": os.environ["TEST_REST_URI"], "seaweed_s3": os.environ["TEST_SEAWEED_S3_ENDPOINT"],
 }))
 sys.exit(7)
 """
@@ -58,6 +93,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_block(count: int = 10) -> int:
+    """The first of ``count`` consecutive ports that are free now, outside the ephemeral range."""
+    while True:
+        base = random.randrange(21000, 32000)
+        for port in range(base, base + count):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    break
+        else:
+            return base
 
 
 def port_pair() -> tuple[int, int]:
@@ -105,14 +154,16 @@ def listener() -> Iterator[socket.socket]:
 
 
 def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TEST_PG_URL", "TEST_S3_ENDPOINT", "TMPDIR")}
+    exported = ("TEST_PG_URL", "TEST_S3_ENDPOINT", "TEST_REST_URI", "TEST_SEAWEED_S3_ENDPOINT", "TMPDIR")
+    env = {k: v for k, v in os.environ.items() if k not in exported}
     env.update(TEST_PG_PORT=str(pg_port), TEST_S3_PORT=str(s3_port), VENV=str(venv))
     # Free ports for the emulators too, and the project's Azurite install rather than one a checkout.
     env.update(
         TEST_AZURITE_PORT=str(free_port()),
         TEST_GCS_PORT=str(free_port()),
         TEST_FAKE_GCS_PORT=str(free_port()),
-        AZURITE_PREFIX=str(SCRIPT.parents[1] / ".services" / "node"),
+        TEST_SEAWEED_PORT=str(free_block()),
+        AZURITE_PREFIX=os.environ.get("AZURITE_PREFIX", str(SCRIPT.parents[1] / ".services" / "node")),
     )
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
@@ -135,7 +186,9 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     # TMPDIR inside the 0700 folder too: the postgres user cannot reach it, so the script must use /tmp.
-    result = run(checkout, env_for(pg_port, s3_port, tmpdir=home), sys.executable, str(probe))
+    env = env_for(pg_port, s3_port, tmpdir=home)
+    seaweed = int(env["TEST_SEAWEED_PORT"])
+    result = run(checkout, env, sys.executable, str(probe))
 
     assert result.returncode == 7, result.stderr  # the command's own exit status is passed on
     seen = json.loads(result.stdout)
@@ -146,10 +199,22 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert seen["socket_dir_mode"] == 0o700
     assert seen["database"] == "iceberg_test"
     assert seen["s3_body"] == "hello"
+    assert seen["rest_uri"] == f"http://127.0.0.1:{seaweed + 8}"
+    assert seen["seaweed_s3"] == f"http://127.0.0.1:{seaweed + 6}"
+    assert seen["rest_namespaces"] == [["probe_ns"]]
+    # One weed process, listening on loopback only: its 10 ports and the admin HTTP port the kernel picked.
+    assert seen["weed_processes"] == 1
+    loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp spells it
+    assert {address for address, _ in seen["weed_listening"]} == {loopback}
+    ports = {port for _, port in seen["weed_listening"]}
+    assert set(range(seaweed, seaweed + 10)) <= ports and len(ports) == 11
     assert f"PostgreSQL on 127.0.0.1:{pg_port} (data in {folder})" in result.stderr
     # Everything is gone afterwards; the logs stay in the checkout's folder for this port pair.
     assert not folder.exists()
     assert not answers(pg_port) and not answers(s3_port)
+    assert not any(answers(port) for port in range(seaweed, seaweed + 10))
+    assert list(Path("/tmp").glob(f"iceberg-maint-seaweed-{seaweed}.*")) == []
+    assert [p for p in Path("/tmp").glob("seaweedfs-*.sock") if int(p.stem.rsplit("-", 1)[1]) in ports] == []
     logs = checkout / ".services" / f"{pg_port}-{s3_port}"
     assert sorted(p.name for p in logs.iterdir()) == [
         "azurite.log",
@@ -160,6 +225,7 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
         "pg-ctl.log",
         "pg-initdb.log",
         "pg-server.log",
+        "seaweed.log",
     ]
 
 
@@ -229,13 +295,50 @@ def test_moto_that_cannot_start_is_named_with_its_log_and_postgres_is_stopped(ch
 
 
 @needs_root
+def test_seaweedfs_that_cannot_start_is_named_with_its_log_and_the_others_are_stopped(
+    checkout: Path, tmp_path: Path
+) -> None:
+    # The real virtualenv's programs, but a weed that fails at once, as a broken install does.
+    venv = tmp_path / "venv-broken-weed"
+    (venv / "bin").mkdir(parents=True)
+    for program in (VENV / "bin").iterdir():
+        if program.name != "weed":
+            (venv / "bin" / program.name).symlink_to(program)
+    # Its python finds the real packages through pyvenv.cfg and lib/.
+    shutil.copy2(VENV / "pyvenv.cfg", venv / "pyvenv.cfg")
+    (venv / "lib").symlink_to(VENV / "lib")
+    weed = venv / "bin" / "weed"
+    weed.write_text("#!/bin/sh\necho 'weed: cannot allocate memory' >&2\nexit 1\n")
+    weed.chmod(0o755)
+    pg_port, s3_port = port_pair()
+    env = env_for(pg_port, s3_port, venv=venv)
+    seaweed = int(env["TEST_SEAWEED_PORT"])
+    marker = tmp_path / "ran"
+    result = run(checkout, env, "touch", str(marker))
+
+    assert result.returncode == 1
+    log = checkout / ".services" / f"{pg_port}-{s3_port}" / "seaweed.log"
+    assert result.stderr.endswith(
+        f"services: starting SeaweedFS (weed mini, its Iceberg REST catalog on 127.0.0.1:{seaweed + 8}) failed\n"
+        f"services: last lines of {log}:\n"
+        "    weed: cannot allocate memory\n"
+        "services: it exited\n"
+    )
+    assert not marker.exists()
+    assert pg_folders(pg_port) == [] and not answers(pg_port) and not answers(s3_port)
+    assert list(Path("/tmp").glob(f"iceberg-maint-seaweed-{seaweed}.*")) == []
+
+
+@needs_root
 def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) -> None:
     pg_port, s3_port = port_pair()
+    env = env_for(pg_port, s3_port)
+    seaweed = int(env["TEST_SEAWEED_PORT"])
     wait = "import time; print('ready', flush=True); time.sleep(600)"
     # A session of its own, so the Ctrl-C below reaches the script's group the way a terminal sends it.
     proc = subprocess.Popen(
         [str(checkout / "scripts" / "services.sh"), "run", "--", sys.executable, "-c", wait],
-        env=env_for(pg_port, s3_port),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -246,6 +349,7 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
         assert proc.stdout.readline() == "ready\n"  # blocks until the wrapped command runs
         folders = pg_folders(pg_port)
         assert len(folders) == 1 and answers(pg_port) and answers(s3_port)
+        assert answers(seaweed + 8)
         os.killpg(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -256,6 +360,7 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
     assert proc.returncode == 130, stderr
     assert not folders[0].exists()
     assert not answers(pg_port) and not answers(s3_port)
+    assert not any(answers(port) for port in range(seaweed, seaweed + 10))
 
 
 @pytest.mark.parametrize(
@@ -273,3 +378,38 @@ def test_bad_ports_get_one_line_and_start_nothing(checkout: Path, pg: str, s3: s
 
     assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
     assert not (checkout / ".services").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("2003x", "services: TEST_SEAWEED_PORT must be a TCP port number (1-65535), got '2003x'\n"),
+        ("65530", "services: TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '65530'\n"),
+    ],
+)
+def test_bad_seaweed_port_gets_one_line_and_starts_nothing(checkout: Path, value: str, message: str) -> None:
+    env = env_for(*port_pair())
+    env["TEST_SEAWEED_PORT"] = value
+    result = run(checkout, env, "true")
+
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", message)
+    assert not (checkout / ".services").exists()
+
+
+def test_a_seaweed_port_in_use_is_refused_before_anything_starts(checkout: Path, tmp_path: Path) -> None:
+    pg_port, s3_port = port_pair()
+    env = env_for(pg_port, s3_port)
+    base = int(env["TEST_SEAWEED_PORT"])
+    marker = tmp_path / "ran"
+    with socket.socket() as taken:  # the REST catalog's port, held by another program
+        taken.bind(("127.0.0.1", base + 8))
+        taken.listen()
+        result = run(checkout, env, "touch", str(marker))
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"services: port {base + 8} on 127.0.0.1 (TEST_SEAWEED_PORT {base} + 8) is already in use: "
+        "set TEST_SEAWEED_PORT to the first of 10 free consecutive ports\n"
+    )
+    assert not marker.exists()
+    assert pg_folders(pg_port) == [] and not answers(pg_port) and not answers(s3_port)

@@ -8,6 +8,11 @@ the variables ``PYICEBERG_CATALOG__<NAME upper, - as _>__<KEY>`` apply whether `
 spelled with ``_`` or ``-``, over the ``.pyiceberg.yaml`` entry of exactly ``NAME`` (environment
 over file, as in pyiceberg). The catalog keeps the name asked for: a SQL catalog sees only the
 tables registered under its own name.
+
+Every table the library works on is loaded by ``load_table`` (and reloaded by ``refresh_table``),
+which takes its metadata from the table's own metadata file, never from what the catalog chose to
+return: a REST catalog may leave snapshots out (``snapshot-loading-mode=refs``), and a file whose
+snapshots are unknown looks unreferenced to the orphan scan.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.config import Config, merge_config
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, TableNotFoundError
+from airflow_iceberg_maint.errors import (
+    IncompleteMetadataError,
+    InvalidInputError,
+    MaintenanceError,
+    TableNotFoundError,
+)
 
 _ENV_PREFIX = "pyiceberg_catalog__"
 # Names a PYICEBERG_CATALOG__<NAME>__<KEY> variable can spell: letters and digits, single - or _ between.
@@ -125,8 +137,80 @@ def open_catalog(name: str = "default", **properties: str) -> Catalog:
 
 
 def load_table(catalog: Catalog, identifier: str) -> Table:
-    """Load a table, turning pyiceberg's not-found errors into one that names the table."""
+    """Load a table with its complete metadata (every snapshot, the whole metadata log).
+
+    pyiceberg's not-found errors become one that names the table. The metadata comes from the
+    table's metadata file (see ``complete_metadata``), so it is the same whatever a catalog returns.
+    """
     try:
-        return catalog.load_table(parse_identifier(identifier))
+        loaded = catalog.load_table(parse_identifier(identifier))
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFoundError(f"table {identifier!r}: not found in catalog {catalog.name!r}") from exc
+    return Table(
+        identifier=loaded.name(),
+        metadata=complete_metadata(identifier, loaded),
+        metadata_location=loaded.metadata_location,
+        io=loaded.io,
+        catalog=catalog,
+        config=loaded.config,
+    )
+
+
+def refresh_table(table: Table) -> Table:
+    """``table.refresh()`` with complete metadata: reload through ``load_table`` and update ``table`` in place.
+
+    In place, as pyiceberg's ``refresh`` does, so whatever holds the table sees the new metadata.
+    Refuses (``IncompleteMetadataError``) a reload that is another table (a new UUID under the name).
+    """
+    identifier = ".".join(table.name())
+    fresh = load_table(table.catalog, identifier)
+    if fresh.metadata.table_uuid != table.metadata.table_uuid:
+        raise IncompleteMetadataError(
+            f"table {identifier!r}: reloaded as another table (UUID {fresh.metadata.table_uuid}, "
+            f"was {table.metadata.table_uuid}): it was dropped and created again"
+        )
+    table.metadata = fresh.metadata
+    table.metadata_location = fresh.metadata_location
+    table.io = fresh.io
+    table.config = fresh.config
+    return table
+
+
+def complete_metadata(identifier: str, loaded: Table) -> TableMetadata:
+    """The whole metadata of ``loaded``, read from its metadata file with the table's own FileIO.
+
+    What the catalog returned must be part of it (same UUID, location, current snapshot; each of its
+    snapshots and refs present in the file), else the file is not this table's state and nothing runs.
+    """
+    location = loaded.metadata_location
+    if not location:
+        raise IncompleteMetadataError(
+            f"table {identifier!r}: the catalog gave no metadata file location, so its complete metadata "
+            "(every snapshot, the whole metadata log) cannot be read; nothing was done"
+        )
+    try:
+        full = FromInputFile.table_metadata(loaded.io.new_input(location))
+    except Exception as exc:  # missing, unreadable or not table metadata: never fall back to the partial view
+        raise IncompleteMetadataError(
+            f"table {identifier!r}: its metadata file {location} cannot be read ({type(exc).__name__}: {exc}); "
+            "a catalog's answer may leave snapshots out, so nothing was done"
+        ) from exc
+    given = loaded.metadata
+    missing = {s.snapshot_id for s in given.snapshots} - {s.snapshot_id for s in full.snapshots}
+    disagreements = [
+        what
+        for what, same in (
+            ("table UUID", full.table_uuid == given.table_uuid),
+            ("location", full.location == given.location),
+            ("current snapshot", full.current_snapshot_id == given.current_snapshot_id),
+            ("refs", all(full.refs.get(name) == ref for name, ref in given.refs.items())),
+            (f"snapshots {sorted(missing)}", not missing),
+        )
+        if not same
+    ]
+    if disagreements:
+        raise IncompleteMetadataError(
+            f"table {identifier!r}: its metadata file {location} differs from the catalog's answer in "
+            f"{', '.join(disagreements)}; nothing was done"
+        )
+    return full

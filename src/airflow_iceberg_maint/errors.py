@@ -30,6 +30,15 @@ class MetadataReadError(MaintenanceError):
     retryable = True
 
 
+class IncompleteMetadataError(MetadataReadError):
+    """The table's whole metadata file could not be had, or does not agree with what the catalog returned.
+
+    Every snapshot and the whole metadata log are needed to know which files a table references: a
+    catalog that returns fewer (a REST catalog's ``snapshot-loading-mode=refs``, a cache) would make
+    the files of the snapshots it left out look unreferenced. So nothing runs on a partial view.
+    """
+
+
 class PrefixMismatchError(MaintenanceError):
     """Listed files match referenced files by path but not by scheme or authority; nothing was deleted.
 

@@ -49,7 +49,9 @@ def test_referenced_set_matches_exactly_and_classifies_the_rest():
     assert refs.nbytes <= 64 * 5
 
 
-def test_s3_deletes_in_batches_of_1000(s3_catalog):
+@pytest.mark.parametrize("backend", ["s3_catalog", "seaweed_s3_catalog"])
+def test_s3_deletes_in_batches_of_1000(request, backend):
+    s3_catalog = request.getfixturevalue(backend)
     table = s3_catalog.create_table("db.many", schema=SCHEMA)
     table.append(rows(0, 10))
     files = Files(table)

@@ -1,4 +1,5 @@
-"""End-to-end orphan removal on real tables: SQLite, PostgreSQL, and the S3, GCS and Azure emulators."""
+"""End-to-end orphan removal on real tables: SQLite, PostgreSQL, and the S3 (moto and SeaweedFS), GCS and
+Azure emulators."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
 from tests.orphans.scenario import build, snapshot_row_counts
 
-BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog", "gcs_catalog", "azure_catalog"]
+BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog", "seaweed_s3_catalog", "gcs_catalog", "azure_catalog"]
 
 
 @pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "unpartitioned"])

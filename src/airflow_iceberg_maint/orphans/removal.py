@@ -34,9 +34,11 @@ import pyarrow as pa
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
+from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import (
     CatalogListingError,
     GcDisabledError,
+    IncompleteMetadataError,
     InvalidInputError,
     MetadataReadError,
     PrefixMismatchError,
@@ -478,7 +480,10 @@ def recheck(
     if known is None:
         known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
     try:
-        table.refresh()
+        # Through refresh_table, not table.refresh(): the reload must hold every snapshot too.
+        refresh_table(table)
+    except IncompleteMetadataError:
+        raise
     except Exception as exc:  # a metadata file the catalog names is missing, the catalog is down...
         raise MetadataReadError(
             f"table {_name(table)}: cannot be reloaded for the re-check before deleting ({type(exc).__name__}: "
