@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyiceberg.table.metadata import TableMetadata
 
+from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.references import not_referenced
 from airflow_iceberg_maint.orphans.manifests import sized_live_file_paths, sized_manifest_paths
@@ -90,7 +91,7 @@ def recheck(
     """
     table = walk.table
     try:
-        table.refresh()
+        refresh_table(table)
     except Exception as exc:
         raise MetadataReadError(
             f"table {'.'.join(table.name())}: cannot be reloaded for the re-check before deleting "

@@ -27,6 +27,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
+from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import ExpiryConflictError, InvalidInputError
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
 from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
@@ -129,7 +130,7 @@ def _plan_and_commit(
             committed = commit_expiry(table, retention)
         except CommitFailedException as exc:
             log.info("table %s: a ref moved during the expiry (%s); planning again", report.table, exc)
-            table.refresh()
+            refresh_table(table)
             continue
         report.committed = True
         return _Committed(before, committed, retention, applied_on(committed[0], before, before_location, retention))
