@@ -1,8 +1,10 @@
 """Job configuration (the spec's adapter layer): policy content plus evaluation time become
-the exact options of one orphan-removal run.
+the exact options of one orphan-removal or snapshot-expiry run.
 
 ``olderThanDays`` becomes an absolute UTC cutoff, and ``location`` is validated against the
-table location here, before anything is submitted; the engine validates it again (S3).
+table location here, before anything is submitted; the engine validates it again (S3). An
+expiry job resolves its cutoff and retain-last as the run would (the content's values, else
+the table's ``history.expire.*`` properties), so the job says exactly what will be expired.
 """
 
 from __future__ import annotations
@@ -16,11 +18,23 @@ from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.expiry.settings import ExpireOptions, resolve_settings
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, resolve_cutoff
+from airflow_iceberg_maint.orphans.removal import OrphanOptions, cutoff_for_days, resolve_cutoff
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
-from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, Policy, attached_tables, policy_for_table
+from airflow_iceberg_maint.policy.policies import (
+    OrphanRemovalContent,
+    Policy,
+    SnapshotExpiryContent,
+    attached_tables,
+    policy_for_table,
+)
 from airflow_iceberg_maint.policy.state import StateStore
+
+
+def _check_aware(now: datetime) -> None:
+    if now.tzinfo is None:
+        raise InvalidInputError(f"job time {now!r}: must be timezone-aware")
 
 
 @dataclass(frozen=True)
@@ -54,8 +68,7 @@ def build_orphan_job(
     equal_authorities: Mapping[str, str] | None = None,
 ) -> OrphanJobConfig:
     """Resolve the cutoff and validate the scan location; ``older_than`` overrides ``olderThanDays``."""
-    if now.tzinfo is None:
-        raise InvalidInputError(f"job time {now!r}: must be timezone-aware")
+    _check_aware(now)
     equivalence = PathEquivalence(equal_schemes or {}, equal_authorities or {})
     return OrphanJobConfig(
         table=table,
@@ -63,6 +76,43 @@ def build_orphan_job(
         location=validate_location(content.location, table_location, equivalence),
         dry_run=content.dry_run,
     )
+
+
+@dataclass(frozen=True)
+class ExpiryJobConfig:
+    table: str
+    older_than: datetime
+    retain_last: int
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "older_than": self.older_than.isoformat(),
+            "retain_last": self.retain_last,
+            "dry_run": self.dry_run,
+        }
+
+    def to_options(self, **engine: Any) -> ExpireOptions:
+        """Engine options for this job; ``engine`` adds the tuning knobs (parallel deletes, readers)."""
+        return ExpireOptions(older_than=self.older_than, retain_last=self.retain_last, dry_run=self.dry_run, **engine)
+
+
+def build_expiry_job(
+    table: str,
+    properties: Mapping[str, str],
+    content: SnapshotExpiryContent,
+    now: datetime,
+    *,
+    older_than: datetime | None = None,
+) -> ExpiryJobConfig:
+    """Resolve the cutoff and retain-last against the table's properties; ``older_than`` overrides ``olderThanDays``."""
+    _check_aware(now)
+    cutoff = older_than
+    if cutoff is None and content.older_than_days is not None:
+        cutoff = cutoff_for_days(content.older_than_days, now, "content.olderThanDays")
+    settings = resolve_settings(properties, ExpireOptions(older_than=cutoff, retain_last=content.retain_last), now)
+    return ExpiryJobConfig(table, settings.cutoff.astimezone(UTC), settings.retain_last, content.dry_run)
 
 
 @dataclass(frozen=True)
