@@ -89,6 +89,9 @@ def test_unattached_is_not_due() -> None:
     result = unattached("hr.people", UUID, "policies.yaml")
     assert not result.due
     assert result.reason == "no orphan-removal policy in policies.yaml attaches to hr.people: not due"
+    expiry = unattached("hr.people", UUID, "policies.yaml", "system_iceberg_snapshot_expiry")
+    assert (expiry.due, expiry.type) == (False, "system_iceberg_snapshot_expiry")
+    assert expiry.reason == "no snapshot-expiry policy in policies.yaml attaches to hr.people: not due"
 
 
 def test_naive_now_is_refused() -> None:

@@ -5,12 +5,21 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
-from airflow_iceberg_maint.policy.job_config import ExpiryJobConfig, build_expiry_job, build_orphan_job
-from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, SnapshotExpiryContent
+from airflow_iceberg_maint.policy.job_config import (
+    ExpiryJobConfig,
+    build_expiry_job,
+    build_orphan_job,
+    plan_expiry_jobs,
+    plan_orphan_jobs,
+)
+from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, SnapshotExpiryContent, parse_policies
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 
@@ -144,3 +153,45 @@ def test_expiry_job_explicit_cutoff_and_engine_options() -> None:
     assert options == ExpireOptions(older_than=cutoff, retain_last=1, dry_run=False, max_concurrent_deletes=2)
     with pytest.raises(InvalidInputError, match="timezone-aware"):
         build_expiry_job("db.t", {}, SnapshotExpiryContent(), datetime(2026, 1, 1))
+
+
+def test_plans_of_each_kind_use_their_own_policies_and_clock(sqlite_catalog: SqlCatalog, tmp_path: Path) -> None:
+    sqlite_catalog.create_namespace("sales")
+    schema = pa.schema([("id", pa.int64())])
+    sqlite_catalog.create_table("sales.orders", schema, properties={"history.expire.min-snapshots-to-keep": "4"})
+    items = sqlite_catalog.create_table("sales.items", schema)
+    store = SqlStateStore(f"sqlite:///{tmp_path}/state.db")
+    # sales.items: expired 2 days ago, interval 1 day (score 2); sales.orders: never expired (highest score).
+    record_attempt(
+        store,
+        table_uuid=str(items.metadata.table_uuid),
+        table="sales.items",
+        at=NOW - timedelta(days=2),
+        dry_run=False,
+        succeeded=True,
+        job="system_iceberg_snapshot_expiry",
+    )
+    policies = parse_policies(
+        [
+            {"name": "orphans", "type": "system_iceberg_orphan_file_removal", "tables": ["sales.items"]},
+            {
+                "name": "expire",
+                "type": "system_iceberg_snapshot_expiry",
+                "minIntervalDays": 1,
+                "tables": ["sales.*"],
+                "content": {"olderThanDays": 3},
+            },
+        ]
+    )
+    expiry = plan_expiry_jobs(sqlite_catalog, policies, store, NOW, "p.yaml")
+    assert [(e.table, e.type, e.due, e.reason) for e in expiry.evaluations] == [
+        ("sales.items", "system_iceberg_snapshot_expiry", True, "last expired 2 days ago, interval 1 day: due"),
+        ("sales.orders", "system_iceberg_snapshot_expiry", True, "never expired: due"),
+    ]
+    assert expiry.jobs == [
+        (ExpiryJobConfig("sales.orders", NOW - timedelta(days=3), 4, False), "expire"),
+        (ExpiryJobConfig("sales.items", NOW - timedelta(days=3), 1, False), "expire"),
+    ]
+    orphans = plan_orphan_jobs(sqlite_catalog, policies, store, NOW, "p.yaml")
+    assert [(e.table, e.reason) for e in orphans.evaluations] == [("sales.items", "never cleaned: due")]
+    assert [(job.table, name) for job, name in orphans.jobs] == [("sales.items", "orphans")]

@@ -35,10 +35,14 @@ _SECONDS_PER_DAY = 86_400.0
 class _Words:
     done: str  # "last cleaned 8 days ago"
     run: str  # "last cleanup at ... is in the future"
+    policy: str  # "no orphan-removal policy in ... attaches"
 
 
 #: How a reason names each kind's run; the orphan wording is the one `due` has always printed.
-_WORDS = {ORPHAN_FILE_REMOVAL: _Words("cleaned", "cleanup"), SNAPSHOT_EXPIRY: _Words("expired", "expiry")}
+_WORDS = {
+    ORPHAN_FILE_REMOVAL: _Words("cleaned", "cleanup", "orphan-removal"),
+    SNAPSHOT_EXPIRY: _Words("expired", "expiry", "snapshot-expiry"),
+}
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,8 @@ def evaluate(
     return result(days >= interval, days, f"{since}: due" if days >= interval else f"{since}: not due")
 
 
-def unattached(table: str, table_uuid: str, source: str) -> Evaluation:
-    """The result for a table that no policy of ``source`` attaches to: never due."""
+def unattached(table: str, table_uuid: str, source: str, policy_type: str = ORPHAN_FILE_REMOVAL) -> Evaluation:
+    """The result for a table that no policy of the type in ``source`` attaches to: never due."""
     return Evaluation(
         table=table,
         table_uuid=table_uuid,
@@ -130,7 +134,8 @@ def unattached(table: str, table_uuid: str, source: str) -> Evaluation:
         min_interval_days=DEFAULT_MIN_INTERVAL_DAYS,
         due=False,
         score=0.0,
-        reason=f"no orphan-removal policy in {source} attaches to {table}: not due",
+        reason=f"no {_WORDS[policy_type].policy} policy in {source} attaches to {table}: not due",
+        type=policy_type,
     )
 
 
@@ -141,13 +146,13 @@ def evaluate_table(
     store: StateStore,
     now: datetime,
     source: str = "the policies",
+    policy_type: str = ORPHAN_FILE_REMOVAL,
 ) -> Evaluation:
-    """Find the table's policy (None: no policies given, default interval) and evaluate it."""
-    policy = policy_for_table(policies, table) if policies is not None else None
+    """Find the table's policy of the type (None: no policies given, default interval) and evaluate it."""
+    policy = policy_for_table(policies, table, policy_type) if policies is not None else None
     if policies is not None and policy is None:
-        return unattached(table, table_uuid, source)
-    state = store.get(table_uuid, policy.type if policy else ORPHAN_FILE_REMOVAL)
-    return evaluate(table, table_uuid, policy, state, now)
+        return unattached(table, table_uuid, source, policy_type)
+    return evaluate(table, table_uuid, policy, store.get(table_uuid, policy_type), now)
 
 
 def evaluate_policies(
