@@ -94,3 +94,14 @@ def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:  # type: i
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     missing = _run(env, "expire-snapshots", "db.nope", "--json")
     assert missing.returncode == 2 and "table 'db.nope': not found" in missing.stderr
+
+
+def test_a_bad_state_url_is_refused_before_anything_is_expired(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    history = build_history(_catalog(tmp_path))
+    before = [s.snapshot_id for s in history.table.metadata.snapshots]
+    env = {**_env(tmp_path), "ICEBERG_MAINT_STATE_URL": "not a url"}
+    result = _run(env, "expire-snapshots", "db.events", "--older-than-days", "0", "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("iceberg-maint expire-snapshots: state store URL 'not a url': ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert [s.snapshot_id for s in history.table.refresh().metadata.snapshots] == before
