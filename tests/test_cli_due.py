@@ -18,6 +18,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
+from airflow_iceberg_maint.policy.state import SqlStateStore
 
 POLICY = {
     "name": "weekly",
@@ -25,6 +26,14 @@ POLICY = {
     "minIntervalDays": 7,
     "tables": ["db.*"],
     "content": {"olderThanDays": 3},
+}
+EXPIRY = {
+    "name": "expire_daily",
+    "type": "system_iceberg_snapshot_expiry",
+    "enabled": True,
+    "minIntervalDays": 1,
+    "tables": ["db.*"],
+    "content": {"olderThanDays": 5, "retainLast": 1, "dryRun": False},
 }
 
 
@@ -67,6 +76,7 @@ def test_never_cleaned_table_is_due(cli_env: Path) -> None:
     assert result["min_interval_days"] == 7
     assert result["due"] is True and result["score"] == 1_000_000
     assert result["reason"] == "never cleaned: due"
+    assert result["policies"] == []
 
 
 def test_real_orphans_run_records_the_cleanup_and_dry_run_does_not(cli_env: Path, tmp_path: Path) -> None:
@@ -125,3 +135,111 @@ def test_policy_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "unknown policy type 'custom_thing'" in captured.err
+
+
+def test_due_lists_each_policy_of_the_table(cli_env: Path, tmp_path: Path, sqlite_catalog: SqlCatalog) -> None:
+    policy_file = tmp_path / "policies.json"
+    policy_file.write_text(json.dumps([POLICY, EXPIRY]))
+    uuid = str(sqlite_catalog.load_table("db.t").metadata.table_uuid)
+    assert run_json("due", "db.t", "--policy", str(policy_file)) == {
+        "table": "db.t",
+        "table_uuid": uuid,
+        "policy": "weekly",
+        "last_cleanup_at": None,
+        "days_since_last_cleanup": None,
+        "min_interval_days": 7.0,
+        "due": True,
+        "score": 1_000_000.0,
+        "reason": "never cleaned: due",
+        "policies": [
+            {
+                "policy": "weekly",
+                "type": "system_iceberg_orphan_file_removal",
+                "due": True,
+                "last_run_at": None,
+                "days_since_last_run": None,
+                "min_interval_days": 7.0,
+                "reason": "never cleaned: due",
+                "score": 1_000_000.0,
+            },
+            {
+                "policy": "expire_daily",
+                "type": "system_iceberg_snapshot_expiry",
+                "due": True,
+                "last_run_at": None,
+                "days_since_last_run": None,
+                "min_interval_days": 1.0,
+                "reason": "never expired: due",
+                "score": 1_000_000.0,
+            },
+        ],
+    }
+    text = cli("due", "db.t", "--policy", str(policy_file))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines() == [
+        "db.t: due (never cleaned: due), score 1e+06",
+        "  policy 'weekly' (system_iceberg_orphan_file_removal): due (never cleaned: due)",
+        "  policy 'expire_daily' (system_iceberg_snapshot_expiry): due (never expired: due)",
+    ]
+
+
+def test_expiry_policy_alone_leaves_the_orphan_keys_unattached(cli_env: Path, tmp_path: Path) -> None:
+    policy_file = tmp_path / "expiry.yaml"
+    policy_file.write_text(json.dumps(EXPIRY))
+    result = run_json("due", "db.t", "--policy", str(policy_file))
+    assert (result["policy"], result["due"], result["score"]) == (None, False, 0.0)
+    assert result["reason"] == f"no orphan-removal policy in {policy_file} attaches to db.t: not due"
+    assert [(p["policy"], p["due"], p["reason"]) for p in result["policies"]] == [
+        ("expire_daily", True, "never expired: due")
+    ]
+
+
+def test_a_real_expiry_moves_only_the_expiry_clock(cli_env: Path, tmp_path: Path) -> None:
+    policy_file = tmp_path / "policies.json"
+    policy_file.write_text(json.dumps([POLICY, EXPIRY]))
+
+    dry = run_json("expire-snapshots", "db.t", "--dry-run")
+    assert dry["dry_run"] is True
+    assert [p["due"] for p in run_json("due", "db.t", "--policy", str(policy_file))["policies"]] == [True, True]
+
+    real = run_json("expire-snapshots", "db.t", "--older-than-days", "0")
+    assert real["failed"] == []
+    after = run_json("due", "db.t", "--policy", str(policy_file))
+    assert (after["policy"], after["due"], after["last_cleanup_at"]) == ("weekly", True, None)
+    orphans, expiry = after["policies"]
+    assert (orphans["policy"], orphans["due"], orphans["last_run_at"]) == ("weekly", True, None)
+    assert (expiry["policy"], expiry["due"]) == ("expire_daily", False)
+    assert expiry["last_run_at"] is not None and 0 <= expiry["days_since_last_run"] < 0.01
+    assert expiry["reason"].startswith("last expired ") and expiry["reason"].endswith(" ago, interval 1 day: not due")
+
+    [state] = SqlStateStore().all("system_iceberg_snapshot_expiry")
+    assert (state.table, state.last_attempt_status, state.last_attempt_dry_run) == ("db.t", "success", False)
+    assert state.last_success_at == state.last_attempt_at
+    assert state.last_attempt_counts == {
+        "expired_snapshot_count": 0,
+        "deleted_file_count": 0,
+        "deleted_bytes": 0,
+        "failed_count": 0,
+    }
+
+
+def test_policy_validate_accepts_both_types(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "policies.json"
+    good.write_text(json.dumps([POLICY, EXPIRY]))
+    assert main(["policy", "validate", str(good), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(p["name"], p["type"]) for p in result["policies"]] == [
+        ("weekly", "system_iceberg_orphan_file_removal"),
+        ("expire_daily", "system_iceberg_snapshot_expiry"),
+    ]
+    assert result["policies"][1]["content"] == {"olderThanDays": 5.0, "retainLast": 1, "dryRun": False}
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**EXPIRY, "content": {"retainLast": 0}}))
+    assert main(["policy", "validate", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"iceberg-maint policy: policy file {str(bad)!r}: policy 'expire_daily' content.retainLast: "
+        "expected a whole number >= 1, got 0\n"
+    )

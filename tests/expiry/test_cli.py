@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.policy.state import SqlStateStore
 from tests.expiry.history import build_history, reachable
 from tests.orphans.test_cli import _env, _run
 
@@ -73,6 +74,10 @@ def test_failed_deletes_exit_3_with_the_json_printed(tmp_path) -> None:  # type:
     assert [f["path"] for f in out["failed"]] == [doomed] and "IsADirectoryError" in out["failed"][0]["error"]
     assert doomed not in out["deleted_files"] and out["deleted_file_count"] == len(out["deleted_files"]) > 0
     assert set(out["deleted_files"]) < before
+    # Recorded as a failed attempt: the last-expiry clock of `due` does not move.
+    state = SqlStateStore().get(out["table_uuid"], "system_iceberg_snapshot_expiry")
+    assert (state.last_success_at, state.last_attempt_status, state.last_error) == (None, "failed", "1 deletes failed")
+    assert state.last_attempt_counts["failed_count"] == 1
 
 
 def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -89,3 +94,14 @@ def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:  # type: i
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     missing = _run(env, "expire-snapshots", "db.nope", "--json")
     assert missing.returncode == 2 and "table 'db.nope': not found" in missing.stderr
+
+
+def test_a_bad_state_url_is_refused_before_anything_is_expired(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    history = build_history(_catalog(tmp_path))
+    before = [s.snapshot_id for s in history.table.metadata.snapshots]
+    env = {**_env(tmp_path), "ICEBERG_MAINT_STATE_URL": "not a url"}
+    result = _run(env, "expire-snapshots", "db.events", "--older-than-days", "0", "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("iceberg-maint expire-snapshots: state store URL 'not a url': ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert [s.snapshot_id for s in history.table.refresh().metadata.snapshots] == before

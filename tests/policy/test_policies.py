@@ -12,8 +12,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 from airflow_iceberg_maint.policy.policies import (
     ORPHAN_FILE_REMOVAL,
+    SNAPSHOT_EXPIRY,
     OrphanRemovalContent,
+    SnapshotExpiryContent,
     attached_tables,
+    governing_policies,
     load_policies,
     parse_policies,
     parse_policy,
@@ -200,3 +203,121 @@ def test_attached_tables_resolves_globs_and_exact_names(sqlite_catalog: SqlCatal
     missing = parse_policies([{**SPEC_EXAMPLE, "name": "m", "tables": ["sales.gone"]}])
     with pytest.raises(TableNotFoundError, match=r"policy 'm' attaches table 'sales\.gone'"):
         attached_tables(sqlite_catalog, missing)
+
+
+EXPIRY_EXAMPLE = {
+    "name": "expire_daily",
+    "type": "system_iceberg_snapshot_expiry",
+    "enabled": True,
+    "minIntervalDays": 1,
+    "tables": ["sales.*"],
+    "content": {"olderThanDays": 5, "retainLast": 1, "dryRun": False},
+}
+
+
+def test_expiry_policy_of_the_contract() -> None:
+    policy = parse_policy(EXPIRY_EXAMPLE)
+    assert policy.type == SNAPSHOT_EXPIRY
+    assert policy.content == SnapshotExpiryContent(older_than_days=5.0, retain_last=1, dry_run=False)
+    assert policy.min_interval_days == 1.0 and policy.tables == ("sales.*",)
+    assert policy.attaches("sales.orders") and not policy.attaches("hr.people")
+    assert policy.to_json() == {
+        "name": "expire_daily",
+        "type": "system_iceberg_snapshot_expiry",
+        "comment": None,
+        "enabled": True,
+        "minIntervalDays": 1.0,
+        "tables": ["sales.*"],
+        "content": {"olderThanDays": 5.0, "retainLast": 1, "dryRun": False},
+    }
+    assert parse_policy(policy.to_json()) == policy
+
+
+def test_expiry_content_defaults_to_the_table_properties() -> None:
+    policy = parse_policy({"name": "e", "type": SNAPSHOT_EXPIRY})
+    assert policy.content == SnapshotExpiryContent(older_than_days=None, retain_last=None, dry_run=False)
+    assert policy.content.to_json() == {"olderThanDays": None, "retainLast": None, "dryRun": False}
+    assert policy.min_interval_days == 7.0
+
+
+def test_expiry_days_under_one_need_no_opt_in() -> None:
+    content = parse_policy({**EXPIRY_EXAMPLE, "content": {"olderThanDays": 0}}).content
+    assert content == SnapshotExpiryContent(older_than_days=0.0)
+
+
+WHERE = "policies.yaml: policy 'expire_daily'"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"olderThanDays": -1}, f"{WHERE} content.olderThanDays: must be a finite number >= 0, got -1"),
+        ({"olderThanDays": "5"}, f"{WHERE} content.olderThanDays: expected a number, got '5'"),
+        ({"olderThanDays": True}, f"{WHERE} content.olderThanDays: expected a number, got True"),
+        ({"retainLast": 0}, f"{WHERE} content.retainLast: expected a whole number >= 1, got 0"),
+        ({"retainLast": 1.5}, f"{WHERE} content.retainLast: expected a whole number >= 1, got 1.5"),
+        ({"retainLast": 2.0}, f"{WHERE} content.retainLast: expected a whole number >= 1, got 2.0"),
+        ({"retainLast": True}, f"{WHERE} content.retainLast: expected a whole number >= 1, got True"),
+        ({"retainLast": "1"}, f"{WHERE} content.retainLast: expected a whole number >= 1, got '1'"),
+        ({"dryRun": "no"}, f"{WHERE} content.dryRun: expected true or false, got 'no'"),
+        (
+            {"location": "file:///w"},
+            f"{WHERE} content: unknown field 'location' (allowed: dryRun, olderThanDays, retainLast)",
+        ),
+        (
+            {"allowRecentFiles": True},
+            f"{WHERE} content: unknown field 'allowRecentFiles' (allowed: dryRun, olderThanDays, retainLast)",
+        ),
+        ("5 days", f"{WHERE}: content must be an object, got '5 days'"),
+    ],
+)
+def test_bad_expiry_content_is_refused_naming_the_field(content: object, message: str) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        parse_policy({**EXPIRY_EXAMPLE, "content": content}, source="policies.yaml")
+    assert str(caught.value) == message
+
+
+def test_unknown_type_lists_both_known_types() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        parse_policy({**EXPIRY_EXAMPLE, "type": "system_iceberg_compaction"}, source="f.json")
+    assert str(caught.value) == (
+        "f.json: policy 'expire_daily'.type: unknown policy type 'system_iceberg_compaction' "
+        "(known: system_iceberg_orphan_file_removal, system_iceberg_snapshot_expiry)"
+    )
+
+
+def test_names_are_unique_across_types() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        parse_policies([EXPIRY_EXAMPLE, {**SPEC_EXAMPLE, "name": "expire_daily"}], source="f.json")
+    assert str(caught.value) == "f.json: policy name 'expire_daily' is used twice"
+
+
+def test_each_type_governs_on_its_own() -> None:
+    policies = parse_policies(
+        [
+            {**SPEC_EXAMPLE, "name": "orphans_sales", "tables": ["sales.*"]},
+            {**EXPIRY_EXAMPLE, "name": "expire_sales", "tables": ["sales.*"]},
+            {**EXPIRY_EXAMPLE, "name": "expire_orders", "tables": ["sales.orders"]},
+            {**EXPIRY_EXAMPLE, "name": "expire_hr", "tables": ["hr.*"]},
+        ]
+    )
+    assert policy_for_table(policies, "sales.orders").name == "orphans_sales"
+    assert policy_for_table(policies, "sales.orders", SNAPSHOT_EXPIRY).name == "expire_orders"
+    assert [p.name for p in governing_policies(policies, "sales.orders")] == ["orphans_sales", "expire_orders"]
+    assert [p.name for p in governing_policies(policies, "sales.items")] == ["orphans_sales", "expire_sales"]
+    assert [p.name for p in governing_policies(policies, "hr.people")] == ["expire_hr"]
+    assert governing_policies(policies, "ops.logs") == []
+
+
+def test_attached_tables_by_type(sqlite_catalog: SqlCatalog) -> None:
+    sqlite_catalog.create_namespace("sales")
+    for name in ("sales.orders", "sales.items"):
+        sqlite_catalog.create_table(name, pa.schema([("id", pa.int64())]))
+    policies = parse_policies(
+        [
+            {**SPEC_EXAMPLE, "name": "orphans", "tables": ["sales.orders"]},
+            {**EXPIRY_EXAMPLE, "name": "expire", "tables": ["sales.*"]},
+        ]
+    )
+    assert attached_tables(sqlite_catalog, policies) == ["sales.orders"]
+    assert attached_tables(sqlite_catalog, policies, SNAPSHOT_EXPIRY) == ["sales.items", "sales.orders"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policy.state import (
@@ -13,6 +15,7 @@ from airflow_iceberg_maint.policy.state import (
     SqlStateStore,
     default_state_url,
     record_attempt,
+    record_expiry_run,
     record_orphan_run,
 )
 
@@ -118,3 +121,87 @@ def test_unusable_database_is_a_maintenance_error(tmp_path: Path) -> None:
     directory.mkdir()
     with pytest.raises(MaintenanceError, match="state store sqlite:///"):
         SqlStateStore(f"sqlite:///{directory}")
+
+
+def expiry_json(*, dry_run: bool, failed: int = 0) -> dict:
+    return {
+        "table": "db.t",
+        "table_uuid": UUID,
+        "dry_run": dry_run,
+        "expired_snapshot_ids": [11, 12, 13],
+        "deleted_file_count": 5 - failed,
+        "deleted_bytes": 500,
+        "failed": [{"path": f"file:///x/{i}", "error": "denied"} for i in range(failed)],
+    }
+
+
+def test_expiry_runs_have_their_own_clock(store: SqlStateStore) -> None:
+    orphans = record_orphan_run(store, summary(dry_run=False), T0)
+    expiry = record_expiry_run(store, expiry_json(dry_run=False), T0 + timedelta(days=1))
+    assert expiry.job == "system_iceberg_snapshot_expiry"
+    assert expiry.last_success_at == T0 + timedelta(days=1)
+    assert expiry.last_attempt_counts == {
+        "expired_snapshot_count": 3,
+        "deleted_file_count": 5,
+        "deleted_bytes": 500,
+        "failed_count": 0,
+    }
+    assert store.get(UUID) == orphans
+    assert store.get(UUID, "system_iceberg_snapshot_expiry") == expiry
+    assert store.all("system_iceberg_snapshot_expiry") == [expiry]
+    assert store.all() == [orphans]
+
+
+def test_only_a_real_expiry_without_failed_deletes_moves_its_clock(store: SqlStateStore) -> None:
+    record_expiry_run(store, expiry_json(dry_run=False), T0)
+    dry = record_expiry_run(store, expiry_json(dry_run=True), T0 + timedelta(days=1))
+    assert dry.last_success_at == T0 and dry.last_attempt_dry_run is True
+    partial = record_expiry_run(store, expiry_json(dry_run=False, failed=2), T0 + timedelta(days=2))
+    assert partial.last_success_at == T0
+    assert (partial.last_attempt_status, partial.last_error) == ("failed", "2 deletes failed")
+    assert partial.last_attempt_counts["failed_count"] == 2
+    assert store.get(UUID) is None  # no orphan-removal record was made
+
+
+def test_records_written_before_expiry_existed_read_as_orphan_runs(tmp_path: Path) -> None:
+    # A state file as the previous release wrote it: one row, keyed by UUID and the orphan job.
+    url = f"sqlite:///{tmp_path}/old.db"
+    old_body = json.dumps(
+        {
+            "table_uuid": UUID,
+            "job": "system_iceberg_orphan_file_removal",
+            "table": "db.t",
+            "last_success_at": "2026-01-10T12:00:00+00:00",
+            "last_attempt_at": "2026-01-10T12:00:00+00:00",
+            "last_attempt_status": "success",
+            "last_attempt_dry_run": False,
+            "last_attempt_counts": {"orphan_file_count": 4, "orphan_bytes": 400, "deleted_file_count": 4},
+            "last_error": None,
+        }
+    )
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE iceberg_maint_state (table_uuid VARCHAR(36), job VARCHAR(128), body TEXT NOT NULL, "
+                "PRIMARY KEY (table_uuid, job))"
+            )
+        )
+        conn.execute(
+            sa.text("INSERT INTO iceberg_maint_state VALUES (:u, 'system_iceberg_orphan_file_removal', :b)"),
+            {"u": UUID, "b": old_body},
+        )
+    store = SqlStateStore(url)
+    assert store.get(UUID) == CleanupState(
+        UUID,
+        "system_iceberg_orphan_file_removal",
+        "db.t",
+        T0,
+        T0,
+        "success",
+        False,
+        {"orphan_file_count": 4, "orphan_bytes": 400, "deleted_file_count": 4},
+    )
+    assert store.get(UUID, "system_iceberg_snapshot_expiry") is None
+    record_expiry_run(store, expiry_json(dry_run=False), T0 + timedelta(days=1))
+    assert store.get(UUID).last_success_at == T0

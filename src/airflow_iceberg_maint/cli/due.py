@@ -1,4 +1,4 @@
-"""``iceberg-maint due``: is a table due for orphan-file removal under its policy?"""
+"""``iceberg-maint due``: is a table due for orphan-file removal, and for each policy attached to it?"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
-from airflow_iceberg_maint.policy.due import evaluate_table
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate_policies, evaluate_table
 from airflow_iceberg_maint.policy.policies import load_policies
 from airflow_iceberg_maint.policy.state import SqlStateStore
 
@@ -16,7 +16,7 @@ from airflow_iceberg_maint.policy.state import SqlStateStore
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "due",
-        help="evaluate whether a table is due for orphan-file removal",
+        help="evaluate whether a table is due for orphan-file removal and for each policy attached to it",
         description="State comes from $ICEBERG_MAINT_STATE_URL (a SQLAlchemy URL), "
         "by default a SQLite file under ~/.local/state/iceberg-maint/.",
     )
@@ -26,11 +26,19 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _verdict(evaluation: Evaluation) -> str:
+    return f"{'due' if evaluation.due else 'not due'} ({evaluation.reason})"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     # Validate the policy file before touching the catalog: a bad file is the likelier mistake.
     policies = load_policies(args.policy) if args.policy else None
     table = load_table(cli_catalog(args), args.table)
     table_uuid = str(table.metadata.table_uuid)
-    result = evaluate_table(args.table, table_uuid, policies, SqlStateStore(), datetime.now(UTC), args.policy)
-    verdict = "due" if result.due else "not due"
-    return {**result.to_json(), "__text__": f"{args.table}: {verdict} ({result.reason}), score {result.score:g}"}
+    store, now = SqlStateStore(), datetime.now(UTC)
+    # The top-level keys stay orphan removal's (the contract before expiry); `policies` covers every type.
+    result = evaluate_table(args.table, table_uuid, policies, store, now, args.policy)
+    each = evaluate_policies(args.table, table_uuid, policies or [], store, now)
+    lines = [f"{args.table}: {_verdict(result)}, score {result.score:g}"]
+    lines += [f"  policy {e.policy!r} ({e.type}): {_verdict(e)}" for e in each]
+    return {**result.to_json(), "policies": [e.policy_json() for e in each], "__text__": "\n".join(lines)}

@@ -14,6 +14,7 @@ from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, check_retain_last
 from airflow_iceberg_maint.index.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES, cutoff_for_days
+from airflow_iceberg_maint.policy.state import SqlStateStore, record_expiry_run
 
 
 def register(subparsers: Any) -> None:
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise InvalidInputError(f"--older-than {when}: is in the future (now is {now.isoformat()})")
     if args.retain_last is not None:
         check_retain_last(args.retain_last, "--retain-last")
+    store = SqlStateStore()  # opened first: a bad state URL is refused before anything is expired
     table = load_table(cli_catalog(args), args.table)
     options = ExpireOptions(
         older_than=args.older_than,
@@ -74,4 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         max_concurrent_deletes=args.max_concurrent_deletes,
     )
     report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now)
-    return with_failed_deletes({**report.to_json(), "__text__": _text(report)})
+    result = report.to_json()
+    # Bookkeeping for `due`: only a real run without failed deletes moves the last-expiry clock.
+    record_expiry_run(store, result, datetime.now(UTC))
+    return with_failed_deletes({**result, "__text__": _text(report)})

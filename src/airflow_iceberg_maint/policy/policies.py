@@ -1,6 +1,7 @@
 """Maintenance policies: what to run on which tables, declared as configuration.
 
-A policy has the body shape of docs/design.md (section "Policy") plus two
+Two policy types are built in: orphan-file removal and snapshot expiry. A policy has the
+body shape of docs/design.md (section "Policy") plus two
 top-level fields shared by every policy type: ``minIntervalDays`` (the minimum interval
 between runs) and ``tables`` (exact names or globs the policy attaches to). Policies load
 from JSON or YAML; every unknown field, wrong type or negative number is refused with an
@@ -20,7 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 from pyiceberg.catalog import Catalog
@@ -31,6 +32,7 @@ from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS
 
 ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
+SNAPSHOT_EXPIRY = "system_iceberg_snapshot_expiry"
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
 #: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
 RECENT_FILES_FLOOR_DAYS = 1.0
@@ -61,10 +63,28 @@ class OrphanRemovalContent:
 
 
 @dataclass(frozen=True)
-class Policy:
+class SnapshotExpiryContent:
+    """Content of a ``system_iceberg_snapshot_expiry`` policy; None: the table's ``history.expire.*`` default."""
+
+    older_than_days: float | None = None
+    retain_last: int | None = None
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"olderThanDays": self.older_than_days, "retainLast": self.retain_last, "dryRun": self.dry_run}
+
+
+PolicyContent = OrphanRemovalContent | SnapshotExpiryContent
+ContentT = TypeVar("ContentT", bound=PolicyContent)
+
+
+@dataclass(frozen=True)
+class Policy(Generic[ContentT]):
+    """A policy; ``Policy[SnapshotExpiryContent]`` when its type is known. A bare ``Policy`` is any type."""
+
     name: str
     type: str
-    content: OrphanRemovalContent
+    content: ContentT
     comment: str | None = None
     enabled: bool = True
     min_interval_days: float = DEFAULT_MIN_INTERVAL_DAYS
@@ -129,13 +149,19 @@ def _unknown_fields(body: Mapping[str, Any], allowed: frozenset[str], what: str)
         raise InvalidInputError(f"{what}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
 
 
-def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
-    """Parse and validate the content of an orphan-file removal policy."""
+def _content_body(body: Any, allowed: frozenset[str], what: str) -> Mapping[str, Any]:
+    """A policy's ``content`` object (absent: empty) with only ``allowed`` fields."""
     if body is None:
         body = {}
     if not isinstance(body, Mapping):
         raise InvalidInputError(f"{what}: content must be an object, got {body!r}")
-    _unknown_fields(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles"}), f"{what} content")
+    _unknown_fields(body, allowed, f"{what} content")
+    return body
+
+
+def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
+    """Parse and validate the content of an orphan-file removal policy."""
+    body = _content_body(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles"}), what)
     location = _optional_string(body.get("location"), f"{what} content.location")
     if location is not None and not location.strip():
         raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
@@ -154,9 +180,33 @@ def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
     )
 
 
+def _whole_number(value: Any, what: str, minimum: int) -> int:
+    # 2.0 is refused too: a count written as a decimal is more likely a slip than intent.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(f"{what}: expected a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_snapshot_expiry_content(body: Any, what: str) -> SnapshotExpiryContent:
+    """Parse and validate the content of a snapshot-expiry policy.
+
+    ``olderThanDays`` has no 1-day floor: expiry reads manifests, never lists storage, so a write
+    in progress cannot lose its files to it; a small value only shortens time travel.
+    """
+    body = _content_body(body, frozenset({"olderThanDays", "retainLast", "dryRun"}), what)
+    days = body.get("olderThanDays")
+    retain_last = body.get("retainLast")
+    return SnapshotExpiryContent(
+        older_than_days=None if days is None else _number(days, f"{what} content.olderThanDays"),
+        retain_last=None if retain_last is None else _whole_number(retain_last, f"{what} content.retainLast", 1),
+        dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
+    )
+
+
 #: Content parser for each known policy type; a new built-in type registers here.
-CONTENT_PARSERS: Mapping[str, Callable[[Any, str], OrphanRemovalContent]] = {
+CONTENT_PARSERS: Mapping[str, Callable[[Any, str], PolicyContent]] = {
     ORPHAN_FILE_REMOVAL: parse_orphan_removal_content,
+    SNAPSHOT_EXPIRY: parse_snapshot_expiry_content,
 }
 
 
@@ -171,7 +221,7 @@ def _tables(value: Any, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_policy(body: Any, source: str = "policy", index: int | None = None) -> Policy:
+def parse_policy(body: Any, source: str = "policy", index: int | None = None) -> Policy[Any]:
     """Validate one policy object (REST body shape) and return it."""
     if not isinstance(body, Mapping):
         raise InvalidInputError(f"{_where(source, index, None)}: expected an object, got {body!r}")
@@ -196,7 +246,7 @@ def parse_policy(body: Any, source: str = "policy", index: int | None = None) ->
     )
 
 
-def parse_policies(document: Any, source: str = "policy") -> list[Policy]:
+def parse_policies(document: Any, source: str = "policy") -> list[Policy[Any]]:
     """Validate a document holding one policy object or a list of them; names must be unique."""
     bodies = document if isinstance(document, list) else [document]
     policies = [parse_policy(body, source, i) for i, body in enumerate(bodies)]
@@ -208,7 +258,7 @@ def parse_policies(document: Any, source: str = "policy") -> list[Policy]:
     return policies
 
 
-def load_policies(path: str | Path) -> list[Policy]:
+def load_policies(path: str | Path) -> list[Policy[Any]]:
     """Load policies from a ``.json`` file, or a YAML file (any other extension)."""
     path = Path(path)
     try:
@@ -225,13 +275,21 @@ def load_policies(path: str | Path) -> list[Policy]:
     return parse_policies(document, source=f"policy file {str(path)!r}")
 
 
-def policy_for_table(policies: Iterable[Policy], table: str, policy_type: str = ORPHAN_FILE_REMOVAL) -> Policy | None:
+def policy_for_table(
+    policies: Iterable[Policy[Any]], table: str, policy_type: str = ORPHAN_FILE_REMOVAL
+) -> Policy[Any] | None:
     """The policy of a type that governs a table: an exact-name attachment wins over a glob,
     otherwise the first in file order. Disabled policies count, so that evaluation can say so."""
     candidates = [p for p in policies if p.type == policy_type and p.attaches(table)]
     exact = [p for p in candidates if p.attaches_exactly(table)]
     chosen = exact or candidates
     return chosen[0] if chosen else None
+
+
+def governing_policies(policies: Sequence[Policy[Any]], table: str) -> list[Policy[Any]]:
+    """The policy of each type that governs a table (``policy_for_table``), types in file order."""
+    types = dict.fromkeys(p.type for p in policies if p.attaches(table))
+    return [policy for kind in types if (policy := policy_for_table(policies, table, kind)) is not None]
 
 
 def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[str]:
@@ -250,7 +308,9 @@ def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list
     return names
 
 
-def attached_tables(catalog: Catalog, policies: Iterable[Policy], policy_type: str = ORPHAN_FILE_REMOVAL) -> list[str]:
+def attached_tables(
+    catalog: Catalog, policies: Iterable[Policy[Any]], policy_type: str = ORPHAN_FILE_REMOVAL
+) -> list[str]:
     """The tables that enabled policies of a type attach to, sorted.
 
     An exact name that is not in the catalog is an error naming it; a glob may match nothing.

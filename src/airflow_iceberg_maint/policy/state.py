@@ -1,8 +1,10 @@
 """Per-table maintenance state: when a job last succeeded, and what its last attempt did.
 
 State is keyed by the table UUID (so dropping and recreating a table resets it) and by the
-policy type, and kept outside the table: bookkeeping never makes an Iceberg commit. Only a
-successful non-dry run moves ``last_success_at``; dry runs and failures record an attempt.
+policy type, the ``job``: orphan removal and snapshot expiry each have their own clock, and the
+records written before expiry existed are read as the orphan-removal records they always were.
+It is kept outside the table: bookkeeping never makes an Iceberg commit. Only a successful
+non-dry run moves ``last_success_at``; dry runs and failures record an attempt.
 
 The store is pluggable (``StateStore``): ``SqlStateStore`` here serves the CLI (a SQLite
 file by default, or any SQLAlchemy URL); the Airflow layer adds one backed by Airflow's
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
 
@@ -119,13 +121,15 @@ def record_attempt(
     return state
 
 
-def record_orphan_run(
-    store: StateStore, summary: Mapping[str, Any], at: datetime, report: str | None = None
+def _record_run(
+    store: StateStore,
+    job: str,
+    summary: Mapping[str, Any],
+    counts: dict[str, int],
+    at: datetime,
+    report: str | None,
 ) -> CleanupState:
-    """Record a completed orphan-removal run from its report summary (``OrphanReport.summary()``).
-
-    A run where some deletes failed did not finish the cleanup, so it does not move the clock.
-    """
+    # A run where some deletes failed did not finish its work, so it does not move the clock.
     failed = len(summary.get("failed") or [])
     return record_attempt(
         store,
@@ -134,15 +138,31 @@ def record_orphan_run(
         at=at,
         dry_run=bool(summary["dry_run"]),
         succeeded=failed == 0,
-        counts={
-            "orphan_file_count": int(summary["orphan_file_count"]),
-            "orphan_bytes": int(summary["orphan_bytes"]),
-            "deleted_file_count": int(summary["deleted_file_count"]),
-            "failed_count": failed,
-        },
+        counts={**counts, "failed_count": failed},
         error=f"{failed} deletes failed" if failed else None,
+        job=job,
         report=report,
     )
+
+
+def record_orphan_run(
+    store: StateStore, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed orphan-removal run from its report summary (``OrphanReport.summary()``)."""
+    counts = {key: int(summary[key]) for key in ("orphan_file_count", "orphan_bytes", "deleted_file_count")}
+    return _record_run(store, ORPHAN_FILE_REMOVAL, summary, counts, at, report)
+
+
+def record_expiry_run(
+    store: StateStore, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed snapshot-expiry run from its JSON (``ExpiryReport.to_json()``)."""
+    counts = {
+        "expired_snapshot_count": len(summary["expired_snapshot_ids"]),
+        "deleted_file_count": int(summary["deleted_file_count"]),
+        "deleted_bytes": int(summary["deleted_bytes"]),
+    }
+    return _record_run(store, SNAPSHOT_EXPIRY, summary, counts, at, report)
 
 
 def default_state_url() -> str:
