@@ -58,7 +58,8 @@ class CommitOutcomeUnknownError(MaintenanceError):
 
 
 class StorageError(MaintenanceError):
-    """Object storage could not be reached or refused a request after the client's retries."""
+    """Object storage or the state store's database could not be reached or refused a request after the
+    client's retries."""
 
     retryable = True
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
 from airflow_iceberg_maint.policy.state import (
     CleanupState,
     SqlStateStore,
@@ -118,3 +118,11 @@ def test_unusable_database_is_a_maintenance_error(tmp_path: Path) -> None:
     directory.mkdir()
     with pytest.raises(MaintenanceError, match="state store sqlite:///"):
         SqlStateStore(f"sqlite:///{directory}")
+
+
+def test_a_database_that_cannot_be_reached_may_answer_a_retry(tmp_path: Path) -> None:
+    directory = tmp_path / "a-directory.db"
+    directory.mkdir()
+    with pytest.raises(StorageError, match=r"state store sqlite:///.*unable to open database file") as caught:
+        SqlStateStore(f"sqlite:///{directory}")
+    assert caught.value.retryable is True

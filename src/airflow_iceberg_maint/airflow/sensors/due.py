@@ -7,12 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policy.due import Evaluation
 from airflow_iceberg_maint.policy.policies import Policy, load_policies, policy_for_table
 
@@ -22,7 +22,9 @@ class IcebergTableDueSensor(BaseSensorOperator):
 
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
     is the evaluation (``due``, ``score``, ``reason``, ...). A table no policy of the file
-    attaches to, a missing table or a bad policy file fails at once.
+    attaches to, a missing table or a bad policy file fails at once; a fault that may pass (an
+    unreachable state store, an unreadable file) fails the try, so the task's retries apply,
+    whether met in a poke, before deferring or in the trigger.
 
     :param table: ``namespace.table``.
     :param policy_file: JSON or YAML policy file; without it the default 7-day interval applies.
@@ -55,7 +57,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
             return None
         policies = load_policies(self.policy_file)
         if policy_for_table(policies, self.table) is None:
-            raise AirflowFailException(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
+            raise InvalidInputError(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
         return policies
 
     def _evaluate(self, policies: list[Policy] | None) -> Evaluation:
@@ -67,7 +69,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
         try:
             evaluation = self._evaluate(self._policies())
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
         return PokeReturnValue(is_done=evaluation.due, xcom_value=evaluation.to_json())
 
     def execute(self, context: Context) -> Any:
@@ -77,7 +79,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
             policies = self._policies()
             evaluation = self._evaluate(policies)
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
         if evaluation.due:
             return evaluation.to_json()
         policy = policy_for_table(policies, self.table) if policies else None
@@ -95,6 +97,6 @@ class IcebergTableDueSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "due":
-            raise AirflowException(f"table {self.table}: {event.get('message', event)}")
+            raise event_exception(f"table {self.table}", event)
         self.log.info("%s: %s", self.table, event["evaluation"]["reason"])
         return event["evaluation"]
