@@ -99,4 +99,5 @@ class IcebergTableDueSensor(BaseSensorOperator):
         if event.get("status") != "due":
             raise event_exception(f"table {self.table}", event)
         self.log.info("%s: %s", self.table, event["evaluation"]["reason"])
-        return event["evaluation"]
+        evaluation: dict[str, Any] = event["evaluation"]
+        return evaluation

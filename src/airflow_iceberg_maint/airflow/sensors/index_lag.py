@@ -116,4 +116,5 @@ class IcebergIndexLagSensor(BaseSensorOperator):
             raise event_exception(f"table {self.table} index {self.index}", event)
         self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
         record_index_lags(self.state_url, str(self.table), [event["lag"]], datetime.now(UTC), self.log)
-        return event["lag"]
+        lag: dict[str, Any] = event["lag"]
+        return lag

@@ -30,7 +30,7 @@ class IcebergIndexLagTrigger(BaseTrigger):
         max_added_files: int | None = None,
         poll_interval: float = 60.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # untyped_calls_exclude misses super()
         self.table = table
         self.index = index
         self.iceberg_conn_id = iceberg_conn_id
