@@ -84,3 +84,9 @@ def test_an_event_without_retryable_is_an_ordinary_failure() -> None:
     raised = event_exception("table db.t", {"status": "timeout"})
     assert type(raised) is AirflowException
     assert str(raised) == "table db.t: {'status': 'timeout'}"
+
+
+def test_an_error_that_names_its_subject_is_raised_with_its_own_message() -> None:
+    raised = task_exception(None, errors.InvalidInputError("policy file 'p.yaml': bad"))
+    assert type(raised) is AirflowFailException
+    assert str(raised) == "policy file 'p.yaml': bad"

@@ -33,14 +33,15 @@ def retryable(exc: BaseException) -> bool:
     return exc.retryable if isinstance(exc, MaintenanceError) else True
 
 
-def _exception(what: str, message: str, may_pass: bool) -> AirflowException:
+def _exception(what: str | None, message: str, may_pass: bool) -> AirflowException:
     kind = AirflowException if may_pass else AirflowFailException
-    return kind(f"{what}: {message}")
+    return kind(f"{what}: {message}" if what else message)
 
 
-def task_exception(what: str, exc: MaintenanceError) -> AirflowException:
+def task_exception(what: str | None, exc: MaintenanceError) -> AirflowException:
     """The exception to raise: ``AirflowException`` (Airflow retries) when ``exc.retryable``, else
-    ``AirflowFailException`` (bad input, refusals: no retry can help)."""
+    ``AirflowFailException`` (bad input, refusals: no retry can help). ``what`` prefixes the message
+    (None: the error names its subject itself)."""
     return _exception(what, str(exc), exc.retryable)
 
 

@@ -53,8 +53,8 @@ class _OrphanPlanningOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
             return self._plan(context)
-        except MaintenanceError as exc:
-            raise task_exception(f"policy file {self.policy_file}", exc) from exc
+        except MaintenanceError as exc:  # it names the policy file, the table or the location itself
+            raise task_exception(None, exc) from exc
 
     @abstractmethod
     def _plan(self, context: Context) -> list[dict[str, Any]]:
