@@ -71,7 +71,8 @@ class UnsupportedStoreError(InvalidInputError):
 
 
 class StorageError(MaintenanceError):
-    """Object storage could not be reached or refused a request after the client's retries."""
+    """Object storage or the state store's database could not be reached or refused a request after the
+    client's retries."""
 
     retryable = True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index import (
@@ -97,5 +97,6 @@ def test_trigger_reports_errors_as_events(indexed: SqlCatalog) -> None:
     trigger = IcebergIndexLagTrigger(table=TABLE, index="nope", iceberg_conn_id="iceberg_default")
     event = asyncio.run(next_event(trigger, timeout=30))
     assert event.payload["status"] == "error" and "'nope'" in event.payload["message"]
-    with pytest.raises(AirflowException, match=r"'nope'"):
+    assert event.payload["retryable"] is False  # no such index: the resumed task fails without retry
+    with pytest.raises(AirflowFailException, match=r"'nope'"):
         IcebergIndexLagSensor(task_id="lag", table=TABLE, index="nope").execute_complete({}, event.payload)

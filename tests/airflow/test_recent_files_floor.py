@@ -371,3 +371,21 @@ def test_planning_refuses_a_policy_under_a_day(
     with pytest.raises(AirflowFailException) as caught:
         task.execute(context)
     assert str(caught.value) == f"policy file {policy!r}: policy 'fast' {policy_refusal('0')}"
+
+
+def test_planning_a_policy_file_that_also_holds_an_expiry_policy(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    policy = tmp_path / "policies.yaml"
+    policy.write_text(
+        "- {name: expire, type: system_iceberg_snapshot_expiry, tables: ['demo.*'], content: {olderThanDays: 5}}\n"
+        "- {name: fast, type: system_iceberg_orphan_file_removal, tables: ['demo.*'],"
+        " content: {olderThanDays: 0.5, allowRecentFiles: true}}\n"
+    )
+    jobs = IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=str(policy), state_url=state_url).execute(
+        context
+    )
+    assert sorted((job["table"], job["policy"], job["allow_recent_files"]) for job in jobs) == [
+        ("demo.events", "fast", True),
+        ("demo.orders", "fast", True),
+    ]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
@@ -96,6 +96,7 @@ def test_trigger_reports_errors_as_events(catalog: SqlCatalog, state_url: str) -
     trigger = IcebergTableDueTrigger(table="demo.nope", iceberg_conn_id="iceberg_default", state_url=state_url)
     event = asyncio.run(next_event(trigger, timeout=30))
     assert event.payload["status"] == "error" and "demo.nope" in event.payload["message"]
+    assert event.payload["retryable"] is False  # no such table: the resumed task fails without retry
     operator = IcebergTableDueSensor(task_id="due", table="demo.nope", state_url=state_url)
-    with pytest.raises(AirflowException, match=r"demo\.nope"):
+    with pytest.raises(AirflowFailException, match=r"demo\.nope"):
         operator.execute_complete({}, event.payload)

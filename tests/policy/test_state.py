@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
 from airflow_iceberg_maint.policy.state import (
     CleanupState,
     SqlStateStore,
@@ -205,3 +205,11 @@ def test_records_written_before_expiry_existed_read_as_orphan_runs(tmp_path: Pat
     assert store.get(UUID, "system_iceberg_snapshot_expiry") is None
     record_expiry_run(store, expiry_json(dry_run=False), T0 + timedelta(days=1))
     assert store.get(UUID).last_success_at == T0
+
+
+def test_a_database_that_cannot_be_reached_may_answer_a_retry(tmp_path: Path) -> None:
+    directory = tmp_path / "a-directory.db"
+    directory.mkdir()
+    with pytest.raises(StorageError, match=r"state store sqlite:///.*unable to open database file") as caught:
+        SqlStateStore(f"sqlite:///{directory}")
+    assert caught.value.retryable is True

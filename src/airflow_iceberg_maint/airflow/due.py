@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from airflow_iceberg_maint.airflow.catalog import catalog_for
 from airflow_iceberg_maint.airflow.state_store import state_store_for
@@ -13,7 +14,7 @@ from airflow_iceberg_maint.policy.policies import Policy
 
 
 def evaluate_due(
-    conn_id: str, table: str, policies: Sequence[Policy] | None, state_url: str | None, source: str
+    conn_id: str, table: str, policies: Sequence[Policy[Any]] | None, state_url: str | None, source: str
 ) -> Evaluation:
     loaded = load_table(catalog_for(conn_id), table)
     store = state_store_for(state_url)

@@ -100,4 +100,5 @@ def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | N
 
 def read_report(uri: str, io_properties: Mapping[str, str]) -> dict[str, Any]:
     with load_file_io(dict(io_properties), uri).new_input(uri).open() as stream:
-        return json.loads(stream.read())
+        report: dict[str, Any] = json.loads(stream.read())
+    return report

@@ -109,7 +109,7 @@ class TableStatus:
 
 
 def table_rows(
-    policies: Sequence[Policy],
+    policies: Sequence[Policy[Any]],
     definitions: Sequence[TableDefinition],
     records: Records,
     now: datetime,

@@ -148,7 +148,8 @@ class AzureStorage:
         return cls(service_from_properties(props, Uri.parse(location).authority))
 
     def container(self, authority: str) -> ContainerClient:
-        return self.service.get_container_client(split_authority(authority)[0])
+        client: ContainerClient = self.service.get_container_client(split_authority(authority)[0])
+        return client
 
     def list_files(self, root: str, keep: KeepComponent) -> Iterator[FileInfo]:
         uri = Uri.parse(root.rstrip("/"))

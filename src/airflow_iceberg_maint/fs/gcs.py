@@ -177,7 +177,8 @@ class GcsStorage:
             with _RepliesBatch(self.client, raise_exception=False) as batch:
                 for key in keys:
                     bucket.delete_blob(key)
-            return batch.replies
+            replies: list[Any] = batch.replies
+            return replies
 
         # Sending a batch again is safe: a delete that already happened answers 404.
         replies = DEFAULT_RETRY(send)()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import ModuleType
-from typing import Protocol
+from typing import Protocol, cast
 
 from airflow_iceberg_maint.errors import InvalidInputError, UnsupportedStoreError
 from airflow_iceberg_maint.fs.locations import Uri
@@ -100,9 +100,9 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
 
         return s3_storage(location, io_properties)
     if uri.scheme in GCS_SCHEMES:
-        return _backend("gcs", "gcs").GcsStorage.from_properties(io_properties)
+        return cast(Storage, _backend("gcs", "gcs").GcsStorage.from_properties(io_properties))
     if uri.scheme in AZURE_SCHEMES:
-        return _backend("adls", "adls").AzureStorage.from_properties(io_properties, location)
+        return cast(Storage, _backend("adls", "adls").AzureStorage.from_properties(io_properties, location))
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
     raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
 

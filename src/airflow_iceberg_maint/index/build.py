@@ -201,7 +201,7 @@ def _next_change(changes: pa.Array, at: int) -> int:
     """The first index >= ``at`` where the key changes (the length when none), searched in growing windows."""
     window = 4096
     while at < len(changes):
-        found = pc.index(changes.slice(at, window), True).as_py()
+        found: int = pc.index(changes.slice(at, window), True).as_py()
         if found >= 0:
             return at + found
         at += window

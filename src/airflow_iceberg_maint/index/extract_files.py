@@ -172,7 +172,7 @@ def read_region_file(io: FileIO, path: str, schema: pa.Schema) -> pa.Table:
 def _put(io: FileIO, path: str, data: pa.Buffer) -> int:
     with io.new_output(path).create(overwrite=False) as stream:
         stream.write(data)  # a pa.Buffer is a bytes-like object: no copy
-    return data.size
+    return int(data.size)
 
 
 def write_tracking_file(io: FileIO, path: str, columns: Sequence[StatsColumn], entries: Sequence[RegionEntry]) -> int:

@@ -48,7 +48,7 @@ class KeyRanges:
 
     @property
     def count(self) -> int:
-        return self.boundaries.num_rows + 1
+        return int(self.boundaries.num_rows) + 1
 
     def mask(self, shard: int, keys: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
         """True for the entries whose ordering key (one array per field) falls in range ``shard``."""

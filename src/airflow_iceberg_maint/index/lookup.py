@@ -28,7 +28,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from itertools import pairwise
 from threading import Lock
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -540,7 +540,7 @@ def _groups_admitting(stats: _GroupStats, value: Any) -> Iterable[int]:
         except (pa.ArrowException, TypeError, ValueError):
             return range(len(stats.low))
         admits = pc.fill_null(pc.and_(pc.less_equal(stats.low, scalar), pc.greater_equal(stats.high, scalar)), True)
-    return pc.indices_nonzero(admits).to_pylist()
+    return cast("list[int]", pc.indices_nonzero(admits).to_pylist())
 
 
 def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], groups: int) -> list[int]:

@@ -70,6 +70,7 @@ def key_changes(keys: Sequence[pa.Array]) -> pa.Array:
 
 
 def _float_rank(value: float, bit_width: int) -> int:
+    bits: int
     if bit_width == 64:
         (bits,) = struct.unpack(">q", struct.pack(">d", value))
         return bits ^ _INT64_MAGNITUDE if bits < 0 else bits

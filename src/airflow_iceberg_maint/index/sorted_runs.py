@@ -234,7 +234,7 @@ class _Cursor:
 
     @property
     def done(self) -> bool:
-        return self.entries.num_rows == 0
+        return bool(self.entries.num_rows == 0)
 
     def key(self, index: int) -> tuple[tuple[Any, ...], ...]:
         return comparable([k[index].as_py() for k in self.keys], [k.type for k in self.keys])

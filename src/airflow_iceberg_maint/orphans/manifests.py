@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntryStatus
@@ -79,7 +79,7 @@ def _reach(ops: list[Op]) -> int:
 def _step(op: Op) -> Step:
     kind, arg = op[0], op[1]
     if kind == "step":
-        return arg
+        return cast(Step, arg)
     if kind == "fixed":
         return lambda d, end: d.skip(arg)
     return (lambda d, end: d.read_int()) if arg == 1 else (lambda d, end: d.read_ints(arg))

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -138,14 +138,14 @@ class ReferencedSet:
     @property
     def nbytes(self) -> int:
         exact, keys, identities = self._freeze()
-        return exact.nbytes + keys.nbytes + identities.nbytes
+        return int(exact.nbytes + keys.nbytes + identities.nbytes)
 
     def contains_exact(self, paths: Sequence[str]) -> list[bool]:
         return self.contains_hashes(path_hashes128(paths)[0])
 
     def contains_hashes(self, hashes: Sequence[int]) -> list[bool]:
         """``contains_exact`` of paths already hashed with ``path_hash``."""
-        return pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist()
+        return cast("list[bool]", pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist())
 
     def classify_unmatched(
         self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None

@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import accumulate
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -180,7 +180,7 @@ def _part_buckets(part: pq.ParquetFile, location: str, schema: pa.Schema) -> lis
     ordered = all(isinstance(b, int) for b in buckets) and buckets == sorted(set(buckets))
     if not ordered or len(buckets) != part.num_row_groups:
         raise MetadataReadError(f"scratch file {location!r}: its bucket list does not fit its row groups")
-    return buckets
+    return cast("list[int]", buckets)
 
 
 class BucketRange:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
@@ -201,7 +201,13 @@ class SqlStateStore:
             raise self._error(exc) from exc
 
     def _error(self, exc: Exception) -> MaintenanceError:
-        return MaintenanceError(f"state store {self._engine.url.render_as_string()}: {exc}".splitlines()[0])
+        """A database that could not be reached or was busy may answer a retry: ``StorageError``
+        (``OperationalError``: refused, timed out, locked, not openable, which for SQLite also covers a
+        table it does not find; a pool that ran dry). Anything else may not."""
+        message = f"state store {self._engine.url.render_as_string()}: {exc}".splitlines()[0]
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.TimeoutError):
+            return StorageError(message)
+        return MaintenanceError(message)
 
     def get(self, table_uuid: str, job: str = ORPHAN_FILE_REMOVAL) -> CleanupState | None:
         query = sa.select(_TABLE.c.body).where(_TABLE.c.table_uuid == table_uuid, _TABLE.c.job == job)

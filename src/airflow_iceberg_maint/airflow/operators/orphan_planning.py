@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.airflow.arguments import TableList
@@ -21,11 +20,12 @@ from airflow_iceberg_maint.airflow.index_definitions import table_names
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.airflow.status_records import record_policy_tables
+from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
 from airflow_iceberg_maint.policy.due import evaluate_table
 from airflow_iceberg_maint.policy.job_config import build_orphan_job, plan_orphan_jobs
-from airflow_iceberg_maint.policy.policies import load_policies, policy_for_table
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, load_policies, policy_for_table
 
 EVALUATIONS_KEY = "evaluations"
 
@@ -53,8 +53,8 @@ class _OrphanPlanningOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         try:
             return self._plan(context)
-        except MaintenanceError as exc:  # a bad policy file, a refused location: no retry can help
-            raise AirflowFailException(str(exc)) from exc
+        except MaintenanceError as exc:  # it names the policy file, the table or the location itself
+            raise task_exception(None, exc) from exc
 
     @abstractmethod
     def _plan(self, context: Context) -> list[dict[str, Any]]:
@@ -75,7 +75,8 @@ class IcebergOrphanPolicyExpansionOperator(_OrphanPlanningOperator):
     lets the removal task accept a cutoff under 1 day). Every evaluation, due or not, with its
     reason, is pushed to XCom under the key ``evaluations``. A bad policy file (including an
     ``olderThanDays`` under 1 without ``allowRecentFiles``), an attached table that does not
-    exist or a refused location fails the task without retries.
+    exist or a refused location fails the task without retries; a fault that may pass (an
+    unreachable state store or catalog) fails the try, so the task's retries apply.
 
     :param policy_file: JSON or YAML policy file, read when the task runs.
     :param iceberg_conn_id: an ``iceberg`` connection.
@@ -96,7 +97,8 @@ class IcebergOrphanPolicyExpansionOperator(_OrphanPlanningOperator):
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in plan.evaluations])
-        allow_recent = {p.name: p.content.allow_recent_files for p in policies}
+        # Only orphan-removal policies have the floor; a policy file may hold expiry policies too.
+        allow_recent = {p.name: p.content.allow_recent_files for p in policies if p.type == ORPHAN_FILE_REMOVAL}
         shared = {"other_tables_uri": self._share_catalog_pass(context, catalog)} if plan.jobs else {}
         return [
             {**job.to_json(), "policy": policy, "allow_recent_files": allow_recent[policy], **shared}

@@ -7,12 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policy.due import Evaluation
 from airflow_iceberg_maint.policy.policies import Policy, load_policies, policy_for_table
 
@@ -22,7 +22,9 @@ class IcebergTableDueSensor(BaseSensorOperator):
 
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
     is the evaluation (``due``, ``score``, ``reason``, ...). A table no policy of the file
-    attaches to, a missing table or a bad policy file fails at once.
+    attaches to, a missing table or a bad policy file fails at once; a fault that may pass (an
+    unreachable state store, an unreadable file) fails the try, so the task's retries apply,
+    whether met in a poke, before deferring or in the trigger.
 
     :param table: ``namespace.table``.
     :param policy_file: JSON or YAML policy file; without it the default 7-day interval applies.
@@ -50,15 +52,15 @@ class IcebergTableDueSensor(BaseSensorOperator):
         self.state_url = state_url
         self.deferrable = deferrable
 
-    def _policies(self) -> list[Policy] | None:
+    def _policies(self) -> list[Policy[Any]] | None:
         if not self.policy_file:
             return None
         policies = load_policies(self.policy_file)
         if policy_for_table(policies, self.table) is None:
-            raise AirflowFailException(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
+            raise InvalidInputError(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
         return policies
 
-    def _evaluate(self, policies: list[Policy] | None) -> Evaluation:
+    def _evaluate(self, policies: list[Policy[Any]] | None) -> Evaluation:
         evaluation = evaluate_due(self.iceberg_conn_id, self.table, policies, self.state_url, str(self.policy_file))
         self.log.info("%s: %s", self.table, evaluation.reason)
         return evaluation
@@ -67,7 +69,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
         try:
             evaluation = self._evaluate(self._policies())
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
         return PokeReturnValue(is_done=evaluation.due, xcom_value=evaluation.to_json())
 
     def execute(self, context: Context) -> Any:
@@ -77,7 +79,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
             policies = self._policies()
             evaluation = self._evaluate(policies)
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table}", exc) from exc
         if evaluation.due:
             return evaluation.to_json()
         policy = policy_for_table(policies, self.table) if policies else None
@@ -95,6 +97,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "due":
-            raise AirflowException(f"table {self.table}: {event.get('message', event)}")
+            raise event_exception(f"table {self.table}", event)
         self.log.info("%s: %s", self.table, event["evaluation"]["reason"])
-        return event["evaluation"]
+        evaluation: dict[str, Any] = event["evaluation"]
+        return evaluation

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
 from airflow_iceberg_maint.airflow.status_records import record_index_lags
+from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from airflow_iceberg_maint.errors import MaintenanceError
 
@@ -24,7 +24,8 @@ class IcebergIndexLagSensor(BaseSensorOperator):
     ``max_snapshots_behind`` commits, more than ``max_lag_seconds`` between the extract's
     snapshot and the current one, more than ``max_added_files`` data and delete files added.
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. A missing table
-    or index fails at once.
+    or index fails at once; a fault that may pass (an unreadable file) fails the try, so the
+    task's retries apply, whether met in a poke, before deferring or in the trigger.
 
     :param table: ``namespace.table``.
     :param index: index name.
@@ -83,7 +84,7 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         try:
             checked = self._check(self._threshold())
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table} index {self.index}", exc) from exc
         return PokeReturnValue(is_done=checked.lagging, xcom_value=checked.to_json())
 
     def execute(self, context: Context) -> Any:
@@ -93,7 +94,7 @@ class IcebergIndexLagSensor(BaseSensorOperator):
             threshold = self._threshold()
             checked = self._check(threshold)
         except MaintenanceError as exc:
-            raise AirflowFailException(str(exc)) from exc
+            raise task_exception(f"table {self.table} index {self.index}", exc) from exc
         if checked.lagging:
             return checked.to_json()
         self.defer(
@@ -112,7 +113,8 @@ class IcebergIndexLagSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "lagging":
-            raise AirflowException(f"table {self.table} index {self.index}: {event.get('message', event)}")
+            raise event_exception(f"table {self.table} index {self.index}", event)
         self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
         record_index_lags(self.state_url, str(self.table), [event["lag"]], datetime.now(UTC), self.log)
-        return event["lag"]
+        lag: dict[str, Any] = event["lag"]
+        return lag

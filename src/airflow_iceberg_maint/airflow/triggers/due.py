@@ -9,12 +9,13 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.due import evaluate_due
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.airflow.task_errors import error_event
 from airflow_iceberg_maint.policy.policies import parse_policy
 
 
 class IcebergTableDueTrigger(BaseTrigger):
-    """Yield once, when the table becomes due (``status: due``), or on an error (``status: error``).
+    """Yield once, when the table becomes due (``status: due``), or on an error (``status: error``,
+    with ``retryable``: see ``task_errors``).
 
     ``policy`` is the table's policy as a JSON object (None: default interval): the
     triggerer may not see the DAG folder, so the sensor resolves the policy file first.
@@ -30,7 +31,7 @@ class IcebergTableDueTrigger(BaseTrigger):
         state_url: str | None = None,
         poll_interval: float = 3600.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # untyped_calls_exclude misses super()
         self.table = table
         self.iceberg_conn_id = iceberg_conn_id
         self.policy = policy
@@ -50,14 +51,14 @@ class IcebergTableDueTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        policies = [parse_policy(self.policy, "trigger policy")] if self.policy is not None else None
         while True:
             try:
+                policies = [parse_policy(self.policy, "trigger policy")] if self.policy is not None else None
                 evaluation = await asyncio.to_thread(
                     evaluate_due, self.iceberg_conn_id, self.table, policies, self.state_url, "the sensor's policy"
                 )
-            except MaintenanceError as exc:
-                yield TriggerEvent({"status": "error", "table": self.table, "message": str(exc)})
+            except Exception as exc:  # the task raises it on resuming, as retryable as it is (task_errors)
+                yield TriggerEvent(error_event(exc, table=self.table))
                 return
             if evaluation.due:
                 yield TriggerEvent({"status": "due", "table": self.table, "evaluation": evaluation.to_json()})

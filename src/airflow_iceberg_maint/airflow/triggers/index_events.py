@@ -86,7 +86,7 @@ class IcebergIndexLagEventTrigger(BaseEventTrigger):
         poll_interval: float = 60.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # untyped_calls_exclude misses super()
         self.table = table
         self.iceberg_conn_id = iceberg_conn_id
         self.indexes = sorted(indexes) if indexes is not None else None

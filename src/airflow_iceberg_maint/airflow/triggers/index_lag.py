@@ -9,12 +9,12 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
-from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.airflow.task_errors import error_event
 
 
 class IcebergIndexLagTrigger(BaseTrigger):
     """Yield once: ``status: lagging`` with the lag when the index exceeds the threshold, or
-    ``status: error`` when the table or index cannot be read.
+    ``status: error`` (with ``retryable``: see ``task_errors``) when the table or index cannot be read.
 
     pyiceberg is synchronous, so each check runs in a worker thread, never on the event loop.
     """
@@ -30,7 +30,7 @@ class IcebergIndexLagTrigger(BaseTrigger):
         max_added_files: int | None = None,
         poll_interval: float = 60.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # untyped_calls_exclude misses super()
         self.table = table
         self.index = index
         self.iceberg_conn_id = iceberg_conn_id
@@ -61,8 +61,8 @@ class IcebergIndexLagTrigger(BaseTrigger):
         while True:
             try:
                 checked = await asyncio.to_thread(self._check)
-            except MaintenanceError as exc:
-                yield TriggerEvent({"status": "error", "table": self.table, "index": self.index, "message": str(exc)})
+            except Exception as exc:  # the task raises it on resuming, as retryable as it is (task_errors)
+                yield TriggerEvent(error_event(exc, table=self.table, index=self.index))
                 return
             if checked.lagging:
                 yield TriggerEvent({"status": "lagging", "table": self.table, "lag": checked.to_json()})
