@@ -14,6 +14,8 @@ RETRYABLE = [
     errors.CatalogListingError,
     errors.CommitOutcomeUnknownError,
     errors.IndexCommitConflictError,
+    errors.IncompleteMetadataError,
+    errors.ExpiryConflictError,
 ]
 FINAL = [
     errors.InvalidInputError,
@@ -23,6 +25,7 @@ FINAL = [
     errors.TableNotFoundError,
     errors.IndexNotFoundError,
     errors.IndexExistsError,
+    errors.UnsupportedStoreError,
 ]
 
 
