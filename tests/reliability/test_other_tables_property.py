@@ -35,6 +35,7 @@ from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_f
 from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded
 from tests.orphans.scenario import SCHEMA, Files, rows, snapshot_row_counts
 from tests.reliability.figures import report, scale
+from tests.reliability.histories import write_history
 
 pytestmark = pytest.mark.reliability
 
@@ -131,23 +132,10 @@ def _register_other_writer(catalog: Catalog, name: str, spelled: Spelled, prop: 
     return catalog.register_table(name, metadata_file)
 
 
-def _history(table: Table, ops: list[str]) -> None:
-    next_id = 100
-    for op in ops:
-        if op == "append" or table.current_snapshot() is None:
-            table.append(rows(next_id, 6))
-            next_id += 6
-        elif op == "overwrite":
-            table.overwrite(rows(next_id, 3), overwrite_filter=f"id < {next_id - 3}")
-            next_id += 3
-        else:
-            table.delete(f"id = {next_id - 2}")
-
-
 def check(catalog: Catalog, store: str, draw: dict[str, Any], figures: dict[str, int]) -> None:
     tag = uuid.uuid4().hex[:8]
     a = catalog.create_table(f"db.a_{tag}", schema=SCHEMA)
-    _history(a, draw["ops"])
+    write_history(a, draw["ops"])
     a = catalog.load_table(f"db.a_{tag}")
     files = Files(a)
     a_loc = a.location().rstrip("/")

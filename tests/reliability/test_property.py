@@ -34,6 +34,7 @@ from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_f
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle
 from tests.reliability.figures import report, scale
+from tests.reliability.histories import write_history
 
 pytestmark = pytest.mark.reliability
 
@@ -67,24 +68,6 @@ PLANTS = st.lists(
 )
 
 
-def _history(table: Table, ops: list[str]) -> None:
-    next_id = 100
-    for op in ops:
-        if op == "append" or table.current_snapshot() is None:
-            table.append(rows(next_id, 12))
-            next_id += 12
-        elif op == "overwrite":
-            table.overwrite(rows(next_id, 5), overwrite_filter=f"id < {next_id - 6}")
-            next_id += 5
-        elif op == "delete":
-            table.delete(f"id = {next_id - 3}")
-        elif len(table.metadata.snapshots) > 1:
-            current = table.current_snapshot()
-            oldest = min(table.metadata.snapshots, key=lambda s: s.sequence_number)
-            if current is None or oldest.snapshot_id != current.snapshot_id:
-                table.maintenance.expire_snapshots().by_id(oldest.snapshot_id).commit()
-
-
 def _write(path: str | bytes, data: bytes = b"planted") -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as fh:
@@ -103,7 +86,7 @@ class Case:
         self.catalog.create_namespace("db")
         spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
         table = self.catalog.create_table("db.t", schema=SCHEMA, partition_spec=spec)
-        _history(table, ops)
+        write_history(table, ops)
         self.location = table.location().rstrip("/")
         self.scan_location: str | None = None
         self.protected_roots: list[str] = []  # other tables' locations: nothing under them is an orphan
