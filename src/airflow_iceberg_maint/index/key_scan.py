@@ -112,7 +112,7 @@ def _constant(length: int, value: bool) -> pa.Array:
     return pc.fill_null(pa.nulls(length, type=pa.bool_()), value)
 
 
-def _file_filter(names: Sequence[str], keys: KeyFilter) -> BooleanExpression:
+def file_filter(names: Sequence[str], keys: KeyFilter) -> BooleanExpression:
     """The keys as a pyiceberg filter, for pruning data files by their column bounds."""
     # pyiceberg's constructors take (term, literal); its pydantic field declarations say otherwise.
     if isinstance(keys, KeyRange):
@@ -147,7 +147,7 @@ def prune_files(
     """The data files whose column bounds may hold a key (all of them when bounds can't be used)."""
     paths = sorted(paths)
     try:
-        may_match = bounds_may_match(schema, _file_filter(names, keys))
+        may_match = bounds_may_match(schema, file_filter(names, keys))
     except (ValueError, TypeError):
         return paths  # a value pyiceberg cannot turn into a literal: scan without pruning
     return [p for p in paths if may_match(plan.data_files[p].data_file)]

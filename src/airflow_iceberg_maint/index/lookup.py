@@ -93,8 +93,8 @@ class LookupResult:
         }
 
 
-def parse_lookup_value(text: str, column: NestedField) -> Any:
-    """A command-line value as the key column's type (ISO 8601 for dates and timestamps)."""
+def parse_lookup_value(text: str, column: NestedField, option: str = "--eq") -> Any:
+    """A command-line value as the key column's type (ISO 8601 for dates and timestamps); errors name ``option``."""
     kind = column.field_type
     try:
         if isinstance(kind, (IntegerType, LongType)):
@@ -123,8 +123,8 @@ def parse_lookup_value(text: str, column: NestedField) -> Any:
         if isinstance(kind, StringType):
             return text
     except (ValueError, InvalidOperation) as exc:
-        raise InvalidInputError(f"--eq {text!r}: not a {kind} value for column {column.name!r} ({exc})") from exc
-    raise InvalidInputError(f"--eq {text!r}: lookups on {kind} column {column.name!r} are not supported")
+        raise InvalidInputError(f"{option} {text!r}: not a {kind} value for column {column.name!r} ({exc})") from exc
+    raise InvalidInputError(f"{option} {text!r}: lookups on {kind} column {column.name!r} are not supported")
 
 
 def key_columns(metadata: IndexMetadata) -> list[NestedField]:
@@ -224,8 +224,12 @@ def locate(
     wanted: KeyFilter,
     snapshot_id: int | None = None,
     columns: Sequence[str] | None = None,
+    with_keys: bool = False,
 ) -> Located:
-    """The index hits and the files to scan for ``wanted`` (probes, or a range on the first key column)."""
+    """The index hits and the files to scan for ``wanted`` (probes, or a range on the first key column).
+
+    ``with_keys`` adds the key columns to ``columns`` (a caller sorting by the key needs them).
+    """
     snapshot = resolve_snapshot(table, snapshot_id)
     keys = key_columns(metadata)
     if snapshot is None:
@@ -233,8 +237,10 @@ def locate(
     plan = _choose(table, metadata, snapshot)
     # Like a pyiceberg scan: the current schema for the current snapshot, else the snapshot's own.
     table_schema = table.schema() if snapshot_id is None else plan_schema(table, plan.target)
-    output = _output_schema(table_schema, columns)
     names = [_table_name(table_schema, metadata.source_id_of(k.field_id)) for k in keys]
+    if with_keys and columns:
+        columns = [*columns, *(n for n in names if n not in columns)]
+    output = _output_schema(table_schema, columns)
     tracking = usable_tracking(table.io, metadata, plan.extract) if plan.extract else None
     if plan.extract is None or tracking is None:
         return Located(name, snapshot.snapshot_id, "scan", output, table_schema, names, _Plan(plan.target))
