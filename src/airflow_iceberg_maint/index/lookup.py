@@ -344,12 +344,17 @@ def _deletes_only_grew(source: SnapshotFiles, target: SnapshotFiles, path: str) 
 
 def by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
     """Data file -> its entries' positions in ascending order, and the entries' row numbers."""
-    files, positions = entries.column(0).to_pylist(), entries.column(1).to_pylist()
+    files = entries.column(0)
+    if pa.types.is_dictionary(files.type):
+        files = files.cast(files.type.value_type)  # region files store _file dictionary-encoded
+    keyed = pa.table({"file": files, "pos": entries.column(1)})
+    order = pc.sort_indices(keyed, sort_keys=[("file", "ascending"), ("pos", "ascending")])
+    files, positions = (keyed.column(c).take(order).to_pylist() for c in ("file", "pos"))
     found: dict[str, tuple[list[int], list[int]]] = {}
-    for row in sorted(range(len(files)), key=lambda r: (files[r], positions[r])):
-        at, rows = found.setdefault(files[row], ([], []))
-        if not at or at[-1] != positions[row]:  # positions are unique within a file; be sure
-            at.append(positions[row])
+    for file, position, row in zip(files, positions, order.to_pylist(), strict=True):
+        at, rows = found.setdefault(file, ([], []))
+        if not at or at[-1] != position:  # positions are unique within a file; be sure
+            at.append(position)
             rows.append(row)
     return found
 

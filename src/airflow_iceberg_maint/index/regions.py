@@ -53,17 +53,37 @@ def _probe_keys(tracking: Tracking, keys: Sequence[NestedField], probes: Sequenc
     return list(zip(*evaluated, strict=True)) if evaluated else [() for _ in probes]
 
 
-def _admits(stats: FieldStats | None, value: Any, arrow_type: pa.DataType) -> bool:
-    """Whether a region's bounds for one ordering field may include the value (unknown: yes)."""
+@dataclass(frozen=True)
+class _FieldRange:
+    """What a region's statistics say of one ordering field, as comparable values (``comparable``)."""
+
+    low: tuple[Any, ...] | None  # None: bounds unknown
+    high: tuple[Any, ...] | None
+    nulls: bool  # may hold nulls
+    unbounded_values: bool  # may hold values although its bounds are unknown
+
+
+def _field_range(stats: FieldStats | None, arrow_type: pa.DataType) -> _FieldRange | None:
+    """The region's range for one field (None: no statistics, anything may be there)."""
     if stats is None:
-        return True
-    if value is None:
-        return stats.null_value_count is None or stats.null_value_count > 0
+        return None
+    nulls = stats.null_value_count is None or stats.null_value_count > 0
     if stats.lower_bound is None or stats.upper_bound is None:
-        return stats.null_value_count is None  # bounds are null only when the region has no such value
-    low = comparable([stats.lower_bound], [arrow_type])
-    high = comparable([stats.upper_bound], [arrow_type])
-    return low <= comparable([value], [arrow_type]) <= high
+        # bounds are null only when the region has no such value
+        return _FieldRange(None, None, nulls, stats.null_value_count is None)
+    low, high = (comparable([v], [arrow_type])[0] for v in (stats.lower_bound, stats.upper_bound))
+    return _FieldRange(low, high, nulls, True)
+
+
+def _admits(field: _FieldRange | None, wanted: tuple[Any, ...]) -> bool:
+    """Whether a region's range for one field may include the comparable value (unknown: yes)."""
+    if field is None:
+        return True
+    if wanted == (0,):  # null
+        return field.nulls
+    if field.low is None or field.high is None:
+        return field.unbounded_values
+    return field.low <= wanted <= field.high
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,8 @@ class Tracking:
     entries: list[RegionEntry]
     bounds: list[tuple[tuple[Any, ...], ...]]
     types: list[pa.DataType]
+    #: Per entry, per ordering field: its range, compared without converting again per key.
+    ranges: list[list[_FieldRange | None]]
 
 
 @cached(
@@ -101,7 +123,8 @@ def usable_tracking(io: FileIO, metadata: IndexMetadata, extract: Extract) -> Tr
     if any(a > b for a, b in pairwise(bounds)):
         log.warning("tracking file %s: entries are not in index order; scanning instead", extract.tracking_file)
         return None
-    return Tracking(schema, ordering, entries, bounds, types)
+    ranges = [[_field_range(e.stats.get(o.field_id), t) for o, t in zip(ordering, types, strict=True)] for e in entries]
+    return Tracking(schema, ordering, entries, bounds, types, ranges)
 
 
 def candidate_regions(tracking: Tracking, key: tuple[Any, ...]) -> list[RegionEntry]:
@@ -110,12 +133,8 @@ def candidate_regions(tracking: Tracking, key: tuple[Any, ...]) -> list[RegionEn
     found: list[RegionEntry] = []
     index = bisect_left(tracking.bounds, wanted)  # the first region whose inclusive upper bound >= key
     while index < len(tracking.entries):
-        entry = tracking.entries[index]
-        if all(
-            _admits(entry.stats.get(o.field_id), v, t)
-            for o, v, t in zip(tracking.ordering, key, tracking.types, strict=True)
-        ):
-            found.append(entry)
+        if all(_admits(f, w) for f, w in zip(tracking.ranges[index], wanted, strict=True)):
+            found.append(tracking.entries[index])
         if tracking.bounds[index] != wanted:
             break  # the key cannot continue past a region that ends above it
         index += 1  # the region ends exactly on the key: a spanning key may continue in the next one
