@@ -52,6 +52,13 @@
   same filter is timed in the same run, before and after, and the faster of its two runs is
   the baseline. Ratios are scan / query.
 
+    .venv/bin/python bench/index.py --dictionaries --rows 1000000 --row-group-rows 1048576
+
+- kept dictionaries (``--dictionaries``, instead of the lookups above): ``--probes`` single-key
+  lookups after one warm pass over the same keys, alternately with the kept decoded dictionaries
+  (``index/dictionary_pages.py``) and without (each fetch decodes its dictionary page, as
+  before); p50 and p95 of each.
+
     .venv/bin/python bench/index.py --build --rows 100000000   # full build within the memory budget
 
 - build in bounded memory (``--build``, instead of all the above): runs ``bench/index_build.py``
@@ -87,7 +94,7 @@ from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index import page_reads
+from airflow_iceberg_maint.index import dictionary_pages, page_reads
 from airflow_iceberg_maint.index.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
@@ -619,6 +626,32 @@ def bench_many(table: Table, keys: pa.ChunkedArray, count: int) -> dict[str, Any
     }
 
 
+def bench_dictionaries(table: Table, keys: pa.ChunkedArray, probes: int) -> dict[str, Any]:
+    """Single-key lookups with and without kept dictionaries, alternating key by key."""
+    ids = pc.unique(keys.combine_chunks())
+    step = max(1, len(ids) // probes)
+    values = ids.take(pa.array(range(0, step * probes, step), type=pa.int64())).to_pylist()
+    for value in values:  # warm: files open, dictionaries kept
+        lookup(table, "by_id", [(value,)])
+    supported = dictionary_pages.supported
+    times: dict[str, list[float]] = {"kept": [], "not_kept": []}
+    try:
+        for i, value in enumerate(values):
+            mode = "kept" if i % 2 == 0 else "not_kept"
+            dictionary_pages.supported = supported if mode == "kept" else (lambda *a: False)  # type: ignore[assignment]
+            seconds, found = _timed(lambda v=value: lookup(table, "by_id", [(v,)]))
+            if found.rows.num_rows < 1:
+                raise AssertionError(f"key {value}: no row found")
+            times[mode].append(seconds)
+    finally:
+        dictionary_pages.supported = supported  # type: ignore[assignment]
+    return {
+        f"{mode}_{name}_ms": round(_ms(values_, q), 2)
+        for mode, values_ in times.items()
+        for name, q in (("p50", 0.5), ("p95", 0.95))
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--build" in argv:
@@ -646,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--append-fraction", type=float, default=0.01)
     parser.add_argument("--many", action="store_true", help="many keys and a range instead of single lookups")
     parser.add_argument("--keys", type=int, default=10_000, help="keys of the --many bench")
+    parser.add_argument("--dictionaries", action="store_true", help="single lookups with and without kept dictionaries")
     args = parser.parse_args(argv)
 
     if not args.no_page_index:
@@ -667,6 +701,11 @@ def main(argv: list[str] | None = None) -> int:
     IndexStore(table).create(metadata, "by_id")
     build = bench_build(table)
     keys = build.pop("keys")
+    if args.dictionaries:
+        kept = bench_dictionaries(table.refresh(), keys, args.probes)
+        _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows, **kept})
+        shutil.rmtree(args.root, ignore_errors=True)
+        return 0
     if args.many:
         many = bench_many(table.refresh(), keys, args.keys)
         _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows, **build, **many})
