@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from threading import Lock
+from typing import cast
 
 import pyarrow as pa
 from cachetools import LRUCache
@@ -114,4 +115,4 @@ def index_dictionary(size: int, codec: int) -> bytes:
             "DictionaryPageHeader", i32=True, num_values=size, encoding=Encoding.PLAIN
         ),
     )
-    return bytes(header.to_bytes()) + compressed
+    return bytes(header.to_bytes()) + cast(bytes, compressed)

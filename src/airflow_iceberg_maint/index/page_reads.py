@@ -23,6 +23,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from threading import Lock
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -95,9 +96,9 @@ def _layout(handle: ParquetHandle, path: str) -> _Layout:
 def _read(handle: ParquetHandle, offset: int, length: int) -> bytes:
     source = handle.source
     if hasattr(source, "read_at"):  # pyarrow's files: one positioned read (one ranged GET on S3)
-        return source.read_at(length, offset)
+        return cast(bytes, source.read_at(length, offset))
     source.seek(offset)
-    return source.read(length)
+    return cast(bytes, source.read(length))
 
 
 @cached(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from threading import Lock
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -101,7 +101,7 @@ def _groups_admitting(stats: _GroupStats, value: Any) -> Iterable[int]:
         except (pa.ArrowException, TypeError, ValueError):
             return range(len(stats.low))
         admits = pc.fill_null(pc.and_(pc.less_equal(stats.low, scalar), pc.greater_equal(stats.high, scalar)), True)
-    return pc.indices_nonzero(admits).to_pylist()
+    return cast("list[int]", pc.indices_nonzero(admits).to_pylist())
 
 
 def _admitted_groups(key_stats: Sequence[_GroupStats], probes: Sequence[Probe], groups: int) -> list[int]:
@@ -189,4 +189,4 @@ def _groups_in_range(stats: _GroupStats, low: Any, high: Any) -> list[int]:
             admits = pc.and_(admits, pc.fill_null(pc.less_equal(stats.low, pa.scalar(high, stats.low.type)), True))
     except (pa.ArrowException, TypeError, ValueError):
         return list(range(len(stats.low)))  # bounds of another type: no pruning
-    return pc.indices_nonzero(admits).to_pylist()
+    return cast("list[int]", pc.indices_nonzero(admits).to_pylist())
