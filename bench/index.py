@@ -42,6 +42,23 @@
   worst case, every region is touched). Reported per case: seconds and region bytes written
   by each, and the ratios incremental / full (targets: at most 0.1 for both).
 
+    .venv/bin/python bench/index.py --many --row-group-rows 1048576   # many keys and a range
+
+- many keys and ranges (``--many``, instead of the lookups above; ``index/query.py``): the same
+  table and index; ``lookup_keys`` of ``--keys`` (10,000) present keys against
+  ``table.scan(row_filter=In("id", keys))``, and ``lookup_range`` of a range holding 0.1% of the
+  rows against ``table.scan`` with the same bounds; one cold run each (a fresh process: no
+  cache filled), then one warm run, each checked to return the scan's rows. The scan of the
+  same filter is timed in the same run, before and after, and the faster of its two runs is
+  the baseline. Ratios are scan / query.
+
+    .venv/bin/python bench/index.py --dictionaries --rows 1000000 --row-group-rows 1048576
+
+- kept dictionaries (``--dictionaries``, instead of the lookups above): ``--probes`` single-key
+  lookups after one warm pass over the same keys, alternately with the kept decoded dictionaries
+  (``index/dictionary_pages.py``) and without (each fetch decodes its dictionary page, as
+  before); p50 and p95 of each.
+
     .venv/bin/python bench/index.py --build --rows 100000000   # full build within the memory budget
 
 - build in bounded memory (``--build``, instead of all the above): runs ``bench/index_build.py``
@@ -73,16 +90,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThanOrEqual
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index import page_reads
+from airflow_iceberg_maint.index import dictionary_pages, page_reads
 from airflow_iceberg_maint.index.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.lookup import lookup
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.parquet_files import opened_parquet
+from airflow_iceberg_maint.index.query import lookup_keys, lookup_range
 from airflow_iceberg_maint.index.refresh import RefreshResult, refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
 
@@ -562,6 +580,78 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
     }
 
 
+def _timed(run: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = run()
+    return time.perf_counter() - started, result
+
+
+def _against_scan(query: Any, scan: Any) -> dict[str, Any]:
+    """Scan, query cold, query warm, scan again: seconds of each, and scan / query ratios."""
+    scan_first, scanned = _timed(scan)
+    cold, found = _timed(query)
+    warm, _ = _timed(query)
+    scan_again, _ = _timed(scan)
+    if sorted(found.column("id").to_pylist()) != sorted(scanned.column("id").to_pylist()):
+        raise AssertionError("the query and the scan returned different rows")
+    baseline = min(scan_first, scan_again)
+    return {
+        "rows_returned": found.num_rows,
+        "scan_seconds": [round(scan_first, 3), round(scan_again, 3)],
+        "query_cold_seconds": round(cold, 3),
+        "query_warm_seconds": round(warm, 3),
+        "speedup_cold": round(baseline / cold, 1),
+        "speedup_warm": round(baseline / warm, 1),
+    }
+
+
+def bench_many(table: Table, keys: pa.ChunkedArray, count: int) -> dict[str, Any]:
+    """``--in-file``-style many keys and a 0.1% range, each against a pyiceberg scan of the same filter."""
+    ids = pc.unique(keys.combine_chunks())
+    step = max(1, len(ids) // count)
+    wanted = ids.take(pa.array(range(0, step * count, step), type=pa.int64()))
+    ordered = pc.sort_indices(ids)
+    low_at = len(ids) // 2
+    low, high = ids[ordered[low_at].as_py()].as_py(), ids[ordered[low_at + len(ids) // 1000].as_py()].as_py()
+    values = wanted.to_pylist()
+    bounds = And(GreaterThanOrEqual("id", low), LessThanOrEqual("id", high))
+    return {
+        "keys": len(values),
+        "many_keys": _against_scan(
+            lambda: lookup_keys(table, "by_id", wanted), lambda: table.scan(row_filter=In("id", values)).to_arrow()
+        ),
+        "range_0.1%": _against_scan(
+            lambda: lookup_range(table, "by_id", low, high), lambda: table.scan(row_filter=bounds).to_arrow()
+        ),
+    }
+
+
+def bench_dictionaries(table: Table, keys: pa.ChunkedArray, probes: int) -> dict[str, Any]:
+    """Single-key lookups with and without kept dictionaries, alternating key by key."""
+    ids = pc.unique(keys.combine_chunks())
+    step = max(1, len(ids) // probes)
+    values = ids.take(pa.array(range(0, step * probes, step), type=pa.int64())).to_pylist()
+    for value in values:  # warm: files open, dictionaries kept
+        lookup(table, "by_id", [(value,)])
+    supported = dictionary_pages.supported
+    times: dict[str, list[float]] = {"kept": [], "not_kept": []}
+    try:
+        for i, value in enumerate(values):
+            mode = "kept" if i % 2 == 0 else "not_kept"
+            dictionary_pages.supported = supported if mode == "kept" else (lambda *a: False)  # type: ignore[assignment]
+            seconds, found = _timed(lambda v=value: lookup(table, "by_id", [(v,)]))
+            if found.rows.num_rows < 1:
+                raise AssertionError(f"key {value}: no row found")
+            times[mode].append(seconds)
+    finally:
+        dictionary_pages.supported = supported  # type: ignore[assignment]
+    return {
+        f"{mode}_{name}_ms": round(_ms(values_, q), 2)
+        for mode, values_ in times.items()
+        for name, q in (("p50", 0.5), ("p95", 0.95))
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--build" in argv:
@@ -587,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
     parser.add_argument("--refresh", action="store_true", help="benchmark the incremental refresh instead")
     parser.add_argument("--append-fraction", type=float, default=0.01)
+    parser.add_argument("--many", action="store_true", help="many keys and a range instead of single lookups")
+    parser.add_argument("--keys", type=int, default=10_000, help="keys of the --many bench")
+    parser.add_argument("--dictionaries", action="store_true", help="single lookups with and without kept dictionaries")
     args = parser.parse_args(argv)
 
     if not args.no_page_index:
@@ -608,6 +701,16 @@ def main(argv: list[str] | None = None) -> int:
     IndexStore(table).create(metadata, "by_id")
     build = bench_build(table)
     keys = build.pop("keys")
+    if args.dictionaries:
+        kept = bench_dictionaries(table.refresh(), keys, args.probes)
+        _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows, **kept})
+        shutil.rmtree(args.root, ignore_errors=True)
+        return 0
+    if args.many:
+        many = bench_many(table.refresh(), keys, args.keys)
+        _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows, **build, **many})
+        shutil.rmtree(args.root, ignore_errors=True)
+        return 0
     IndexStore(table).create(new_index_metadata(table, COVERING, ["id"], ["payload"], True, {}), COVERING)
     started = time.perf_counter()
     refresh_full(table, COVERING)

@@ -205,3 +205,58 @@ def test_remove_unreferenced_exits_3_when_a_delete_fails(env: dict[str, str], ta
     again = _run(env, "remove-unreferenced", "db.t", "--older-than-days", "1", "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["failed"] == [] and not os.path.exists(locked)
+
+
+def test_lookup_in_file_and_range_through_the_command(env: dict[str, str], table: Table, tmp_path: Path) -> None:
+    table.append(pa.Table.from_pylist([{"id": 5, "name": "eve", "day": date(2024, 1, 5), "ts": None}], schema=SCHEMA))
+    _json(env, "create", "db.t", "by_id", "--ordering", "id", "--with-row-location")
+    _json(env, "create", "db.t", "by_day_id", "--ordering", "day, id", "--with-row-location")
+    _json(env, "refresh", "db.t", "by_id")
+    _json(env, "refresh", "db.t", "by_day_id")
+    table.append(pa.Table.from_pylist([{"id": 2, "name": "bo2", "day": None, "ts": None}], schema=SCHEMA))  # lag
+    keys = tmp_path / "keys.txt"
+    keys.write_text("5\n\n2\r\n  \n7\n2\n")
+    found = _json(env, "lookup", "db.t", "by_id", "--in-file", str(keys), "--columns", "name,id")
+    assert set(found) >= LOOKUP_KEYS | {"keys"} and found["keys"] == 3
+    assert found["reconciled_files"] >= 1  # the file appended after the extract
+    assert sorted(found["rows"], key=lambda r: r["name"]) == [
+        {"name": "bea", "id": 2},
+        {"name": "bo2", "id": 2},
+        {"name": "bob", "id": 2},
+        {"name": "eve", "id": 5},
+    ]
+    assert [r["id"] for r in found["rows"]] == [2, 2, 2, 5]  # index order
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("2024-01-02\t2\n2024-01-05\t5\n2024-01-05\t6\n")
+    by_pair = _json(env, "lookup", "db.t", "by_day_id", "--in-file", str(pairs), "--columns", "name")
+    assert (by_pair["keys"], by_pair["rows"]) == (3, [{"name": "bob"}, {"name": "eve"}])
+    ranged = _json(env, "lookup", "db.t", "by_id", "--from", "2", "--columns", "name")
+    assert "keys" not in ranged
+    assert [r["name"] for r in ranged["rows"]][-1] == "eve"
+    assert sorted(r["name"] for r in ranged["rows"]) == ["bea", "bo2", "bob", "eve"]
+    assert _json(env, "lookup", "db.t", "by_day_id", "--to", "2024-01-02", "--columns", "name")["rows"] == [
+        {"name": "ann"},
+        {"name": "bob"},
+    ]
+
+
+def test_lookup_forms_errors_name_the_input(env: dict[str, str], table: Table, tmp_path: Path) -> None:
+    _json(env, "create", "db.t", "by_bucket", "--ordering", "bucket(4, id), id", "--with-row-location")
+    _json(env, "create", "db.t", "by_day_id", "--ordering", "day, id", "--with-row-location")
+    keys = tmp_path / "keys.txt"
+    keys.write_text("1\n")
+    _fails(env, "lookup", "db.t", "by_bucket", "--from", "1", "--to", "3", message="bucket(4, id)")
+    _fails(env, "lookup", "db.t", "by_bucket", message="give --eq, --is-null, --in-file, or --from and/or --to")
+    _fails(env, "lookup", "db.t", "by_bucket", "--eq", "1", "--in-file", str(keys), message="--eq and --in-file cannot")
+    _fails(env, "lookup", "db.t", "by_bucket", "--in-file", str(keys), "--to", "3", message="--in-file and --from/--to")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n")
+    _fails(env, "lookup", "db.t", "by_bucket", "--in-file", str(blank), message=f"--in-file {blank}: no keys")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1\n\nx1\n")
+    _fails(env, "lookup", "db.t", "by_bucket", "--in-file", str(bad), message=f"--in-file {bad} line 3: 'x1'")
+    short = tmp_path / "short.txt"
+    short.write_text("2024-01-02\t2\n2024-01-03\n")
+    _fails(env, "lookup", "db.t", "by_day_id", "--in-file", str(short), message=f"--in-file {short} line 2: 1 value")
+    _fails(env, "lookup", "db.t", "by_day_id", "--from", "soon", message="--from 'soon'")
+    _fails(env, "lookup", "db.t", "by_bucket", "--in-file", str(tmp_path / "none.txt"), message="none.txt")

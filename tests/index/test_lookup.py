@@ -20,8 +20,9 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index import extract_files
+from airflow_iceberg_maint.index import extract_files, region_reads
 from airflow_iceberg_maint.index import lookup as lookup_module
+from airflow_iceberg_maint.index import regions as regions_module
 from airflow_iceberg_maint.index.build import build_regions, entry_layout
 from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.expressions import split_expression_list
@@ -180,13 +181,13 @@ def test_lookup_reads_one_region_file(sqlite_catalog: Catalog, monkeypatch: pyte
     result = refresh_full(oracle.table, "ix")
     assert result.region_files_written > 3
     calls: list[str] = []
-    original = lookup_module.read_region_matches
+    original = regions_module.read_region_matches
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[1])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(lookup_module, "read_region_matches", counting)
+    monkeypatch.setattr(regions_module, "read_region_matches", counting)
     value = oracle.probes("k_long", 1)[0]
     found = lookup(oracle.table, "ix", [(value,)])
     assert found.region_files_read == 1 and len(calls) == 1
@@ -350,7 +351,7 @@ def test_timestamptz_and_decimal_keys(
     # timezone-aware datetimes and Decimals.
     monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", region_row_group_rows)
     searches: list[Any] = []
-    monkeypatch.setattr(lookup_module, "bisect_right", lambda *a: searches.append(a[1]) or bisect_right(*a))
+    monkeypatch.setattr(region_reads, "bisect_right", lambda *a: searches.append(a[1]) or bisect_right(*a))
     schema = pa.schema([("rid", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("amount", pa.decimal128(9, 2))])
     table = sqlite_catalog.create_table("db.z", schema=schema)
     moments = [datetime(2024, 3, 1, 12, tzinfo=UTC), datetime(2024, 3, 1, 13, tzinfo=UTC), None]
@@ -532,11 +533,9 @@ def test_lookups_in_regions_of_many_row_groups(
     region = tracking[0].file_path
     with opened_parquet(oracle.table.io, region) as handle:
         assert handle.file.metadata.num_row_groups > 20
-        field_id = next(
-            i for i, (_, f) in lookup_module._columns_by_id(handle.file, region).items() if f.name == column
-        )
-        column_index, arrow_field = lookup_module._columns_by_id(handle.file, region)[field_id]
-        stats = lookup_module._column_group_stats(handle.file, region, column_index, arrow_field)
+        field_id = next(i for i, (_, f) in region_reads._columns_by_id(handle.file, region).items() if f.name == column)
+        column_index, arrow_field = region_reads._columns_by_id(handle.file, region)[field_id]
+        stats = region_reads._column_group_stats(handle.file, region, column_index, arrow_field)
     assert (stats.ascending is not None) == searched
     assert _check_all(oracle, column, "index") > 0
 

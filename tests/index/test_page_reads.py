@@ -198,3 +198,23 @@ def test_lookups_through_pages_with_deletes_equal_the_oracle(
         assert multiset(result.rows.to_pylist()) == oracle.expected(column, value)
     assert extract_snapshot != oracle.snapshot_id
     assert page_indexed_writes and all(page_indexed_writes)  # every fetch went through the pages
+
+
+@pytest.mark.parametrize("compression", ["zstd", "snappy", "gzip", "none"])
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_a_dictionary_page_is_decoded_once_per_column_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: str, version: str
+) -> None:
+    path = _write(tmp_path / "f.parquet", compression=compression, data_page_version=version)
+    dictionary_reads: list[tuple[Any, ...]] = []
+    by_index: list[pa.Array | None] = []
+    read_dictionary, decode_by_index = page_reads._dictionary_page, page_reads._decode_by_index
+    monkeypatch.setattr(page_reads, "_dictionary_page", lambda *a: dictionary_reads.append(a) or read_dictionary(*a))
+    monkeypatch.setattr(page_reads, "_decode_by_index", lambda *a: by_index.append(decode_by_index(*a)) or by_index[-1])
+    whole = pq.read_table(path)
+    for position in POSITIONS:  # one fetch at a time, as single-key lookups do
+        rows = _read(path, [position], ["color", "unique"])
+        assert rows is not None and rows.to_pylist() == whole.select(["color", "unique"]).take([position]).to_pylist()
+    # "color" is dictionary-encoded throughout; "unique" only in its first pages (then plain)
+    assert len(dictionary_reads) == 2 * (ROWS // GROUP_ROWS)
+    assert len(by_index) > len(POSITIONS) and all(values is not None for values in by_index)

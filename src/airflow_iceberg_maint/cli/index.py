@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from pyiceberg.types import NestedField
+
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.errors import InvalidInputError
@@ -19,6 +21,7 @@ from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.query import query_keys, query_range
 from airflow_iceberg_maint.index.references import remove_unreferenced_index_files
 from airflow_iceberg_maint.index.store import IndexStore
 from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
@@ -81,9 +84,11 @@ def register(subparsers: Any) -> None:
 
     find = commands.add_parser("lookup", help="rows whose key equals a value, through the index")
     _table_and_index(find)
-    values = find.add_mutually_exclusive_group(required=True)
-    values.add_argument("--eq", action="append", metavar="VALUE", help="key value (repeat for several keys)")
-    values.add_argument("--is-null", action="store_true", help="look up the null key")
+    find.add_argument("--eq", action="append", metavar="VALUE", help="key value (repeat for several keys)")
+    find.add_argument("--is-null", action="store_true", help="look up the null key")
+    find.add_argument("--in-file", metavar="FILE", help="many keys: one a line (tab-separated for several columns)")
+    find.add_argument("--from", dest="low", metavar="VALUE", help="range: first key column >= VALUE")
+    find.add_argument("--to", dest="high", metavar="VALUE", help="range: first key column <= VALUE")
     find.add_argument("--snapshot-id", type=int, help="table snapshot to read (default: current)")
     find.add_argument("--columns", type=_columns, help="c1,c2: columns to return (default: all)")
     find.set_defaults(func=run_lookup)
@@ -179,22 +184,84 @@ def run_lag(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_lookup(args: argparse.Namespace) -> dict[str, Any]:
+    form = _lookup_form(args)  # checked before the catalog is contacted
     table = _table(args)
     store = IndexStore(table)
     keys = key_columns(store.load(args.index)[0])
-    if args.is_null:
-        probes = [tuple(None for _ in keys)]
-    elif len(keys) == 1:
-        probes = [(parse_lookup_value(v, keys[0]),) for v in args.eq]
-    elif len(args.eq) == len(keys):
-        probes = [tuple(parse_lookup_value(v, k) for v, k in zip(args.eq, keys, strict=True))]
+    extra: dict[str, Any] = {}
+    if form == "--in-file":
+        probes = read_key_file(args.in_file, keys)
+        extra["keys"] = len(probes)
+        found = query_keys(table, args.index, probes, args.snapshot_id, args.columns, store)
+    elif form == "--from/--to":
+        low, high = (None if v is None else parse_lookup_value(v, keys[0], o) for v, o in _bounds(args))
+        found = query_range(table, args.index, low, high, args.snapshot_id, args.columns, store)
     else:
-        names = ", ".join(k.name for k in keys)
-        raise InvalidInputError(f"--eq: index {args.index!r} has key columns ({names}): give one --eq per column")
-    result = lookup(table, args.index, probes, args.snapshot_id, args.columns, store).to_json()
+        found = lookup(table, args.index, _eq_probes(args, keys), args.snapshot_id, args.columns, store)
+    result = {**found.to_json(), **extra}
     result["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in result["rows"]]
     result["__text__"] = "\n".join(json.dumps(row) for row in result["rows"]) or "no rows"
     return result
+
+
+def _lookup_form(args: argparse.Namespace) -> str:
+    """Which of the lookup forms the options give: exactly one, or an error naming them."""
+    given = [
+        name
+        for name, present in (
+            ("--eq", bool(args.eq)),
+            ("--is-null", args.is_null),
+            ("--in-file", args.in_file is not None),
+            ("--from/--to", args.low is not None or args.high is not None),
+        )
+        if present
+    ]
+    if not given:
+        raise InvalidInputError("index lookup: give --eq, --is-null, --in-file, or --from and/or --to")
+    if len(given) > 1:
+        raise InvalidInputError(f"index lookup: {' and '.join(given)} cannot be combined; give one of them")
+    return given[0]
+
+
+def _bounds(args: argparse.Namespace) -> list[tuple[str | None, str]]:
+    return [(args.low, "--from"), (args.high, "--to")]
+
+
+def _eq_probes(args: argparse.Namespace, keys: list[NestedField]) -> list[tuple[Any, ...]]:
+    if args.is_null:
+        return [tuple(None for _ in keys)]
+    if len(keys) == 1:
+        return [(parse_lookup_value(v, keys[0]),) for v in args.eq]
+    if len(args.eq) == len(keys):
+        return [tuple(parse_lookup_value(v, k) for v, k in zip(args.eq, keys, strict=True))]
+    names = ", ".join(k.name for k in keys)
+    raise InvalidInputError(f"--eq: index {args.index!r} has key columns ({names}): give one --eq per column")
+
+
+def read_key_file(path: str, keys: list[NestedField]) -> list[tuple[Any, ...]]:
+    """The distinct keys of an ``--in-file`` file: one a line, tab-separated values; blank lines skipped."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            lines = stream.read().split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"--in-file {path}: cannot be read ({exc})") from exc
+    probes: dict[tuple[Any, ...], None] = {}
+    for number, line in enumerate(lines, start=1):
+        line = line.removesuffix("\r")
+        if not line.strip():
+            continue
+        values = line.split("\t")
+        if len(values) != len(keys):
+            names = ", ".join(k.name for k in keys)
+            raise InvalidInputError(
+                f"--in-file {path} line {number}: {len(values)} value(s), the index needs {len(keys)} ({names}), "
+                "separated by tabs"
+            )
+        where = f"--in-file {path} line {number}:"
+        probes[tuple(parse_lookup_value(v, k, where) for v, k in zip(values, keys, strict=True))] = None
+    if not probes:
+        raise InvalidInputError(f"--in-file {path}: no keys (the file is empty or only blank lines)")
+    return list(probes)
 
 
 def _json_value(value: Any) -> Any:

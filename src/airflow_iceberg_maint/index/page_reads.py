@@ -32,6 +32,7 @@ from cachetools.keys import hashkey
 from fastparquet.cencoding import ThriftObject, from_buffer
 from fastparquet.parquet_thrift import Encoding, FieldRepetitionType
 
+from airflow_iceberg_maint.index import dictionary_pages
 from airflow_iceberg_maint.index.parquet_files import ParquetHandle
 
 #: Data page encodings whose values are indexes into the column chunk's dictionary page.
@@ -196,13 +197,46 @@ def _column_rows(
         data = _read(handle, start, pages.offsets[last] + pages.sizes[last] - start)
         low = pages.first_rows[first]
         high = pages.first_rows[last + 1] if last + 1 < len(pages.first_rows) else group_rows
-        dictionary = b""
-        if any(_dictionary_encoded(data, pages.offsets[p] - start) for p in run):
-            dictionary = _dictionary_page(handle, chunk, pages)
-        values = _decode(layout, group, leaf, element, dictionary, data, high - low)
+        encoded = [_dictionary_encoded(data, pages.offsets[p] - start) for p in run]
+        values = None
+        if all(encoded) and dictionary_pages.supported(chunk.meta_data.type, chunk.meta_data.codec):
+            values = _decode_by_index(handle, path, layout, (group, leaf, element), chunk, pages, data, high - low)
+        if values is None:
+            dictionary = _dictionary_page(handle, chunk, pages) if any(encoded) else b""
+            values = _decode(layout, group, leaf, element, dictionary, data, high - low)
         at = [row - low for row in local if low <= row < high]
         pieces.append(values.slice(at[0], 1) if len(at) == 1 else values.take(pa.array(at, type=pa.int64())))
     return pieces
+
+
+def _decode_by_index(
+    handle: ParquetHandle,
+    path: str,
+    layout: _Layout,
+    place: tuple[int, int, int],
+    chunk: ThriftObject,
+    pages: _Pages,
+    data: bytes,
+    rows: int,
+) -> pa.Array | None:
+    """Dictionary-encoded pages as rows of the column chunk's kept dictionary (decoded on first use);
+    None when pyarrow refuses the stand-in pages (then the pages are decoded as usual)."""
+    group, leaf, element = place
+    schema_element = layout.footer.schema[element]
+    try:
+        known = dictionary_pages.cached(path, group, leaf)
+        if known is None:
+            page, size = dictionary_pages.values_page(_dictionary_page(handle, chunk, pages))
+            required = dictionary_pages.required(schema_element)
+            known = _decode(layout, group, leaf, element, b"", page, size, required)
+            dictionary_pages.keep(path, group, leaf, known)
+        stand_in = dictionary_pages.index_dictionary(len(known), chunk.meta_data.codec)
+        indexes = _decode(
+            layout, group, leaf, element, stand_in, data, rows, dictionary_pages.as_indexes(schema_element)
+        )
+        return known.take(indexes)
+    except (pa.ArrowException, OSError, IndexError, ValueError):
+        return None
 
 
 def _dictionary_encoded(data: bytes, at: int) -> bool:
@@ -239,12 +273,22 @@ def _without(struct: ThriftObject, field_ids: Sequence[int]) -> ThriftObject:
 
 
 def _decode(
-    layout: _Layout, group: int, leaf: int, element: int, dictionary: bytes, data: bytes, rows: int
+    layout: _Layout,
+    group: int,
+    leaf: int,
+    element: int,
+    dictionary: bytes,
+    data: bytes,
+    rows: int,
+    schema_element: ThriftObject | None = None,
 ) -> pa.Array:
-    """Decode pages with pyarrow, as the one column chunk of a one-row-group file."""
+    """Decode pages with pyarrow, as the one column chunk of a one-row-group file (whose column is
+    ``schema_element`` when given: a stand-in's type or nullability)."""
     footer = layout.footer
     original = footer.row_groups[group].columns[leaf]
     metadata = _without(original.meta_data, _STALE_METADATA)
+    schema_element = schema_element or footer.schema[element]
+    metadata.type = schema_element.type
     position = len(_MAGIC)
     metadata.dictionary_page_offset = position if dictionary else None
     metadata.data_page_offset = position + len(dictionary)
@@ -262,7 +306,7 @@ def _decode(
     root = footer.schema[0].copy()
     root.num_children = 1
     small = footer.copy()
-    small.schema = [root, footer.schema[element]]
+    small.schema = [root, schema_element]
     small.num_rows = rows
     small.row_groups = [row_group]
     small.key_value_metadata = None

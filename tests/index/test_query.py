@@ -1,0 +1,265 @@
+"""Many keys and ranges through an index (index/query.py): exact rows against a pyiceberg scan with
+the same filter, and against the brute-force oracle where pyiceberg cannot read the deletes."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from datetime import date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThanOrEqual,
+    Or,
+)
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index import lookup as lookup_module
+from airflow_iceberg_maint.index import region_reads
+from airflow_iceberg_maint.index import regions as regions_module
+from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.live_rows import read_rows
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.query import (
+    lookup_keys,
+    lookup_range,
+    plan_keys,
+    plan_range,
+    query_keys,
+    query_range,
+)
+from airflow_iceberg_maint.index.refresh import refresh_full
+from airflow_iceberg_maint.index.store import IndexStore
+from tests.index.oracle_table import ABSENT, OracleTable, multiset
+
+SMALL_REGIONS = {"write.region.target-file-size-bytes": "1500"}
+
+# (ordering, the key column, a range on it)
+RANGES = [
+    ("k_int", "k_int", (-7, 8)),
+    ("k_long", "k_long", (None, 99)),
+    ("k_str", "k_str", ("ab", "b")),
+    ("k_date", "k_date", (date(2000, 1, 1), None)),
+    ("truncate(2, k_str), k_str", "k_str", ("abc", "é")),
+    ("truncate(3, k_int), k_int", "k_int", (1, 13)),
+    ("day(k_ts), k_ts", "k_ts", (datetime(1970, 1, 1), datetime(2024, 1, 1, 13, 0))),
+    ("month(k_date), k_date", "k_date", (date(1970, 1, 1), date(2024, 1, 1))),
+]
+KEY_ORDERINGS = [
+    ("k_long", "k_long"),
+    ("k_str", "k_str"),
+    ("bucket(8, k_long), k_long", "k_long"),
+    ("truncate(2, k_str), k_str", "k_str"),
+    ("day(k_ts), k_ts", "k_ts"),
+]
+
+
+def _index(oracle: OracleTable, ordering: str) -> None:
+    metadata = new_index_metadata(oracle.table, "ix", split_expression_list(ordering), [], True, SMALL_REGIONS)
+    IndexStore(oracle.table).create(metadata, "ix")
+    refresh_full(oracle.table, "ix")
+
+
+def _history(catalog: Catalog, seed: int, ordering: str, equality: bool) -> OracleTable:
+    """Hot keys (few values over hundreds of rows) with nulls, deletes, and rows appended after the extract."""
+    oracle = OracleTable.create(catalog, "t", seed=seed)
+    for _ in range(4):
+        oracle.append(70)
+    oracle.delete_positions(20)
+    if equality:
+        oracle.delete_with_deletion_vector(8)
+        oracle.delete_equality("k_str", ["abc", None])
+    _index(oracle, ordering)
+    oracle.append(40)  # lag: rows the extract does not hold
+    oracle.delete_positions(10)
+    if equality:
+        oracle.delete_equality("k_int", [0])
+    return oracle
+
+
+def _in_filter(column: str, keys: list[Any]) -> BooleanExpression:
+    present = [k for k in keys if k is not None]
+    return Or(In(column, present), IsNull(column)) if None in keys else In(column, present)
+
+
+def _range_filter(column: str, low: Any, high: Any) -> BooleanExpression:
+    expression: BooleanExpression = AlwaysTrue()
+    if low is not None:
+        expression = And(expression, GreaterThanOrEqual(column, low))
+    if high is not None:
+        expression = And(expression, LessThanOrEqual(column, high))
+    return expression
+
+
+def _in_range(value: Any, low: Any, high: Any) -> bool:
+    return value is not None and (low is None or value >= low) and (high is None or value <= high)
+
+
+def _sorted_nulls_first(values: list[Any]) -> bool:
+    return values == sorted(values, key=lambda v: (v is not None, v))
+
+
+@pytest.mark.parametrize(("ordering", "column"), KEY_ORDERINGS)
+def test_many_keys_equal_a_pyiceberg_scan_with_in(sqlite_catalog: Catalog, ordering: str, column: str) -> None:
+    oracle = _history(sqlite_catalog, zlib.crc32(ordering.encode()) % 997, ordering, equality=False)
+    keys = [*oracle.probes(column, 6), *ABSENT[column]]
+    result = query_keys(oracle.table, "ix", pa.array(keys * 2))  # repeated keys: rows still once
+    scanned = oracle.table.scan(row_filter=_in_filter(column, keys)).to_arrow()
+    assert result.mode == "reconciled" and result.reconciled_files >= 1
+    assert multiset(result.rows.to_pylist()) == multiset(scanned.to_pylist())
+    assert result.rows.schema == schema_to_pyarrow(oracle.table.schema(), include_field_ids=False)
+    if ordering == column:
+        assert _sorted_nulls_first(result.rows.column(column).to_pylist())
+
+
+@pytest.mark.parametrize(("ordering", "column"), KEY_ORDERINGS[::2])
+def test_many_keys_with_every_kind_of_delete_equal_the_oracle(
+    sqlite_catalog: Catalog, ordering: str, column: str
+) -> None:
+    oracle = _history(sqlite_catalog, 31, ordering, equality=True)
+    keys = [*oracle.probes(column, 6), *ABSENT[column]]
+    found = lookup_keys(oracle.table, "ix", pa.array(keys), columns=["payload", "rid"])
+    expected: Counter[tuple[Any, ...]] = Counter()
+    for key in keys:
+        expected += oracle.expected(column, key)
+    assert found.column_names == ["payload", "rid"]
+    assert multiset(found.to_pylist(), ["rid", "payload"]) == Counter({(k[0], k[-1]): n for k, n in expected.items()})
+
+
+@pytest.mark.parametrize(("ordering", "column", "bounds"), RANGES)
+def test_range_equals_a_pyiceberg_scan_with_the_bounds(
+    sqlite_catalog: Catalog, ordering: str, column: str, bounds: tuple[Any, Any]
+) -> None:
+    oracle = _history(sqlite_catalog, zlib.crc32(ordering.encode()) % 991, ordering, equality=False)
+    low, high = bounds
+    result = query_range(oracle.table, "ix", low, high)
+    scanned = oracle.table.scan(row_filter=_range_filter(column, low, high)).to_arrow()
+    assert scanned.num_rows > 0
+    assert multiset(result.rows.to_pylist()) == multiset(scanned.to_pylist())
+    assert _sorted_nulls_first(result.rows.column(column).to_pylist())
+
+
+@pytest.mark.parametrize(("ordering", "column", "bounds"), RANGES[::3])
+def test_range_with_every_kind_of_delete_equals_the_oracle(
+    sqlite_catalog: Catalog, ordering: str, column: str, bounds: tuple[Any, Any]
+) -> None:
+    oracle = _history(sqlite_catalog, 37, ordering, equality=True)
+    low, high = bounds
+    found = lookup_range(oracle.table, "ix", low, high)
+    assert multiset(found.to_pylist()) == multiset(r for r in oracle.rows.values() if _in_range(r[column], low, high))
+
+
+def test_each_region_file_is_read_once_and_each_data_file_fetched_once(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=41)
+    for _ in range(3):
+        oracle.append(120)
+    _index(oracle, "k_str")
+    regions: list[str] = []
+    fetched: list[str] = []
+    read_matches, read = regions_module.read_region_matches, lookup_module.read_rows
+
+    def counting_regions(*args: Any, **kwargs: Any) -> Any:
+        regions.append(args[1])
+        return read_matches(*args, **kwargs)
+
+    def counting_fetches(table: Any, data_file: Any, *args: Any) -> Any:
+        fetched.append(data_file.file_path)
+        return read(table, data_file, *args)
+
+    monkeypatch.setattr(regions_module, "read_region_matches", counting_regions)
+    monkeypatch.setattr(lookup_module, "read_rows", counting_fetches)
+    keys = sorted({r["k_str"] for r in oracle.rows.values()}, key=str)  # every key: hot keys spanning regions
+    result = query_keys(oracle.table, "ix", pa.array(keys))
+    assert result.mode == "index" and result.rows.num_rows == len(oracle.rows)
+    assert len(regions) == len(set(regions)) == result.region_files_read > 3
+    assert len(fetched) == len(set(fetched)) == 3
+
+
+def test_composite_keys_as_a_table(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=43)
+    for _ in range(2):
+        oracle.append(80)
+    _index(oracle, "truncate(1, k_str), k_int")
+    pairs = [*sorted({(r["k_str"], r["k_int"]) for r in oracle.rows.values()}, key=str)[:10], ("a", 4), (None, None)]
+    keys = pa.table({"k_int": [p[1] for p in pairs], "k_str": [p[0] for p in pairs]})
+    found = lookup_keys(oracle.table, "ix", keys)
+    assert multiset(found.to_pylist()) == multiset(r for r in oracle.rows.values() if (r["k_str"], r["k_int"]) in pairs)
+    with pytest.raises(InvalidInputError, match=r"needs columns \(k_str, k_int\)"):
+        lookup_keys(oracle.table, "ix", pa.table({"k_str": ["a"]}))
+
+
+def _rows_of_plan(oracle: OracleTable, plan: Any) -> list[dict[str, Any]]:
+    """Rows an engine would read from a plan: positions of the planned files, filtered scans of the others."""
+    rows: list[dict[str, Any]] = []
+    data_files = {f.file_path: f for f in oracle.table.scan().plan_files() for f in [f.file]}
+    for planned in plan.files:
+        assert not planned.delete_files
+        fetched = read_rows(oracle.table, data_files[planned.path], oracle.table.schema(), planned.positions)
+        rows += fetched.drop_columns(["_pos"]).to_pylist()
+    for path in plan.scan_files:
+        scanned = oracle.table.scan(row_filter=plan.filter).to_arrow()  # the whole filtered scan, then this file's
+        rows += [r for r in scanned.to_pylist() if data_files[path] and r["rid"] in _rids_of(oracle, path)]
+    return rows
+
+
+def _rids_of(oracle: OracleTable, path: str) -> set[int]:
+    with oracle.table.io.new_input(path).open() as stream:
+        return set(pa.parquet.read_table(stream, columns=["rid"]).column("rid").to_pylist())
+
+
+def test_plans_point_at_exactly_the_rows_without_reading_data_files(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=47)
+    for _ in range(3):
+        oracle.append(60)
+    oracle.delete_positions(15)
+    _index(oracle, "k_long")
+    oracle.append(30)  # lag: one data file to scan
+    keys = oracle.probes("k_long", 4)
+    read_data: list[Any] = []
+    monkeypatch.setattr(lookup_module, "read_rows", lambda *a: read_data.append(a))
+    by_keys = plan_keys(oracle.table, "ix", pa.array(keys))
+    by_range = plan_range(oracle.table, "ix", -3, 99)
+    monkeypatch.undo()
+    assert not read_data and by_keys.mode == by_range.mode == "reconciled"
+    assert len(by_keys.scan_files) == len(by_range.scan_files) == 1
+    assert multiset(_rows_of_plan(oracle, by_keys)) == multiset(r for r in oracle.rows.values() if r["k_long"] in keys)
+    assert multiset(_rows_of_plan(oracle, by_range)) == multiset(
+        r for r in oracle.rows.values() if _in_range(r["k_long"], -3, 99)
+    )
+
+
+def test_range_errors_name_the_input_and_read_nothing(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=53)
+    oracle.append(40)
+    _index(oracle, "bucket(4, k_int), k_int")
+    monkeypatch.setattr(region_reads, "opened_parquet", lambda *a: pytest.fail("a region file was read"))
+    with pytest.raises(InvalidInputError, match=r"ordered by bucket\(4, k_int\), which does not preserve order"):
+        lookup_range(oracle.table, "ix", 1, 5)
+    with pytest.raises(InvalidInputError, match="give --from, --to or both"):
+        lookup_range(oracle.table, "ix")
+    with pytest.raises(InvalidInputError, match="NaN"):
+        lookup_range(oracle.table, "ix", float("nan"))
+
+
+def test_empty_and_inverted_ranges_return_no_rows(sqlite_catalog: Catalog) -> None:
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=59)
+    oracle.append(60)
+    _index(oracle, "k_int")
+    assert lookup_range(oracle.table, "ix", 9, 3).num_rows == 0
+    assert lookup_range(oracle.table, "ix", 4, 4).num_rows == 0  # a value no row has
+    only = lookup_range(oracle.table, "ix", 5, 5, columns=["rid"])
+    assert sorted(only.column("rid").to_pylist()) == sorted(r["rid"] for r in oracle.rows.values() if r["k_int"] == 5)
