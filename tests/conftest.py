@@ -44,7 +44,7 @@ def azure_props(blob_endpoint: str) -> dict[str, str]:
 
 
 #: The marker of each fixture that needs a service of ``make test``: a test using one is marked with it,
-#: so ``make unit`` (``-m "not (s3 or postgres or gcs or azure or browser or reliability or slow)"``) selects
+#: so ``make unit`` (``-m "not (s3 or postgres or gcs or azure or rest or browser or reliability or slow)"``) selects
 #: exactly the tests that need none. A test calling ``_service`` itself carries its marker explicitly.
 #: A test parametrized with a fixture's name (``request.getfixturevalue(backend)``) is marked the same way.
 SERVICE_FIXTURES = {
@@ -59,6 +59,10 @@ SERVICE_FIXTURES = {
     "fake_gcs_catalog_config": "gcs",
     "azure_catalog": "azure",
     "azure_catalog_config": "azure",
+    # SeaweedFS's S3 and Iceberg REST catalog (main's make test); the marker "rest" comes with them.
+    "seaweed_s3_catalog": "rest",
+    "rest_catalog_config": "rest",
+    "rest_catalog": "rest",
 }
 #: Set by ``make unit``: a test that reaches a service there was not deselected by its marker.
 UNIT_RUN = "ICEBERG_MAINT_UNIT_RUN"
@@ -70,6 +74,12 @@ SLOW = (
     "tests/index/test_cli_index.py",
     "tests/index/test_incremental_cases.py::test_cli_",
     "tests/orphans/test_trust.py::test_the_command_line_",
+    "tests/orphans/test_trust.py::test_a_cutoff_out_of_range_is_a_one_line_error",
+    "tests/orphans/test_trust.py::test_a_relative_table_location_is_refused",
+    "tests/orphans/test_trust.py::test_names_that_are_not_utf8_are_kept",
+    "tests/orphans/test_scenarios.py::test_worker_processes_",  # manifest readers in worker processes
+    "tests/index/test_sharded_build.py::test_a_killed_shard_",  # kills a shard's process
+    "tests/orphans/test_sharded.py",  # every phase of the sharded pipeline, scratch files included, per test
     "tests/index/test_incremental.py::test_random_histories_",  # random histories, full build each
     "tests/index/test_bounded_build.py::test_bounded_build_equals_one_in_memory_sort",
     "tests/orphans/test_manifest_types.py::test_damaged_files_",  # every damage of every manifest codec
