@@ -1,9 +1,17 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
+# Two entry points for a fresh machine: `make demo` and `make test`; `make unit` is the fast inner loop.
+# `make help` lists the targets: each documented by its `## ` comment.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The tests that need no service and start no process: tests/conftest.py marks those that do (SERVICE_FIXTURES,
+# SLOW); the browser test and the reliability suite are marked in their files.
+UNIT_TESTS := not (s3 or postgres or gcs or azure or rest or browser or reliability or slow)
 
-.PHONY: install demo test test-newest-pyiceberg soak lint bench services-start services-stop
+.DEFAULT_GOAL := help
+.PHONY: help install demo unit test test-newest-pyiceberg soak lint bench services-start services-stop
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1	/' | expand -t 24
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -11,28 +19,34 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ## Create the venv (VENV=.venv) and install the package with its test tools, pinned by constraints.txt
 
-demo: install
+demo: install ## Build .demo/ and show orphan removal (CLI and Airflow) and the index event flow
 	$(PY) scripts/demo.py --root .demo
 
-test: lint
+# Without the services' variables a test that reaches a service fails (ICEBERG_MAINT_UNIT_RUN), not skips.
+unit: install ## The tests that need no service and start no process (no DAG runs, no CLI subprocesses)
+	env -u CI -u TEST_PG_URL -u TEST_S3_ENDPOINT -u TEST_AZURITE_BLOB_ENDPOINT -u TEST_GCS_ENDPOINT \
+	  -u TEST_FAKE_GCS_ENDPOINT -u TEST_REST_URI -u TEST_SEAWEED_S3_ENDPOINT -u TEST_CHROMIUM ICEBERG_MAINT_UNIT_RUN=1 \
+	  $(PY) -m pytest -q -m "$(UNIT_TESTS)" $(PYTEST_ARGS)
+
+test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, chromium), run every test
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The tests that go through pyiceberg's internals, against the newest pyiceberg release.
-test-newest-pyiceberg: install
+test-newest-pyiceberg: install ## The pyiceberg-internals tests against the newest pyiceberg release
 	PY=$(PY) scripts/newest-pyiceberg.sh
 
 # The reliability suite at its long size (kills, faults, concurrent writers, random histories).
-soak: install
+soak: install ## The reliability suite at its long size
 	ICEBERG_MAINT_SOAK=1 scripts/services.sh run -- $(PY) -m pytest -q --timeout=3600 tests/reliability $(PYTEST_ARGS)
 
-lint: install
+lint: install ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: install
+bench: install ## The orphan-scan and index benchmarks
 	$(PY) bench/orphans.py
 	$(PY) bench/index.py
 	$(PY) bench/index.py --refresh

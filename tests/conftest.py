@@ -44,8 +44,74 @@ def azure_props(blob_endpoint: str) -> dict[str, str]:
     return {"adls.connection-string": conn, "adls.account-name": AZURITE_ACCOUNT}
 
 
+#: The marker of each fixture that needs a service of ``make test``: a test using one is marked with it,
+#: so ``make unit`` (``-m "not (s3 or postgres or gcs or azure or rest or browser or reliability or slow)"``) selects
+#: exactly the tests that need none. A test calling ``_service`` itself carries its marker explicitly.
+#: A test parametrized with a fixture's name (``request.getfixturevalue(backend)``) is marked the same way.
+SERVICE_FIXTURES = {
+    "s3_endpoint": "s3",
+    "s3_bucket": "s3",
+    "s3_catalog": "s3",
+    "glue_catalog": "s3",
+    "iam_server": "s3",
+    "pg_catalog": "postgres",
+    "gcs_catalog": "gcs",
+    "gcs_catalog_config": "gcs",
+    "fake_gcs_catalog_config": "gcs",
+    "azure_catalog": "azure",
+    "azure_catalog_config": "azure",
+    # SeaweedFS's S3 and Iceberg REST catalog (main's make test); the marker "rest" comes with them.
+    "seaweed_s3_catalog": "rest",
+    "rest_catalog_config": "rest",
+    "rest_catalog": "rest",
+}
+#: Set by ``make unit``: a test that reaches a service there was not deselected by its marker.
+UNIT_RUN = "ICEBERG_MAINT_UNIT_RUN"
+#: Tests that need no service but are left out of ``make unit`` for their time (marker ``slow``), by node-id
+#: prefix: each starts processes or sweeps many cases. ``make test`` runs them.
+SLOW = (
+    "tests/test_cli_",  # the iceberg-maint command in subprocesses (each imports Airflow)
+    "tests/orphans/test_cli.py",
+    "tests/index/test_cli_index.py",
+    "tests/index/test_incremental_cases.py::test_cli_",
+    "tests/orphans/test_trust.py::test_the_command_line_",
+    "tests/orphans/test_trust.py::test_a_cutoff_out_of_range_is_a_one_line_error",
+    "tests/orphans/test_trust.py::test_a_relative_table_location_is_refused",
+    "tests/orphans/test_trust.py::test_names_that_are_not_utf8_are_kept",
+    "tests/orphans/test_scenarios.py::test_worker_processes_",  # manifest readers in worker processes
+    "tests/index/test_sharded_build.py::test_a_killed_shard_",  # kills a shard's process
+    "tests/orphans/test_sharded.py",  # every phase of the sharded pipeline, scratch files included, per test
+    "tests/index/test_incremental.py::test_random_histories_",  # random histories, full build each
+    "tests/index/test_bounded_build.py::test_bounded_build_equals_one_in_memory_sort",
+    "tests/orphans/test_manifest_types.py::test_damaged_files_",  # every damage of every manifest codec
+    # Whole DAG runs: dag.test() (the first of a session syncs and parses every DAG) or `airflow` subprocesses.
+    "tests/airflow/test_airflow_cli.py",
+    "tests/airflow/test_dags_e2e.py",
+    "tests/airflow/test_index_dags_e2e.py",
+    "tests/airflow/test_index_triggerer.py",
+    "tests/airflow/test_sensor_deferred_run.py",
+    "tests/airflow/test_sharded_dags.py",
+    "tests/airflow/test_task_retries.py",
+    "tests/airflow/test_nested_tables.py::test_scheduled_run_",
+    "tests/airflow/test_recent_files_floor.py::test_manual_dag_",
+    "tests/airflow/test_recent_files_floor.py::test_scheduled_dag_",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(item, "callspec", None)
+        values = {v for v in params.params.values() if isinstance(v, str)} if params else set()
+        for name in sorted((set(getattr(item, "fixturenames", ())) | values) & SERVICE_FIXTURES.keys()):
+            item.add_marker(SERVICE_FIXTURES[name])
+        if item.nodeid.startswith(SLOW) or "concurrent" in item.name:  # concurrent: writers in processes
+            item.add_marker("slow")
+
+
 def _service(var: str) -> str:
     value = os.environ.get(var)
+    if os.environ.get(UNIT_RUN):
+        pytest.fail(f"{var}: this test needs a service, so it must carry the service's marker (see SERVICE_FIXTURES)")
     if not value:
         if os.environ.get("CI"):
             pytest.fail(f"{var} is not set: run the tests through 'make test'")

@@ -25,6 +25,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
 VENV = Path(sys.prefix)  # the virtualenv running the tests has moto_server, psycopg2 and boto3
+# It starts PostgreSQL and the S3 server itself (minutes, Debian's packages): not a unit test.
+pytestmark = [pytest.mark.postgres, pytest.mark.s3]
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: the script runs PostgreSQL as the postgres user only when root"
 )

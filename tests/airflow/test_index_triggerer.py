@@ -50,13 +50,14 @@ class Triggerer:
         self.log = log
         # Its log server on a free port: other test sessions may run triggerers on this machine.
         env = {**os.environ, "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port())}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "triggerer"],
-            env=env,
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with log.open("ab") as output:  # the child writes to a descriptor of its own
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "airflow", "triggerer"],
+                env=env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def started_watcher(self) -> bool:
         return "trigger ID" in self.log.read_text() and "starting" in self.log.read_text()

@@ -88,7 +88,7 @@ def _azurite() -> str:
     return _service("TEST_AZURITE_BLOB_ENDPOINT").removesuffix(f"/{AZURITE_ACCOUNT}")
 
 
-@pytest.fixture(params=["gcs", "azure"])
+@pytest.fixture(params=[pytest.param("gcs", marks=pytest.mark.gcs), pytest.param("azure", marks=pytest.mark.azure)])
 def store(request: pytest.FixtureRequest) -> Store:
     return _gcs(_service("TEST_GCS_ENDPOINT")) if request.param == "gcs" else _azure(_azurite())
 
@@ -125,6 +125,7 @@ def test_a_delete_of_a_file_already_gone_counts_as_deleted(store: Store) -> None
     assert store.remaining() == set()
 
 
+@pytest.mark.azure
 def test_azure_blob_under_a_lease_fails_and_the_rest_of_its_batch_is_deleted() -> None:
     store = _azure(_azurite())
     a, leased, b = store.put("a", "leased", "b")
@@ -138,6 +139,7 @@ def test_azure_blob_under_a_lease_fails_and_the_rest_of_its_batch_is_deleted() -
     assert store.remaining() == {leased}
 
 
+@pytest.mark.gcs
 def test_gcs_batch_reply_the_client_cannot_read_is_settled_key_by_key() -> None:
     # fake-gcs-server answers the client's batch with a multipart reply of no parts, and deletes nothing:
     # each key is then deleted with a request of its own (a key already gone is no error).

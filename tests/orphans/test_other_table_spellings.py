@@ -39,7 +39,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("store", "prop", "spellings", "alias"), CASES)
+@pytest.mark.parametrize(
+    ("store", "prop", "spellings", "alias"),
+    [pytest.param(*case, marks=[getattr(pytest.mark, case[0])] if case[0] != "local" else []) for case in CASES],
+)
 @pytest.mark.parametrize("sharded", [False, True])
 def test_another_tables_files_are_kept(request, store, prop, spellings, alias, sharded):
     catalog = request.getfixturevalue(STORES[store])
