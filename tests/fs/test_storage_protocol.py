@@ -125,7 +125,14 @@ def _keep(name: str) -> bool:
     return not name.startswith(("_", "."))
 
 
-@pytest.fixture(params=["local", "s3", "gcs", "azure"])
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ]
+)
 def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tree]:
     kind = request.param
     if kind == "local":
