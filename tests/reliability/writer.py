@@ -63,7 +63,7 @@ class Writer:
         self.name = ".".join(table.name())
         self.table = table
         self.rng = random.Random(seed)
-        self.log = open(log_path, "a")  # noqa: SIM115 - kept open for the writer's life
+        self.log_path = log_path
         self.ids = set(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
         self.next_id = max(self.ids, default=0) + 1
         self.refs = oracle.live_files(table)
@@ -85,8 +85,9 @@ class Writer:
     def _write(self, entry: dict[str, Any]) -> None:
         entry["seq"] = self.seq
         self.seq += 1
-        self.log.write(json.dumps(entry) + "\n")
-        self.log.flush()
+        # Opened per entry: the log is complete on disk after each commit, and nothing is left open.
+        with open(self.log_path, "a") as log:
+            log.write(json.dumps(entry) + "\n")
 
     def _new_rows(self, count: int) -> Any:
         batch = rows(self.next_id, count)

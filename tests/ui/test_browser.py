@@ -145,7 +145,9 @@ def _token() -> str | None:
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["access_token"]
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # it holds the response's socket
         return None
 
 
@@ -254,7 +256,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
                 instance.api("GET", f"/dags/{MANUAL}")
                 instance.api("GET", f"/dags/{INDEX_DAG}")
                 break
-            except urllib.error.HTTPError:
+            except urllib.error.HTTPError as not_yet:
+                not_yet.close()  # it holds the response's socket
                 time.sleep(2)
         yield instance
     finally:
@@ -276,6 +279,7 @@ def test_pages_need_an_authenticated_user(airflow: Airflow) -> None:
     ):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(BASE + path, timeout=10)
+        refused.value.close()  # it holds the response's socket
         assert refused.value.code == 401, path
 
 
