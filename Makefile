@@ -28,7 +28,7 @@ demo: install ## Build .demo/ and show orphan removal (CLI and Airflow) and the 
 unit: install ## The tests that need no service and start no process (no DAG runs, no CLI subprocesses)
 	env -u CI -u TEST_PG_URL -u TEST_S3_ENDPOINT -u TEST_AZURITE_BLOB_ENDPOINT -u TEST_GCS_ENDPOINT \
 	  -u TEST_FAKE_GCS_ENDPOINT -u TEST_REST_URI -u TEST_SEAWEED_S3_ENDPOINT -u TEST_CHROMIUM ICEBERG_MAINT_UNIT_RUN=1 \
-	  $(PY) -m pytest -q -m "$(UNIT_TESTS)" $(PYTEST_ARGS)
+	  $(PY) -m pytest -q -n auto -m "$(UNIT_TESTS)" $(PYTEST_ARGS)
 
 test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, chromium), run every test
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
