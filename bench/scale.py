@@ -176,8 +176,11 @@ def serve(args: argparse.Namespace) -> None:
 def step(args: argparse.Namespace) -> None:
     """One task, in this process (run by the parent under wait4)."""
     from airflow_iceberg_maint.index.references import INDEX_FILES
-    from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
-    from airflow_iceberg_maint.orphans.sharded import finish_sharded_scan, match_shard, plan_sharded_scan, run_shard
+    from airflow_iceberg_maint.orphans.options import OrphanOptions
+    from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+    from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
+    from airflow_iceberg_maint.orphans.shard_match import match_shard
+    from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard
 
     table = catalog(Path(args.work), args.endpoint).load_table("db.t")
     io = dict(table.io.properties)

@@ -11,13 +11,14 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.fs import deleting
 from airflow_iceberg_maint.index.expressions import split_expression_list
 from airflow_iceberg_maint.index.incremental import refresh_index
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans import removal
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.progress import LoggingReporter, Phase, reporting
 from tests.orphans.scenario import SCHEMA, rows
 
@@ -70,7 +71,7 @@ def test_orphan_run_reports_listing_manifests_and_deleting(sqlite_catalog, caplo
 def test_deletes_in_steps_report_each_step(sqlite_catalog, caplog, monkeypatch):
     table = _table(sqlite_catalog, appends=1)
     orphans = _plant_orphans(table, 3)
-    monkeypatch.setattr(removal, "DELETE_STEP_PER_WORKER", 1)  # one file a step with one worker
+    monkeypatch.setattr(deleting, "DELETE_STEP_PER_WORKER", 1)  # one file a step with one worker
     caplog.set_level(logging.INFO, LOGGER)
     with reporting(LoggingReporter(logging.getLogger(LOGGER), interval=0)):
         report = remove_orphan_files(

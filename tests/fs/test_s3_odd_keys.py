@@ -16,7 +16,8 @@ import pytest
 
 from airflow_iceberg_maint.fs.s3 import S3Storage, bulk_safe
 from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS
 from tests.orphans.scenario import SCHEMA, Files, rows
 

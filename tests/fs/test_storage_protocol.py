@@ -20,11 +20,12 @@ from typing_extensions import get_protocol_members
 
 from airflow_iceberg_maint.errors import MaintenanceError, UnsupportedStoreError
 from airflow_iceberg_maint.fs.adls import AzureStorage
+from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.fileio import FileIOStorage
 from airflow_iceberg_maint.fs.gcs import GcsStorage, client_from_properties
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.s3 import S3Storage
-from airflow_iceberg_maint.fs.storage import Storage, require_capabilities, storage_for
+from airflow_iceberg_maint.fs.storage import Storage, require_capabilities
 from airflow_iceberg_maint.orphans.sharded import SCAN_CAPABILITIES
 from tests.conftest import AZURITE_ACCOUNT, S3_PROPS, _service, azure_props, gcs_props
 

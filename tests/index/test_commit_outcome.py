@@ -48,7 +48,8 @@ from airflow_iceberg_maint.index.metadata.spec import COMMIT_NUM_RETRIES, DELETE
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))

@@ -28,7 +28,8 @@ from airflow_iceberg_maint.index.references import INDEX_FILES, index_file_batch
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.sharded_build import build_shard, commit_sharded_build, plan_sharded_build
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 LATER = timedelta(minutes=10)  # "now" for the runs: every file written by the test is older than the cutoff

@@ -19,7 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.fs.storage import storage_for
+from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.index.build import (
     build_regions,
     cut_regions,

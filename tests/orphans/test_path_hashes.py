@@ -11,6 +11,7 @@ import pytest
 
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.orphans.listing import keep_filter, list_candidates
 from airflow_iceberg_maint.orphans.path_hashes import (
     DEFERRED,
     EMPTY,
@@ -24,7 +25,6 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hashes128,
 )
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.removal import _list_candidates, keep_filter
 
 ROOT = "s3://bucket/wh/db/t"
 
@@ -118,7 +118,7 @@ def test_listing_hashes_equal_those_of_each_file(tmp_path: Path) -> None:
         if i % 3:
             os.utime(path, (old, old))
     root = f"file://{table}"
-    listing = _list_candidates(LocalStorage(), root, keep_filter([]), datetime.now(UTC) - timedelta(days=5))
+    listing = list_candidates(LocalStorage(), root, keep_filter([]), datetime.now(UTC) - timedelta(days=5))
     every = list(LocalStorage().list_files(root, keep_filter([])))
     assert listing.listed == len(every) == 2_500
     old = sorted(f"{root}/data/{i:05d}.parquet" for i in range(2_500) if i % 3)

@@ -22,7 +22,8 @@ from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.orphans import removal
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans import sources
 from tests.orphans.scenario import SCHEMA, rows
 

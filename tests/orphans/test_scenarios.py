@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import build, snapshot_row_counts
 
 BACKENDS = ["sqlite_catalog", "pg_catalog", "s3_catalog", "seaweed_s3_catalog", "gcs_catalog", "azure_catalog"]

@@ -14,7 +14,9 @@ import pytest
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError, StorageError
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, OrphanReport, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.orphans.shard_files import (
     CANDIDATE_SCHEMA,
     BucketWriter,
@@ -22,13 +24,9 @@ from airflow_iceberg_maint.orphans.shard_files import (
     bucket_range,
     buckets_of,
 )
-from airflow_iceberg_maint.orphans.sharded import (
-    finish_sharded_scan,
-    match_shard,
-    plan_sharded_scan,
-    remove_orphan_files_sharded,
-    run_shard,
-)
+from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
+from airflow_iceberg_maint.orphans.shard_match import match_shard
+from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, remove_orphan_files_sharded, run_shard
 from tests.orphans.scenario import SCHEMA, Scenario, build, referenced_by_oracle, rows, snapshot_row_counts
 
 # Everything of a report but timings, request counts and the order of the orphan list.

@@ -35,7 +35,8 @@ from airflow_iceberg_maint.index.lookup import lookup
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle, worker
 from tests.reliability.figures import report, scale

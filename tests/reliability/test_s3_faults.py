@@ -49,7 +49,8 @@ from airflow_iceberg_maint.index.metadata.spec import DELETE_AFTER_COMMIT, PREVI
 from airflow_iceberg_maint.index.references import INDEX_FILES
 from airflow_iceberg_maint.index.refresh import refresh_full
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
 from tests.reliability import figures

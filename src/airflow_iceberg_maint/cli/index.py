@@ -24,7 +24,7 @@ from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.query import query_keys, query_range
 from airflow_iceberg_maint.index.references import remove_unreferenced_index_files
 from airflow_iceberg_maint.index.store import IndexStore
-from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
+from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
 
 
 def _property(text: str) -> tuple[str, str]:

@@ -13,13 +13,10 @@ from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, wit
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.removal import (
-    PREFIX_MISMATCH_MODES,
-    OrphanOptions,
-    OrphanReport,
-    cutoff_for_days,
-    remove_orphan_files,
-)
+from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
+from airflow_iceberg_maint.orphans.options import PREFIX_MISMATCH_MODES, OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
 
 

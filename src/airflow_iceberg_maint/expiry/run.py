@@ -34,10 +34,12 @@ from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
 from airflow_iceberg_maint.expiry.retention import Retention, plan_retention
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, Settings, resolve_settings
+from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome, storage_for
+from airflow_iceberg_maint.fs.storage import DeleteOutcome
 from airflow_iceberg_maint.orphans.referenced import ReferenceWalk
-from airflow_iceberg_maint.orphans.removal import delete_in_steps, refuse_gc_disabled
+from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The identity S3 listing and deletion act under: the table's own FileIO settings, by pyiceberg's names.
 
-``s3_storage`` picks the backend for an ``s3://`` location. By default a boto3 client built from the
+``backends.s3_storage`` picks the backend for an ``s3://`` location. By default a boto3 client built from the
 properties pyiceberg's FileIO reads (its constants, with the same ``s3.*`` over ``client.*``
 precedence): endpoint, static keys and session token, region, profile, role assumption (STS,
 refreshed before expiry), proxy, connect and request timeouts, path-style or virtual addressing,
@@ -58,24 +58,12 @@ from pyiceberg.io import (
 from pyiceberg.utils.properties import get_first_property_value, property_as_bool
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.fs.storage import Storage
 
 #: Iceberg's (Java and REST) switch for remote signing; pyiceberg 0.12 reads only ``s3.signer``.
 S3_REMOTE_SIGNING_ENABLED = "s3.remote-signing-enabled"
 #: This project's switch: ``boto3`` (default) or ``file-io`` (list and delete through the FileIO's filesystem).
 S3_CLIENT = "iceberg-maint.s3-client"
 S3_CLIENTS = ("boto3", "file-io")
-
-
-def s3_storage(location: str, props: Mapping[str, Any]) -> Storage:
-    """The backend for an S3 location: boto3 when it can act as the FileIO does, else the FileIO's filesystem."""
-    if uses_file_io_filesystem(props):
-        from airflow_iceberg_maint.fs.fileio import FileIOStorage
-
-        return FileIOStorage.for_location(location, props)
-    from airflow_iceberg_maint.fs.s3 import S3Storage
-
-    return S3Storage.from_properties(props)
 
 
 def uses_file_io_filesystem(props: Mapping[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""One storage layer for every store: the capabilities the project uses, and the backend of a location.
+"""One storage layer for every store: the capabilities the project uses (``backends.storage_for`` picks one).
 
 Like Iceberg's FileIO capability interfaces: listing by prefix (orphan scans), bulk deletion,
 and conditional writes (the exclusive create of index commits).
@@ -6,19 +6,12 @@ and conditional writes (the exclusive create of index commits).
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import ModuleType
-from typing import Protocol, cast
+from typing import Protocol
 
-from airflow_iceberg_maint.errors import InvalidInputError, UnsupportedStoreError
-from airflow_iceberg_maint.fs.locations import Uri
-
-GCS_SCHEMES = frozenset({"gs", "gcs"})
-AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
-SUPPORTED = "file, s3, s3a, s3n, gs, gcs, abfs, abfss, wasb or wasbs"
+from airflow_iceberg_maint.errors import UnsupportedStoreError
 
 #: Decides whether a path component (directory or file name) below the scan root is listed.
 KeepComponent = Callable[[str], bool]
@@ -88,25 +81,6 @@ class Storage(SupportsPrefixListing, SupportsBulkDelete, SupportsConditionalWrit
     """Every operation the project needs from a store; what ``storage_for`` returns."""
 
 
-def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
-    """The storage backend for a location, configured from the table's FileIO properties."""
-    uri = Uri.parse(location)
-    if uri.is_local:
-        from airflow_iceberg_maint.fs.local import LocalStorage
-
-        return LocalStorage()
-    if uri.scheme in ("s3", "s3a", "s3n"):
-        from airflow_iceberg_maint.fs.s3_client import s3_storage
-
-        return s3_storage(location, io_properties)
-    if uri.scheme in GCS_SCHEMES:
-        return cast(Storage, _backend("gcs", "gcs").GcsStorage.from_properties(io_properties))
-    if uri.scheme in AZURE_SCHEMES:
-        return cast(Storage, _backend("adls", "adls").AzureStorage.from_properties(io_properties, location))
-    # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
-    raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
-
-
 def require_capabilities(storage: object, location: str, names: Sequence[str]) -> None:
     """Refuse, before anything is listed, a backend that lacks one of ``names`` (methods of ``Storage``).
 
@@ -119,10 +93,3 @@ def require_capabilities(storage: object, location: str, names: Sequence[str]) -
             f"location {location!r}: its storage backend {type(storage).__name__} cannot {', '.join(missing)}, "
             "which this action needs"
         )
-
-
-def _backend(module: str, extra: str) -> ModuleType:
-    try:
-        return importlib.import_module(f"airflow_iceberg_maint.fs.{module}")
-    except ImportError as exc:
-        raise ImportError(f"{exc}: install the client with 'pip install airflow-iceberg-maint[{extra}]'") from exc

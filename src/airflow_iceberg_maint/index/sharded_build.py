@@ -33,8 +33,9 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
-from airflow_iceberg_maint.fs.storage import storage_for
 from airflow_iceberg_maint.index.build import build_regions, entry_bytes, ordering_columns, target_rows
 from airflow_iceberg_maint.index.extract_files import RegionEntry, read_tracking_file, write_tracking_file
 from airflow_iceberg_maint.index.key_ranges import FirstKeyBounds, KeyRanges, plan_key_ranges
@@ -51,7 +52,6 @@ from airflow_iceberg_maint.index.refresh import (
 from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.store import CommitProgress, IndexStore
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 
 log = logging.getLogger(__name__)
 

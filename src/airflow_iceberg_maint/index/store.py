@@ -34,7 +34,8 @@ from airflow_iceberg_maint.errors import (
     InvalidInputError,
     MetadataReadError,
 )
-from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites, storage_for
+from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites
 from airflow_iceberg_maint.index.metadata.builders import index_location
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, MetadataLogEntry, now_ms
 from airflow_iceberg_maint.index.metadata.rules import (

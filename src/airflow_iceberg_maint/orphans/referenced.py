@@ -39,6 +39,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
+from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)
@@ -312,3 +313,24 @@ class ReferenceWalk:
         manifests = unique_manifest_paths(io, lists, self._map)
         yield manifests
         yield from self._map(lambda m: live_file_paths(io, m), manifests)
+
+
+def collect_referenced(
+    refs: ReferencedSet,
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    metadata: TableMetadata,
+    metadata_location: str,
+    skip: frozenset[int] = frozenset(),
+    listed_under: str | None = None,
+) -> None:
+    """Add everything ``metadata`` of the walk's table references (snapshots in ``skip`` excepted).
+
+    Orphan removal passes the table's current metadata, snapshot expiry the metadata it commits.
+    With ``listed_under``, identities of local paths below it wait for ``refs.resolve``.
+    """
+    refs.add(metadata_level_paths(metadata, metadata_location))
+    for batch, reread in walk.hash_batches(metadata, skip, listed_under):
+        refs.add_hashes(batch, reread)
+    for paths in source_path_batches(walk.table, sources):
+        refs.add(paths)

@@ -29,7 +29,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
-from airflow_iceberg_maint.orphans.removal import DEFAULT_OLDER_THAN_DAYS
+from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS
 
 ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
 SNAPSHOT_EXPIRY = "system_iceberg_snapshot_expiry"

@@ -27,14 +27,12 @@ from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
+from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
-from airflow_iceberg_maint.orphans.removal import (
-    DEFAULT_MAX_CONCURRENT_DELETES,
-    OrphanOptions,
-    OrphanReport,
-    remove_orphan_files,
-)
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
 from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run

@@ -1,0 +1,122 @@
+"""Matching listed candidates against the referenced set (S4), and finding other tables' locations (S8).
+
+An exact path match is referenced; a normalised match, or on local storage the same file under
+any spelling, is kept or is a conflict; a name that is not UTF-8 is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain, compress
+from operator import attrgetter, not_
+
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.fs.storage import FileInfo
+from airflow_iceberg_maint.orphans.other_tables import (
+    ProtectedLocation,
+    TablePaths,
+    catalog_protections,
+    listed_table_protections,
+    outermost,
+)
+from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.orphans.setup import table_name
+from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+
+MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+
+_PATH = attrgetter("path")
+
+
+def _comparable(path: str) -> bool:
+    """Whether a listed name can be compared exactly with metadata, which holds UTF-8 only."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate-escaped byte of a local name that is not UTF-8
+        return False
+    return True
+
+
+def match_candidates(
+    candidates: list[FileInfo], refs: ReferencedSet, hashes: Sequence[int] | None = None
+) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
+    """Split candidates into orphans, conflicts, a count of equivalent spellings, and names kept as not UTF-8.
+
+    ``hashes``: the ``path_hash`` of each candidate, when the listing computed them.
+    """
+    orphans: list[FileInfo] = []
+    conflicts: list[FileInfo] = []
+    equivalent = 0
+    paths = list(map(_PATH, candidates))
+    if hashes is None:
+        hashes = path_hashes128(paths)[0]
+    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not _comparable(c.path)]
+    if undecodable:
+        kept = {id(c) for c in undecodable}
+        hashes = [h for c, h in zip(candidates, hashes, strict=True) if id(c) not in kept]
+        candidates = [c for c in candidates if id(c) not in kept]
+    for start in range(0, len(candidates), MATCH_CHUNK):
+        chunk = candidates[start : start + MATCH_CHUNK]
+        exact = refs.contains_hashes(hashes[start : start + MATCH_CHUNK])
+        unmatched = list(compress(chunk, map(not_, exact)))
+        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
+        for info in unmatched:
+            verdict = verdicts.get(info.path)
+            if verdict is None:
+                orphans.append(info)
+            elif verdict == "conflict":
+                conflicts.append(info)
+            else:
+                equivalent += 1
+    return orphans, conflicts, equivalent, undecodable
+
+
+def conflict_pairs(
+    conflicts: list[FileInfo], walk: ReferenceWalk, sources: Sequence[ReferenceSource]
+) -> list[dict[str, str]]:
+    """Pair each conflicting listed file with the referenced paths it collides with (a second pass)."""
+    equivalence = walk.equivalence
+    by_key: dict[str, list[str]] = {}
+    for info in conflicts:
+        by_key.setdefault(equivalence.path_key(info.path), []).append(info.path)
+    table = walk.table
+    batches = chain(
+        [metadata_level_paths(table.metadata, table.metadata_location)],
+        walk.path_batches(table.metadata),
+        source_path_batches(table, sources),
+    )
+    pairs: list[dict[str, str]] = []
+    for batch in batches:
+        for ref in batch:
+            for listed in by_key.get(equivalence.path_key(ref), ()):
+                if not equivalence.equivalent(listed, ref):
+                    pairs.append({"listed": listed, "referenced": ref})
+    return pairs
+
+
+def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
+    """Whether each path is referenced exactly or is the same file under another spelling."""
+    exact = refs.contains_exact(paths)
+    others = refs.classify_unmatched([p for p, hit in zip(paths, exact, strict=True) if not hit])
+    return [hit or others.get(p) == "equivalent" for p, hit in zip(paths, exact, strict=True)]
+
+
+def protected_locations(
+    table: Table,
+    root: str,
+    listed_metadata_files: Sequence[str],
+    refs: ReferencedSet,
+    others: Sequence[TablePaths],
+    equivalence: PathEquivalence,
+) -> list[ProtectedLocation]:
+    """Other tables' locations under ``root`` (S8). ``refs`` says which listed metadata files are this table's;
+    a subset of the referenced set only makes more metadata files read, never fewer locations kept."""
+    uuid, location = str(table.metadata.table_uuid), table.metadata.location
+    found = catalog_protections(others, uuid, table_name(table), root, equivalence)
+    metadata_files = [p for p in listed_metadata_files if _comparable(p)]
+    referenced = _referenced(metadata_files, refs)
+    found += listed_table_protections(metadata_files, referenced, table.io, uuid, location, equivalence)
+    return outermost(found)

@@ -1,0 +1,157 @@
+"""After matching: keep other tables' locations, report conflicts, re-check against reloaded metadata, delete.
+
+The single-task run (``removal.py``) and the sharded scan's final step (``shard_finish.py``)
+both end here, with a ``ScanRun`` and what their matching left (``Unmatched``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from airflow_iceberg_maint.catalog import refresh_table
+from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadError, PrefixMismatchError
+from airflow_iceberg_maint.fs.deleting import delete_in_steps
+from airflow_iceberg_maint.fs.locations import LocationSet
+from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
+from airflow_iceberg_maint.orphans.matching import conflict_pairs
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
+from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
+from airflow_iceberg_maint.orphans.sources import ReferenceSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScanRun:
+    """One scan, as its settling needs it: where it reports, what it may delete with, and how it re-checks.
+
+    ``walk`` reads the metadata the re-check needs (``walk.seen``: the manifests the scan read);
+    ``known``: the snapshots the scan read (None: those of the table before the reload);
+    ``on_stage`` is called at the stages ``StageHook`` names.
+    """
+
+    report: OrphanReport
+    options: OrphanOptions
+    storage: SupportsBulkDelete
+    walk: ReferenceWalk
+    sources: Sequence[ReferenceSource]
+    phases: Phases
+    known: frozenset[int] | None = None
+    on_stage: StageHook | None = None
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """What the matching left: files nothing references, files that collide with a referenced path in
+    another spelling (conflicts), and other tables' locations under the scanned one (kept whole, S8)."""
+
+    orphans: list[FileInfo]
+    conflicts: list[FileInfo]
+    protected: list[ProtectedLocation]
+
+
+def recheck(
+    orphans: list[FileInfo],
+    walk: ReferenceWalk,
+    sources: Sequence[ReferenceSource],
+    known: frozenset[int] | None = None,
+) -> list[FileInfo]:
+    """Reload the table and keep any orphan that metadata committed during the scan references.
+
+    ``known``: the snapshots the scan read (default: those of the table before the reload);
+    ``walk.seen``: the manifests it read. Only what is new since is read again.
+    """
+    table = walk.table
+    if known is None:
+        known = frozenset(s.snapshot_id for s in table.metadata.snapshots)
+    try:
+        # Through refresh_table, not table.refresh(): the reload must hold every snapshot too.
+        refresh_table(table)
+    except IncompleteMetadataError:
+        raise
+    except Exception as exc:  # a metadata file the catalog names is missing, the catalog is down...
+        raise MetadataReadError(
+            f"table {table_name(table)}: cannot be reloaded for the re-check before deleting "
+            f"({type(exc).__name__}: {exc}); nothing was deleted"
+        ) from exc
+    refuse_gc_disabled(table)
+    late = ReferencedSet(walk.equivalence)
+    collect_referenced(late, walk, sources, table.metadata, table.metadata_location, skip=known)
+    exact = late.contains_exact([o.path for o in orphans])
+    survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
+    protected = late.classify_unmatched([o.path for o in survivors], [o.inode for o in survivors])
+    return [o for o in survivors if o.path not in protected]
+
+
+def _outside(files: list[FileInfo], kept: LocationSet) -> list[FileInfo]:
+    """The files that lie under no kept location, in any spelling of either (S8)."""
+    return [f for f in files if not kept.covers(f.path)]
+
+
+def settle(run: ScanRun, unmatched: Unmatched) -> None:
+    """Keep other tables' locations, report conflicts, re-check, then delete (or not, on a dry run)."""
+    report, options, walk, sources, phases = run.report, run.options, run.walk, run.sources, run.phases
+    orphans, conflicts, protected = unmatched.orphans, unmatched.conflicts, unmatched.protected
+    if protected:
+        report.protected_locations = [p.to_json() for p in protected]
+        before = len(orphans) + len(conflicts)
+        kept = protection_set(protected, walk.equivalence)
+        orphans, conflicts = _outside(orphans, kept), _outside(conflicts, kept)
+        report.kept_protected = before - len(orphans) - len(conflicts)
+        log.warning(
+            "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
+        )
+    if conflicts:
+        report.conflicts = conflict_pairs(conflicts, walk, sources)
+        log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
+        if options.prefix_mismatch_mode == "delete":
+            orphans = orphans + conflicts
+    phases.done("match")
+    if run.on_stage:
+        tally(report, orphans)
+        run.on_stage(report, "matched")
+
+    before = len(orphans)
+    orphans = recheck(orphans, walk, sources, run.known)
+    report.kept_by_recheck = before - len(orphans)
+    report.snapshots += walk.snapshots  # the walk's own reads, the re-check's included
+    report.manifests_read += walk.manifests_read
+    tally(report, orphans)
+    phases.done("recheck")
+    log.info(
+        "%d orphan files, %d bytes%s",
+        report.orphan_file_count,
+        report.orphan_bytes,
+        f"; {report.kept_by_recheck} kept because a commit during the scan references them"
+        if report.kept_by_recheck
+        else "",
+    )
+
+    if conflicts and options.prefix_mismatch_mode == "error":
+        raise PrefixMismatchError(
+            f"table {report.table}: {len(conflicts)} listed files match referenced files by path but not by "
+            f"scheme or authority (first: {report.conflicts[0]['listed']!r} vs "
+            f"{report.conflicts[0]['referenced']!r}); nothing was deleted. Map them with equal_schemes / "
+            "equal_authorities, or choose prefix_mismatch_mode ignore or delete",
+            [(c["listed"], c["referenced"]) for c in report.conflicts],
+            report,
+        )
+    if run.on_stage:
+        run.on_stage(report, "planned")
+    if not options.dry_run and orphans:
+        outcome = delete_in_steps(run.storage, report.orphan_files, options.max_concurrent_deletes)
+        report.deleted_file_count = len(outcome.deleted)
+        report.failed = [{"path": p, "error": e} for p, e in outcome.failed]
+        report.delete_requests = outcome.requests
+        log.info(
+            "deleted %d files in %d requests, %d failed",
+            report.deleted_file_count,
+            outcome.requests,
+            len(report.failed),
+        )
+    phases.done("delete")

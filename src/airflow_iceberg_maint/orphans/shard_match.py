@@ -1,0 +1,85 @@
+"""Step 3 of a sharded orphan scan (``sharded.py``): one shard's range of buckets, candidates minus referenced."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from airflow_iceberg_maint.orphans.matching import match_candidates
+from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, exact_bytes
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.shard_files import CANDIDATE_SCHEMA, BucketRange, Scratch, bucket_range
+from airflow_iceberg_maint.orphans.shard_plan import (
+    UNMATCHED_SCHEMA,
+    check_shard_index,
+    file_infos,
+    match_marker_name,
+    plan_equivalence,
+    plan_parts,
+    read_markers,
+    read_plan,
+    shard_marker_name,
+)
+
+
+def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> dict[str, int]:
+    """Match shard ``index``'s contiguous range of buckets: candidates minus referenced, one bucket at a time."""
+    started = time.perf_counter()
+    store = Scratch(scratch, io_properties)
+    plan = read_plan(store)
+    check_shard_index(plan, index)
+    shards = read_markers(store, plan, shard_marker_name)
+    wanted = bucket_range(index, plan["shards"], plan["buckets"])
+    equivalence = plan_equivalence(plan)
+    unmatched: list[pa.Table] = []
+    equivalent = referenced = 0
+    undecodable: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="orphan-match-") as local:
+        refs_range = BucketRange(store, HASH_SCHEMA, wanted, f"{local}/refs", plan["plan_id"])
+        refs_range.fetch(plan_parts(plan, shards, "refs"))
+        listed_range = BucketRange(store, CANDIDATE_SCHEMA, wanted, f"{local}/listed", plan["plan_id"])
+        listed_range.fetch(plan_parts(plan, shards, "listed"))
+        for bucket in wanted:
+            refs = ReferencedSet(equivalence)
+            for batch in refs_range.batches(bucket):
+                refs.add_hashes(batch)
+            referenced += len(refs)
+            candidates = [i for batch in listed_range.batches(bucket) for i in file_infos(batch)]
+            orphans, conflicts, kept, odd = match_candidates(candidates, refs)
+            equivalent += kept
+            undecodable.extend(i.path for i in odd)
+            rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]
+            unmatched.append(
+                pa.table(
+                    [
+                        pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
+                        pa.array([i.size for i, _ in rows], pa.int64()),
+                        pa.array([c for _, c in rows], pa.bool_()),
+                    ],
+                    schema=UNMATCHED_SCHEMA,
+                )
+            )
+    name = f"unmatched/{plan['plan_id']}-{index:04d}.parquet"
+    rows = pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table()
+    store.write_table(name, rows, plan["plan_id"])
+    counts = {
+        "referenced_files": referenced,
+        "kept_equivalent": equivalent,
+        "unmatched": sum(len(t) for t in unmatched),
+    }
+    store.write_json(
+        match_marker_name(index),
+        {
+            "plan_id": plan["plan_id"],
+            **counts,
+            "unmatched_part": name,
+            "buckets": [wanted.start, wanted.stop],
+            # Names that are not UTF-8, as bytes made printable one to one, for the report.
+            "kept_undecodable": [exact_bytes(p).hex() for p in undecodable],
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+    return counts
