@@ -175,7 +175,7 @@ def serve(args: argparse.Namespace) -> None:
 
 def step(args: argparse.Namespace) -> None:
     """One task, in this process (run by the parent under wait4)."""
-    from airflow_iceberg_maint.index.references import INDEX_FILES
+    from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
     from airflow_iceberg_maint.orphans.removal import OrphanOptions, remove_orphan_files
     from airflow_iceberg_maint.orphans.sharded import finish_sharded_scan, match_shard, plan_sharded_scan, run_shard
 

@@ -21,9 +21,9 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import storage_for
+from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import DEFAULT_MAX_CONCURRENT_DELETES
 
