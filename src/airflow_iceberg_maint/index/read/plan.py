@@ -54,7 +54,7 @@ def current_metadata(store: IndexStore, name: str) -> IndexMetadata:
 
 @dataclass
 class ReadPlan:
-    """What a lookup reads: the extract, the snapshot and, for reconciliation, both file sets."""
+    """What a read reads: the extract, the snapshot and, for reconciliation, both file sets."""
 
     target: SnapshotFiles
     extract: Extract | None = None
@@ -68,6 +68,7 @@ def _has_row_location(metadata: IndexMetadata) -> bool:
 
 
 def choose_plan(table: Table, metadata: IndexMetadata, snapshot: Snapshot) -> ReadPlan:
+    """The closest readable extract for ``snapshot`` with the files to rescan, or a plain scan (no extract)."""
     target = plan_snapshot(table, snapshot)
     extract = None
     if _has_row_location(metadata):
