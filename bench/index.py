@@ -94,15 +94,15 @@ from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index import dictionary_pages, page_reads
-from airflow_iceberg_maint.index.extract_files import read_tracking_file
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.format.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.parquet_files import opened_parquet
-from airflow_iceberg_maint.index.query import lookup_keys, lookup_range
-from airflow_iceberg_maint.index.refresh import RefreshResult, refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.read.query import lookup_keys, lookup_range
+from airflow_iceberg_maint.index.source import dictionary_pages, page_reads
+from airflow_iceberg_maint.index.source.parquet_files import opened_parquet
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import RefreshResult, refresh_full
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 #: A second index on ``id`` whose extract also holds ``payload``: its lookups read no data file.

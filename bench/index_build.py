@@ -72,8 +72,8 @@ def _load(root: Path) -> Any:
 
 def child_build(root: Path, kind: str, budget: int | None, engine: str) -> dict[str, Any]:
     from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-    from airflow_iceberg_maint.index.refresh import refresh_full
-    from airflow_iceberg_maint.index.store import IndexStore
+    from airflow_iceberg_maint.index.metadata.store import IndexStore
+    from airflow_iceberg_maint.index.write.refresh import refresh_full
 
     table = _load(root)
     properties = {"write.build.memory-budget-bytes": str(budget)} if budget else {}
@@ -102,7 +102,12 @@ def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tupl
     """The same build with DuckDB's out-of-core sort in place of the project's sorted runs."""
     import duckdb
 
-    from airflow_iceberg_maint.index.build import (
+    from airflow_iceberg_maint.index.format.extract_files import write_tracking_file
+    from airflow_iceberg_maint.index.format.ordering import sortable
+    from airflow_iceberg_maint.index.metadata.builders import with_extract_schema_for
+    from airflow_iceberg_maint.index.metadata.store import IndexStore
+    from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+    from airflow_iceberg_maint.index.write.build import (
         entries_by_file,
         entry_bytes,
         entry_layout,
@@ -112,12 +117,7 @@ def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tupl
         target_rows,
         write_region,
     )
-    from airflow_iceberg_maint.index.extract_files import write_tracking_file
-    from airflow_iceberg_maint.index.metadata.builders import with_extract_schema_for
-    from airflow_iceberg_maint.index.ordering import sortable
-    from airflow_iceberg_maint.index.refresh import tracking_file_location
-    from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-    from airflow_iceberg_maint.index.store import IndexStore
+    from airflow_iceberg_maint.index.write.refresh import tracking_file_location
 
     metadata, _, _ = IndexStore(table).load(name)
     snapshot = table.current_snapshot()
@@ -184,7 +184,7 @@ def child_floor(root: Path, kind: str, rows: int) -> dict[str, Any]:
 
 
 def _same_regions(root: Path, first: str, second: str) -> bool:
-    from airflow_iceberg_maint.index.extract_files import read_tracking_file
+    from airflow_iceberg_maint.index.format.extract_files import read_tracking_file
 
     table = _load(root)
     a, b = read_tracking_file(table.io, first), read_tracking_file(table.io, second)

@@ -175,7 +175,7 @@ def serve(args: argparse.Namespace) -> None:
 
 def step(args: argparse.Namespace) -> None:
     """One task, in this process (run by the parent under wait4)."""
-    from airflow_iceberg_maint.index.references import INDEX_FILES
+    from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
     from airflow_iceberg_maint.orphans.options import OrphanOptions
     from airflow_iceberg_maint.orphans.removal import remove_orphan_files
     from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan

@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.catalog import catalog_properties
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 
 SCRIPT = Path(sys.executable).with_name("iceberg-maint")
 

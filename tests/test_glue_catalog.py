@@ -12,8 +12,8 @@ import pytest
 from pyiceberg.catalog.glue import GlueCatalog
 
 from airflow_iceberg_maint.fs.s3 import S3Storage
-from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.index.test_store import add_extract, create_index

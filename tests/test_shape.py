@@ -23,8 +23,6 @@ MAX_LINES = 450
 LONG_MODULES_BEING_SPLIT: frozenset[str] = frozenset(
     {
         "airflow_iceberg_maint/airflow/operators/index.py",
-        "airflow_iceberg_maint/index/lookup.py",
-        "airflow_iceberg_maint/index/metadata/model.py",
     }
 )
 

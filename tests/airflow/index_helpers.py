@@ -7,8 +7,8 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
 
 TABLE = "demo.events"
 KINDS = ("click", "view", "purchase", "signup")

@@ -21,7 +21,7 @@ from airflow_iceberg_maint.airflow.operators.index import (
     IcebergCreateMissingIndexesOperator,
 )
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger, advance
-from airflow_iceberg_maint.index.lag import FileCounts, IndexLag
+from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table

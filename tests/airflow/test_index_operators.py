@@ -19,8 +19,8 @@ from airflow_iceberg_maint.airflow.operators.index import (
     IcebergIndexLagPlanOperator,
 )
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
-from airflow_iceberg_maint.index.lag import index_lag
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.lifecycle.lag import index_lag
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from tests.airflow.conftest import DAGS
 from tests.airflow.index_helpers import (
     TABLE,

@@ -14,7 +14,7 @@ from airflow_iceberg_maint.airflow.index_definitions import load_index_definitio
 from airflow_iceberg_maint.airflow.operators.index import IcebergIndexLagPlanOperator
 from airflow_iceberg_maint.airflow.status import Records, table_rows
 from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.policies import parse_policies

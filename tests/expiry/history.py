@@ -18,8 +18,8 @@ from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
 from pyiceberg.table.update import SetPartitionStatisticsUpdate
 
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
 from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
 from tests.orphans.scenario import SCHEMA, Files, referenced_by_oracle, rows
 

@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.errors import GcDisabledError, InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
-from airflow_iceberg_maint.index.references import INDEX_FILES, INDEX_SNAPSHOTS
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from tests.expiry.history import History, build_history, exists, reachable, snapshot_rows
 from tests.orphans.scenario import rows
 

@@ -11,12 +11,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.lifecycle.references import index_file_batches
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.references import index_file_batches
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.expiry.history import after_clock_passes, exists
 from tests.expiry.test_expiry import expire
 from tests.orphans.scenario import SCHEMA, rows

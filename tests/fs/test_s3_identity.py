@@ -22,8 +22,8 @@ from airflow_iceberg_maint.errors import InvalidInputError, StorageError
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.fileio import FileIOStorage
 from airflow_iceberg_maint.fs.s3 import S3Storage
-from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS

@@ -19,21 +19,21 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import IntegerType, LongType
 
-from airflow_iceberg_maint.index.build import cut_regions, entry_layout
-from airflow_iceberg_maint.index.expressions import Apply, Reference, split_expression_list
-from airflow_iceberg_maint.index.extract_files import (
+from airflow_iceberg_maint.index.format.extract_files import (
     FieldStats,
     read_region_file,
     read_tracking_file,
     region_file_paths,
 )
-from airflow_iceberg_maint.index.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.format.ordering import comparable, key_changes, sort_indices
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.expressions import Apply, Reference, split_expression_list
 from airflow_iceberg_maint.index.metadata.model import StatsField
-from airflow_iceberg_maint.index.ordering import comparable, key_changes, sort_indices
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file, plan_schema
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.write.build import cut_regions, entry_layout
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import OracleTable
 
 

@@ -17,7 +17,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from tests.orphans.test_cli import immutable
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32()), ("ts", pa.timestamp("us"))])

@@ -39,15 +39,15 @@ from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, IndexCommitC
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.fs.s3 import S3Storage
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.extract_files import region_file_paths
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.format.extract_files import region_file_paths
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.spec import COMMIT_NUM_RETRIES, DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
-from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS
@@ -269,7 +269,7 @@ def test_s3_refresh_whose_old_metadata_delete_fails_is_committed(
     versions = IndexStore(table).versions(INDEX)
     faults.on("before-call.s3.DeleteObject", raise_times(10, unreachable))
 
-    with caplog.at_level(logging.WARNING, logger="airflow_iceberg_maint.index.store"):
+    with caplog.at_level(logging.WARNING, logger="airflow_iceberg_maint.index.metadata.store"):
         refresh_full(table, INDEX)
 
     faults.enabled = False
@@ -428,7 +428,7 @@ def test_local_refresh_whose_old_metadata_delete_fails_is_committed(
         raise PermissionError(13, "Permission denied", location)
 
     monkeypatch.setattr(LocalStorage, "delete", refuse)
-    with caplog.at_level(logging.WARNING, logger="airflow_iceberg_maint.index.store"):
+    with caplog.at_level(logging.WARNING, logger="airflow_iceberg_maint.index.metadata.store"):
         refresh_full(table, INDEX)
     monkeypatch.undo()
 

@@ -15,12 +15,12 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.extract_files import region_file_paths
+from airflow_iceberg_maint.index.format.extract_files import region_file_paths
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.test_orphans_protect_index import Storage
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))

@@ -26,7 +26,7 @@ from pyiceberg.types import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import (
+from airflow_iceberg_maint.index.metadata.expressions import (
     Apply,
     IndexExpression,
     Reference,

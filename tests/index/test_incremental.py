@@ -19,17 +19,17 @@ from pyiceberg.expressions import In
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index.build import entry_layout, ordering_columns
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.extract_files import read_region_file, read_tracking_file, region_stats
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.format.extract_files import read_region_file, read_tracking_file, region_stats
+from airflow_iceberg_maint.index.format.ordering import comparable
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import Extract
-from airflow_iceberg_maint.index.ordering import comparable
-from airflow_iceberg_maint.index.refresh import RefreshResult
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.write.build import entry_layout, ordering_columns
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import RefreshResult
 from tests.index.oracle_table import POOLS, SCHEMA, OracleTable, multiset
 
 SMALL_REGIONS = {"write.region.target-file-size-bytes": "500"}

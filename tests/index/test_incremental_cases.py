@@ -19,16 +19,16 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.types import LongType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index import incremental
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.extract_files import read_tracking_file
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.format.extract_files import read_tracking_file
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import EncryptionKey, IndexMetadata
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.write import incremental
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import OracleTable, multiset
 from tests.index.row_deletes import commit_position_deletes
 from tests.index.test_incremental import SMALL_REGIONS, create_index, extract_entries, refresh_and_compare

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.index.build import entry_layout
-from airflow_iceberg_maint.index.extract_files import RegionEntry, read_region_file, read_tracking_file
+from airflow_iceberg_maint.index.format.extract_files import RegionEntry, read_region_file, read_tracking_file
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.refresh import RefreshResult
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.write.build import entry_layout
+from airflow_iceberg_maint.index.write.refresh import RefreshResult
 from tests.index.row_deletes import commit_position_deletes
 from tests.index.test_incremental import refresh_and_compare
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from airflow_iceberg_maint.index.lag import FileCounts, index_lag
+from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, index_lag
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import OracleTable
 
 

@@ -20,22 +20,24 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index import extract_files, region_reads
-from airflow_iceberg_maint.index import lookup as lookup_module
-from airflow_iceberg_maint.index import regions as regions_module
-from airflow_iceberg_maint.index.build import build_regions, entry_layout
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.extract_files import read_tracking_file, write_tracking_file
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lag import index_lag
-from airflow_iceberg_maint.index.lookup import LookupResult, key_columns, lookup, parse_lookup_value
+from airflow_iceberg_maint.index.format import extract_files
+from airflow_iceberg_maint.index.format.extract_files import read_tracking_file, write_tracking_file
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import EncryptionKey, IndexMetadata
-from airflow_iceberg_maint.index.parquet_files import opened_parquet
-from airflow_iceberg_maint.index.refresh import commit_extract, refresh_full, tracking_file_location
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read import fetch as lookup_module
+from airflow_iceberg_maint.index.read import region_reads
+from airflow_iceberg_maint.index.read import regions as regions_module
+from airflow_iceberg_maint.index.read.keys import key_columns, parse_lookup_value
+from airflow_iceberg_maint.index.read.lookup import LookupResult, lookup
+from airflow_iceberg_maint.index.source.parquet_files import opened_parquet
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.write.build import build_regions, entry_layout
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import commit_extract, refresh_full, tracking_file_location
 from tests.index.oracle_table import POOLS, SCHEMA, OracleTable, multiset
 
 SMALL_REGIONS = {"write.region.target-file-size-bytes": "1500"}

@@ -16,8 +16,8 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType, Time
 
 from airflow_iceberg_maint.cli.index import ordering_texts
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import Apply, Reference
 from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata, with_extract_schema_for
+from airflow_iceberg_maint.index.metadata.expressions import Apply, Reference
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.rules import validate_against_table
 from airflow_iceberg_maint.index.metadata.spec import (

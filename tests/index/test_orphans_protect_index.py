@@ -21,13 +21,17 @@ from pyiceberg.types import LongType, NestedField, StringType
 from airflow_iceberg_maint.cli import main
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.locations import Uri, local_path
-from airflow_iceberg_maint.index.extract_files import region_file_paths
+from airflow_iceberg_maint.index.format.extract_files import region_file_paths
+from airflow_iceberg_maint.index.lifecycle.references import (
+    INDEX_FILES,
+    index_file_batches,
+    remove_unreferenced_index_files,
+)
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
-from airflow_iceberg_maint.index.references import INDEX_FILES, index_file_batches, remove_unreferenced_index_files
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.sharded_build import build_shard, commit_sharded_build, plan_sharded_build
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.write.refresh import refresh_full
+from airflow_iceberg_maint.index.write.sharded_build import build_shard, commit_sharded_build, plan_sharded_build
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 

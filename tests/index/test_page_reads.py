@@ -16,13 +16,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from airflow_iceberg_maint.index import page_reads
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.lookup import lookup
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.parquet_files import opened_parquet
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.source import page_reads
+from airflow_iceberg_maint.index.source.parquet_files import opened_parquet
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import OracleTable, multiset
 
 ROWS = 3000

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from airflow_iceberg_maint.index import parquet_files
-from airflow_iceberg_maint.index.parquet_files import OPEN_FILES, opened_parquet
+from airflow_iceberg_maint.index.source import parquet_files
+from airflow_iceberg_maint.index.source.parquet_files import OPEN_FILES, opened_parquet
 
 
 @pytest.fixture(autouse=True)

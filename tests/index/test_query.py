@@ -24,13 +24,13 @@ from pyiceberg.expressions import (
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index import lookup as lookup_module
-from airflow_iceberg_maint.index import region_reads
-from airflow_iceberg_maint.index import regions as regions_module
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.live_rows import read_rows
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.query import (
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read import fetch as lookup_module
+from airflow_iceberg_maint.index.read import region_reads
+from airflow_iceberg_maint.index.read import regions as regions_module
+from airflow_iceberg_maint.index.read.query import (
     lookup_keys,
     lookup_range,
     plan_keys,
@@ -38,8 +38,8 @@ from airflow_iceberg_maint.index.query import (
     query_keys,
     query_range,
 )
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.source.live_rows import read_rows
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import ABSENT, OracleTable, multiset
 
 SMALL_REGIONS = {"write.region.target-file-size-bytes": "1500"}

@@ -20,19 +20,21 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.index.build import (
+from airflow_iceberg_maint.index.format.extract_files import RegionEntry, read_region_file, read_tracking_file
+from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.write.build import (
     build_regions,
     cut_regions,
     entries_for_files,
     sort_entries,
     write_region,
 )
-from airflow_iceberg_maint.index.extract_files import RegionEntry, read_region_file, read_tracking_file
-from airflow_iceberg_maint.index.key_ranges import KeyRanges
-from airflow_iceberg_maint.index.lookup import lookup
-from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.refresh import refresh_target
-from airflow_iceberg_maint.index.sharded_build import (
+from airflow_iceberg_maint.index.write.key_ranges import KeyRanges
+from airflow_iceberg_maint.index.write.refresh import refresh_target
+from airflow_iceberg_maint.index.write.sharded_build import (
     BUILD_ID_PROPERTY,
     ShardedBuildPlan,
     ShardResultsMissingError,
@@ -41,8 +43,6 @@ from airflow_iceberg_maint.index.sharded_build import (
     commit_sharded_build,
     plan_sharded_build,
 )
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
 
 HOT = 500
 FILES = 6
@@ -214,8 +214,8 @@ def test_key_ranges_follow_the_total_float_order() -> None:
 _KILLED_SHARD = textwrap.dedent("""
     import sys, time
     from pyiceberg.catalog.sql import SqlCatalog
-    from airflow_iceberg_maint.index import build as build_module
-    from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, build_shard
+    from airflow_iceberg_maint.index.write import build as build_module
+    from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, build_shard
 
     write = build_module.write_region_file
     def slow_write(*args, **kwargs):

@@ -31,7 +31,7 @@ from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.s3 import S3Storage
 from airflow_iceberg_maint.index.metadata.builders import new_extract, new_index_metadata, with_extract_schema_for
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 WORKERS = 4

@@ -15,7 +15,7 @@ from airflow_iceberg_maint.fs.adls import MAX_BLOBS_PER_BATCH, AzureStorage
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.gcs import MAX_CALLS_PER_BATCH, GcsStorage
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.fs.batch_faults import GCS_REFUSALS, BatchFaults, gcs_refusal

@@ -59,7 +59,7 @@ from pyiceberg.types import (
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

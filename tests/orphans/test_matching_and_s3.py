@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from airflow_iceberg_maint.errors import PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.s3 import S3Storage
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

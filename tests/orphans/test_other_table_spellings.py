@@ -84,7 +84,7 @@ def test_another_table_with_its_own_location_provider_stops_the_run(sqlite_catal
 
     from airflow_iceberg_maint.errors import UnknownLocationsError
     from airflow_iceberg_maint.fs.locations import local_path
-    from airflow_iceberg_maint.index.references import INDEX_FILES
+    from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
     from airflow_iceberg_maint.orphans.options import OrphanOptions
     from airflow_iceberg_maint.orphans.removal import remove_orphan_files
     from tests.orphans.scenario import SCHEMA, rows

@@ -20,7 +20,7 @@ from airflow_iceberg_maint.errors import (
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans import removal
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

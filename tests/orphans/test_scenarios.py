@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import build, snapshot_row_counts

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError, StorageError
 from airflow_iceberg_maint.fs.locations import Uri, local_path
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport

@@ -22,7 +22,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import CatalogListingError, LocationRefusedError
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

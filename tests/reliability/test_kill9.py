@@ -29,12 +29,12 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows

@@ -30,7 +30,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded

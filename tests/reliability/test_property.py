@@ -29,7 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
 from airflow_iceberg_maint.errors import LocationRefusedError
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows

@@ -41,14 +41,14 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.spec import DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
-from airflow_iceberg_maint.index.references import INDEX_FILES
-from airflow_iceberg_maint.index.refresh import refresh_full
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS

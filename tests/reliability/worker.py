@@ -16,9 +16,9 @@ from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 

@@ -32,7 +32,7 @@ from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.index_lag import LagThreshold
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import split_expression_list
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.rules import check_index_name
 
 DEFAULT_RETAIN_LAST = 3

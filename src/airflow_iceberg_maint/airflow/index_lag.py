@@ -1,6 +1,6 @@
 """When an index lags "too much": thresholds over the core's ``IndexLag``, and lag reads for tasks and triggers.
 
-The core measures lag (``index.lag``); deciding that a lag is worth acting on is a scheduling
+The core measures lag (``index.lifecycle.lag``); deciding that a lag is worth acting on is a scheduling
 concern, so the threshold lives here, shared by the sensor, its trigger, the event trigger and
 the planning operator.
 """
@@ -15,8 +15,8 @@ from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import catalog_for
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
-from airflow_iceberg_maint.index.lag import IndexLag, index_lag
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.lifecycle.lag import IndexLag, index_lag
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 
 
 @dataclass(frozen=True)

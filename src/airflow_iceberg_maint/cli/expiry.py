@@ -13,7 +13,7 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, check_retain_last
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.index.references import INDEX_FILES, INDEX_SNAPSHOTS
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_expiry_run
 

@@ -14,16 +14,17 @@ from pyiceberg.types import NestedField
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.expressions import split_expression_list
-from airflow_iceberg_maint.index.incremental import refresh_index
-from airflow_iceberg_maint.index.lag import index_lag
-from airflow_iceberg_maint.index.lookup import key_columns, lookup, parse_lookup_value
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
+from airflow_iceberg_maint.index.lifecycle.lag import index_lag
+from airflow_iceberg_maint.index.lifecycle.references import remove_unreferenced_index_files
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
-from airflow_iceberg_maint.index.query import query_keys, query_range
-from airflow_iceberg_maint.index.references import remove_unreferenced_index_files
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.keys import key_columns, parse_lookup_value
+from airflow_iceberg_maint.index.read.lookup import lookup
+from airflow_iceberg_maint.index.read.query import query_keys, query_range
+from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
 
 

@@ -12,7 +12,7 @@ from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 from airflow_iceberg_maint.orphans.options import PREFIX_MISMATCH_MODES, OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

@@ -17,7 +17,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.index.references import not_referenced
+from airflow_iceberg_maint.index.lifecycle.references import not_referenced
 from airflow_iceberg_maint.orphans.manifests import sized_live_file_paths, sized_manifest_paths
 from airflow_iceberg_maint.orphans.referenced import REMOTE_READERS, ReferencedSet, ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled

@@ -181,8 +181,8 @@ def expire_snapshots(
 ) -> ExpiryReport:
     """Expire the snapshots retention no longer needs and delete the files only they reached (unless dry run).
 
-    ``sources`` keep files stored beside the table (``index.references.INDEX_FILES``); ``pins``
-    keep snapshots (``index.references.INDEX_SNAPSHOTS``). Neither has a default, so that no
+    ``sources`` keep files stored beside the table (``index.lifecycle.references.INDEX_FILES``); ``pins``
+    keep snapshots (``index.lifecycle.references.INDEX_SNAPSHOTS``). Neither has a default, so that no
     caller drops one by accident.
     """
     options = options or ExpireOptions()

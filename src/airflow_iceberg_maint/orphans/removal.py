@@ -47,7 +47,7 @@ def remove_orphan_files(
     """Find the files under the table location that nothing references, and delete them unless dry-run.
 
     ``sources`` keep the files the rest of the project stores under the table (its indexes:
-    ``airflow_iceberg_maint.index.references.INDEX_FILES``); it has no default, so that no caller
+    ``airflow_iceberg_maint.index.lifecycle.references.INDEX_FILES``); it has no default, so that no caller
     drops them by accident.
     """
     options = options or OrphanOptions()

@@ -38,12 +38,12 @@ from airflow_iceberg_maint.errors import (
     MaintenanceError,
     TableNotFoundError,
 )
-from airflow_iceberg_maint.index.expire import expire_extracts
-from airflow_iceberg_maint.index.incremental import refresh_index
+from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
-from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, ShardResult, commit_sharded_build
-from airflow_iceberg_maint.index.snapshot_files import resolve_snapshot
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.source.snapshot_files import resolve_snapshot
+from airflow_iceberg_maint.index.write.incremental import refresh_index
+from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, ShardResult, commit_sharded_build
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 EXPIRE_KEY = "expire"

@@ -10,7 +10,7 @@ no cluster of our own. The graph, for any number of indexes::
 
 Every task is safe to retry: a shard retry writes under a new attempt directory, and the commit
 uses each shard's result from its one successful try, commits at most once per build, and
-deletes the files no extract references (``airflow_iceberg_maint.index.sharded_build``).
+deletes the files no extract references (``airflow_iceberg_maint.index.write.sharded_build``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from airflow_iceberg_maint.airflow.operators.index import optional_snapshot_id
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
-from airflow_iceberg_maint.index.sharded_build import ShardedBuildPlan, build_shard, plan_sharded_build
+from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, build_shard, plan_sharded_build
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 COMMITS_KEY = "commits"

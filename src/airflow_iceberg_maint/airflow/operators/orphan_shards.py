@@ -29,7 +29,7 @@ from airflow_iceberg_maint.airflow.operators.orphans import (
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
 from airflow_iceberg_maint.orphans.shard_match import match_shard
 from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard

@@ -1,2 +1,4 @@
-"""Index metadata: the spec's numbers (``spec``), the model and its JSON (``model``), the rules that
-make a file valid (``rules``), and the builders of new indexes and extracts (``builders``)."""
+"""Index metadata: the spec's numbers (``spec``), the index expressions (``expressions``), the model and
+its JSON (``model``, ``fields``), the rules that make a file valid (``rules``), the builders of new
+indexes and extracts (``builders``), and where metadata files live and how they are committed
+(``store``)."""

@@ -15,7 +15,7 @@ from pyiceberg.types import (
 )
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import (
+from airflow_iceberg_maint.index.metadata.expressions import (
     FILE_COLUMN_ID,
     METADATA_COLUMNS,
     POS_COLUMN_ID,

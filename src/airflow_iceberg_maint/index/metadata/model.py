@@ -1,5 +1,7 @@
 """The index metadata file (docs/index-format.md; format-version 1): the model and its JSON.
 
+The structures are pydantic dataclasses (field types and errors in ``fields``): frozen, keyed in
+JSON by the spec's kebab-case names, checked field by field as they are read.
 ``IndexMetadata.from_json`` reads the JSON exactly and checks it with ``rules.check_metadata``;
 ``rules.validate_against_table`` adds the rules that need the table. The model also answers the
 questions the build, lookup and expiry code ask: the extract schema of an extract, the
@@ -8,27 +10,35 @@ ordering-key fields and their expressions, the index properties with their defau
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
-import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any
 
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.types import (
-    IcebergType,
-    NestedField,
-    PrimitiveType,
-)
+from pyiceberg.types import IcebergType, NestedField, PrimitiveType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import (
-    METADATA_COLUMNS,
-    IndexExpression,
-    Reference,
+from airflow_iceberg_maint.index.metadata.expressions import METADATA_COLUMNS, IndexExpression, Reference
+from airflow_iceberg_maint.index.metadata.fields import (
+    MODEL_CONFIG,
+    DataType,
+    Expression,
+    ExtractSchema,
+    Int,
+    Items,
+    SpecObject,
+    StringMap,
+    Text,
+    UuidText,
+    input_error,
+    json_key,
+    reject,
 )
 from airflow_iceberg_maint.index.metadata.rules import check_metadata, is_absolute_location
 from airflow_iceberg_maint.index.metadata.spec import (
@@ -48,265 +58,76 @@ from airflow_iceberg_maint.index.metadata.spec import (
     REGION_TARGET_SIZE_DEFAULT,
 )
 
-_TOP_LEVEL_KEYS = frozenset(
-    {
-        "format-version",
-        "index-uuid",
-        "table-uuid",
-        "location",
-        "last-updated-ms",
-        "index-type",
-        "identity-fields",
-        "schemas",
-        "stats-fields",
-        "ordering-key",
-        "properties",
-        "extracts",
-        "metadata-log",
-        "encryption-keys",
-    }
-)
-
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-# JSON reading helpers: each names the field it reads (S7).
-
-
-def _get(obj: Mapping[str, Any], key: str, where: str, required: bool = True) -> Any:
-    if key not in obj:
-        if required:
-            raise InvalidInputError(f"{where}: required field {key!r} is missing")
-        return None
-    return obj[key]
-
-
-def _int(value: Any, where: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidInputError(f"{where}: expected an integer, got {value!r}")
-    return value
-
-
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"{where}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _uuid(value: Any, where: str) -> str:
-    text = _str(value, where)
-    try:
-        uuid.UUID(text)
-    except ValueError as exc:
-        raise InvalidInputError(f"{where}: {text!r} is not a UUID") from exc
-    return text
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []  # a missing optional list reads as empty
-    if not isinstance(value, list):
-        raise InvalidInputError(f"{where}: expected a list, got {value!r}")
-    return value
-
-
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidInputError(f"{where}: expected an object, got {value!r}")
-    return value
-
-
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise InvalidInputError(f"{where}: expected a map of strings to strings, got {value!r}")
-    return dict(value)
-
-
-def _type_from_json(value: Any, where: str) -> PrimitiveType:
-    try:
-        parsed = NestedField.model_validate({"id": 1, "name": "x", "type": value, "required": False}).field_type
-    except Exception as exc:
-        raise InvalidInputError(f"{where}: {value!r} is not an Iceberg type") from exc
-    if not isinstance(parsed, PrimitiveType):
-        raise InvalidInputError(f"{where}: {value!r} is not a primitive type")
-    return parsed
-
-
-def _type_to_json(value: IcebergType) -> Any:
-    return json.loads(NestedField(1, "x", value, required=False).model_dump_json())["type"]
-
-
-def _schema_from_json(value: Any, where: str) -> Schema:
-    obj = _obj(value, where)
-    if obj.get("type") != "struct":
-        raise InvalidInputError(f"{where}.type: expected 'struct'")
-    _int(_get(obj, "schema-id", where), f"{where}.schema-id")
-    try:
-        return Schema.model_validate(obj)
-    except Exception as exc:
-        raise InvalidInputError(f"{where}: not a valid Iceberg schema ({exc})") from exc
-
-
-def _schema_to_json(schema: Schema) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(schema.model_dump_json())
-    if not out.get("identifier-field-ids"):
-        out.pop("identifier-field-ids", None)
-    return out
-
-
-@dataclass(frozen=True)
-class IdentityField:
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class IdentityField(SpecObject):
     """Maps a source field (table field or metadata column) to its identity column in the extract schema."""
 
-    source_id: int
-    field_id: int
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> IdentityField:
-        o = _obj(obj, where)
-        return cls(
-            _int(_get(o, "source-id", where), f"{where}.source-id"),
-            _int(_get(o, "field-id", where), f"{where}.field-id"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source-id": self.source_id, "field-id": self.field_id}
+    source_id: Int
+    field_id: Int
 
 
-@dataclass(frozen=True)
-class StatsField:
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class StatsField(SpecObject):
     """A stats-only field: ``expr`` over identity columns (by extract field ID), never stored in regions."""
 
-    field_id: int
-    data_type: PrimitiveType
-    expr: IndexExpression
-    type: str = "expr-value"
+    json_required = ("type",)
 
+    field_id: Int
+    type: Text = Field(default="expr-value", kw_only=True)
+    data_type: DataType
+    expr: Expression
+
+    @field_validator("type")
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> StatsField:
-        o = _obj(obj, where)
-        kind = _str(_get(o, "type", where), f"{where}.type")
+    def _expr_value_only(cls, kind: str) -> str:
         if kind != "expr-value":
-            raise InvalidInputError(f"{where}.type: must be 'expr-value' (no partition spec), got {kind!r}")
-        try:
-            expr = IndexExpression.from_json(_get(o, "expr", where))
-        except InvalidInputError as exc:
-            raise InvalidInputError(f"{where}.expr: {exc}") from exc
-        return cls(
-            _int(_get(o, "field-id", where), f"{where}.field-id"),
-            _type_from_json(_get(o, "data-type", where), f"{where}.data-type"),
-            expr,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "field-id": self.field_id,
-            "type": self.type,
-            "data-type": _type_to_json(self.data_type),
-            "expr": self.expr.to_json(),
-        }
+            raise reject(f"must be 'expr-value' (no partition spec), got {kind!r}")
+        return kind
 
 
-@dataclass(frozen=True)
-class Extract:
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class Extract(SpecObject):
     """The index data for one source table snapshot: a tracking file listing region files."""
 
-    extract_id: int
-    source_table_snapshot_id: int
-    extract_schema_id: int
-    timestamp_ms: int
-    tracking_file: str
-    tracking_file_size_in_bytes: int
-    properties: Mapping[str, str] = field(default_factory=dict)
-    key_id: str | None = None
+    extract_id: Int
+    source_table_snapshot_id: Int
+    extract_schema_id: Int
+    timestamp_ms: Int
+    tracking_file: Text
+    tracking_file_size_in_bytes: Int
+    properties: StringMap = Field(default_factory=dict)
+    key_id: Text | None = None
 
+    @field_validator("tracking_file_size_in_bytes")
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> Extract:
-        o = _obj(obj, where)
-        size = _int(_get(o, "tracking-file-size-in-bytes", where), f"{where}.tracking-file-size-in-bytes")
+    def _not_negative(cls, size: int) -> int:
         if size < 0:
-            raise InvalidInputError(f"{where}.tracking-file-size-in-bytes: must not be negative, got {size}")
-        key_id = _get(o, "key-id", where, required=False)
-        return cls(
-            extract_id=_int(_get(o, "extract-id", where), f"{where}.extract-id"),
-            source_table_snapshot_id=_int(
-                _get(o, "source-table-snapshot-id", where), f"{where}.source-table-snapshot-id"
-            ),
-            extract_schema_id=_int(_get(o, "extract-schema-id", where), f"{where}.extract-schema-id"),
-            timestamp_ms=_int(_get(o, "timestamp-ms", where), f"{where}.timestamp-ms"),
-            tracking_file=_str(_get(o, "tracking-file", where), f"{where}.tracking-file"),
-            tracking_file_size_in_bytes=size,
-            properties=_string_map(_get(o, "properties", where, required=False), f"{where}.properties"),
-            key_id=None if key_id is None else _str(key_id, f"{where}.key-id"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "extract-id": self.extract_id,
-            "source-table-snapshot-id": self.source_table_snapshot_id,
-            "extract-schema-id": self.extract_schema_id,
-            "timestamp-ms": self.timestamp_ms,
-            "tracking-file": self.tracking_file,
-            "tracking-file-size-in-bytes": self.tracking_file_size_in_bytes,
-        }
-        if self.properties:
-            out["properties"] = dict(self.properties)
-        if self.key_id is not None:
-            out["key-id"] = self.key_id
-        return out
+            raise reject(f"must not be negative, got {size}")
+        return size
 
 
-@dataclass(frozen=True)
-class MetadataLogEntry:
-    metadata_file: str
-    timestamp_ms: int
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> MetadataLogEntry:
-        o = _obj(obj, where)
-        return cls(
-            _str(_get(o, "metadata-file", where), f"{where}.metadata-file"),
-            _int(_get(o, "timestamp-ms", where), f"{where}.timestamp-ms"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"metadata-file": self.metadata_file, "timestamp-ms": self.timestamp_ms}
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class MetadataLogEntry(SpecObject):
+    metadata_file: Text
+    timestamp_ms: Int
 
 
-@dataclass(frozen=True)
-class EncryptionKey:
+@dataclass(frozen=True, config=MODEL_CONFIG)
+class EncryptionKey(SpecObject):
     """The table spec's encryption-key structure."""
 
-    key_id: str
-    encrypted_key_metadata: str
-    encrypted_by_id: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> EncryptionKey:
-        o = _obj(obj, where)
-        by = _get(o, "encrypted-by-id", where, required=False)
-        return cls(
-            _str(_get(o, "key-id", where), f"{where}.key-id"),
-            _str(_get(o, "encrypted-key-metadata", where), f"{where}.encrypted-key-metadata"),
-            None if by is None else _str(by, f"{where}.encrypted-by-id"),
-            _string_map(_get(o, "properties", where, required=False), f"{where}.properties"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key-id": self.key_id, "encrypted-key-metadata": self.encrypted_key_metadata}
-        if self.encrypted_by_id is not None:
-            out["encrypted-by-id"] = self.encrypted_by_id
-        if self.properties:
-            out["properties"] = dict(self.properties)
-        return out
+    key_id: Text
+    encrypted_key_metadata: Text
+    encrypted_by_id: Text | None = None
+    properties: StringMap = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class OrderingField:
     """One component of the ordering key, as builders and readers need it.
 
@@ -320,100 +141,68 @@ class OrderingField:
     stats_only: bool
 
 
-@dataclass(frozen=True)
-class IndexMetadata:
-    """One index metadata file. Immutable: updates return a new instance (``dataclasses.replace``)."""
+@dataclass(frozen=True, config=MODEL_CONFIG, kw_only=True)
+class IndexMetadata(SpecObject):
+    """One index metadata file. Immutable: updates return a new instance (``dataclasses.replace``).
 
-    index_uuid: str
-    table_uuid: str
-    location: str
-    last_updated_ms: int
-    identity_fields: tuple[IdentityField, ...]
-    schemas: tuple[Schema, ...]
-    ordering_key: tuple[int, ...]
-    stats_fields: tuple[StatsField, ...] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
-    extracts: tuple[Extract, ...] = ()
-    metadata_log: tuple[MetadataLogEntry, ...] = ()
-    encryption_keys: tuple[EncryptionKey, ...] = ()
-    index_type: str = INDEX_TYPE_SCALAR
-    format_version: int = FORMAT_VERSION
+    The fields are in the order of the JSON object; the optional lists and maps are written only
+    when not empty.
+    """
+
+    json_required = ("format-version", "index-type")
+
+    format_version: Int = FORMAT_VERSION
+    index_uuid: UuidText
+    table_uuid: UuidText
+    location: Text
+    last_updated_ms: Int
+    index_type: Text = INDEX_TYPE_SCALAR
+    identity_fields: Annotated[tuple[IdentityField, ...], Items]
+    schemas: Annotated[tuple[ExtractSchema, ...], Items]
+    stats_fields: Annotated[tuple[StatsField, ...], Items] = ()
+    ordering_key: Annotated[tuple[Int, ...], Items]
+    properties: StringMap = Field(default_factory=dict)
+    extracts: Annotated[tuple[Extract, ...], Items] = ()
+    metadata_log: Annotated[tuple[MetadataLogEntry, ...], Items] = ()
+    encryption_keys: Annotated[tuple[EncryptionKey, ...], Items] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields_only(cls, data: Any) -> Any:
+        # Fields of other drafts (e.g. materialized-fields) change the meaning: refuse, don't drop.
+        known = {json_key(f.name) for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known) if isinstance(data, dict) else []
+        if unknown:
+            raise reject(f"unknown field(s) {', '.join(map(repr, unknown))}")
+        return data
+
+    @field_validator("format_version")
+    @classmethod
+    def _supported_version(cls, version: int) -> int:
+        if version != FORMAT_VERSION:
+            raise reject(f"must be {FORMAT_VERSION}, got {version}")
+        return version
+
+    @field_validator("index_type")
+    @classmethod
+    def _lower_case(cls, index_type: str) -> str:
+        return index_type.lower()
 
     # JSON
 
     @classmethod
     def from_json(cls, obj: Any) -> IndexMetadata:
         """Read a parsed index metadata JSON object and check every structural rule."""
-        o = _obj(obj, "index metadata")
-        unknown = sorted(set(o) - _TOP_LEVEL_KEYS)
-        if unknown:
-            # Fields of other drafts (e.g. materialized-fields) change the meaning: refuse, don't drop.
-            raise InvalidInputError(f"index metadata: unknown field(s) {', '.join(map(repr, unknown))}")
-        version = _int(_get(o, "format-version", "index metadata"), "format-version")
-        if version != FORMAT_VERSION:
-            raise InvalidInputError(f"format-version: must be {FORMAT_VERSION}, got {version}")
-        index_type = _str(_get(o, "index-type", "index metadata"), "index-type").lower()
-        metadata = cls(
-            format_version=version,
-            index_uuid=_uuid(_get(o, "index-uuid", "index metadata"), "index-uuid"),
-            table_uuid=_uuid(_get(o, "table-uuid", "index metadata"), "table-uuid"),
-            location=_str(_get(o, "location", "index metadata"), "location"),
-            last_updated_ms=_int(_get(o, "last-updated-ms", "index metadata"), "last-updated-ms"),
-            index_type=index_type,
-            identity_fields=tuple(
-                IdentityField.from_json(v, f"identity-fields[{i}]")
-                for i, v in enumerate(_list(_get(o, "identity-fields", "index metadata"), "identity-fields"))
-            ),
-            schemas=tuple(
-                _schema_from_json(v, f"schemas[{i}]")
-                for i, v in enumerate(_list(_get(o, "schemas", "index metadata"), "schemas"))
-            ),
-            stats_fields=tuple(
-                StatsField.from_json(v, f"stats-fields[{i}]")
-                for i, v in enumerate(_list(o.get("stats-fields"), "stats-fields"))
-            ),
-            ordering_key=tuple(
-                _int(v, f"ordering-key[{i}]")
-                for i, v in enumerate(_list(_get(o, "ordering-key", "index metadata"), "ordering-key"))
-            ),
-            properties=_string_map(o.get("properties"), "properties"),
-            extracts=tuple(
-                Extract.from_json(v, f"extracts[{i}]") for i, v in enumerate(_list(o.get("extracts"), "extracts"))
-            ),
-            metadata_log=tuple(
-                MetadataLogEntry.from_json(v, f"metadata-log[{i}]")
-                for i, v in enumerate(_list(o.get("metadata-log"), "metadata-log"))
-            ),
-            encryption_keys=tuple(
-                EncryptionKey.from_json(v, f"encryption-keys[{i}]")
-                for i, v in enumerate(_list(o.get("encryption-keys"), "encryption-keys"))
-            ),
-        )
+        try:
+            metadata = _ADAPTER.validate_python(obj, by_alias=True, by_name=False)
+        except ValidationError as exc:
+            raise input_error(exc, "index metadata") from exc
         check_metadata(metadata)
         return metadata
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object; optional lists and maps are written only when non-empty."""
-        out: dict[str, Any] = {
-            "format-version": self.format_version,
-            "index-uuid": self.index_uuid,
-            "table-uuid": self.table_uuid,
-            "location": self.location,
-            "last-updated-ms": self.last_updated_ms,
-            "index-type": self.index_type.lower(),
-            "identity-fields": [f.to_json() for f in self.identity_fields],
-            "schemas": [_schema_to_json(s) for s in self.schemas],
-        }
-        if self.stats_fields:
-            out["stats-fields"] = [f.to_json() for f in self.stats_fields]
-        out["ordering-key"] = list(self.ordering_key)
-        optional: list[tuple[str, Any]] = [
-            ("properties", dict(self.properties)),
-            ("extracts", [e.to_json() for e in self.extracts]),
-            ("metadata-log", [e.to_json() for e in self.metadata_log]),
-            ("encryption-keys", [k.to_json() for k in self.encryption_keys]),
-        ]
-        out.update((key, value) for key, value in optional if value)
+        out: dict[str, Any] = _ADAPTER.dump_python(self, mode="json")
         return out
 
     def to_bytes(self) -> bytes:
@@ -536,13 +325,13 @@ class IndexMetadata:
     # Updates (each returns a new instance, checked where the update can break a rule)
 
     def with_extract(self, extract: Extract) -> IndexMetadata:
-        updated = replace(self, extracts=(*self.extracts, extract))
+        updated = dataclasses.replace(self, extracts=(*self.extracts, extract))
         check_metadata(updated)
         return updated
 
     def without_extracts(self, extract_ids: Iterable[int]) -> IndexMetadata:
         drop = set(extract_ids)
-        return replace(self, extracts=tuple(e for e in self.extracts if e.extract_id not in drop))
+        return dataclasses.replace(self, extracts=tuple(e for e in self.extracts if e.extract_id not in drop))
 
     def new_extract_id(self) -> int:
         """A random positive 63-bit ID not used by any current extract."""
@@ -575,3 +364,6 @@ class IndexMetadata:
                 )
             fields.append(NestedField(f.field_id, names[f.field_id], source.field_type, required=source.required))
         return fields
+
+
+_ADAPTER: TypeAdapter[IndexMetadata] = TypeAdapter(IndexMetadata)

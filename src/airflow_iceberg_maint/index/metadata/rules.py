@@ -25,7 +25,7 @@ from pyiceberg.types import (
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.expressions import (
+from airflow_iceberg_maint.index.metadata.expressions import (
     FORBIDDEN_COLUMNS,
     METADATA_COLUMNS,
     is_orderable,

@@ -36,21 +36,21 @@ from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, Me
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
-from airflow_iceberg_maint.index.build import build_regions, entry_bytes, ordering_columns, target_rows
-from airflow_iceberg_maint.index.extract_files import RegionEntry, read_tracking_file, write_tracking_file
-from airflow_iceberg_maint.index.key_ranges import FirstKeyBounds, KeyRanges, plan_key_ranges
+from airflow_iceberg_maint.index.format.extract_files import RegionEntry, read_tracking_file, write_tracking_file
+from airflow_iceberg_maint.index.format.ordering import comparable
+from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.ordering import comparable
-from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
-from airflow_iceberg_maint.index.refresh import (
+from airflow_iceberg_maint.index.metadata.store import CommitProgress, IndexStore
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
+from airflow_iceberg_maint.index.write.build import build_regions, entry_bytes, ordering_columns, target_rows
+from airflow_iceberg_maint.index.write.key_ranges import FirstKeyBounds, KeyRanges, plan_key_ranges
+from airflow_iceberg_maint.index.write.refresh import (
     RefreshResult,
     commit_extract,
     discard_unless_committed,
     refresh_target,
     tracking_file_location,
 )
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.store import CommitProgress, IndexStore
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ from cachetools.keys import hashkey
 from fastparquet.cencoding import ThriftObject, from_buffer
 from fastparquet.parquet_thrift import Encoding, FieldRepetitionType
 
-from airflow_iceberg_maint.index import dictionary_pages
-from airflow_iceberg_maint.index.parquet_files import ParquetHandle
+from airflow_iceberg_maint.index.source import dictionary_pages
+from airflow_iceberg_maint.index.source.parquet_files import ParquetHandle
 
 #: Data page encodings whose values are indexes into the column chunk's dictionary page.
 _DICTIONARY_ENCODINGS = frozenset({Encoding.PLAIN_DICTIONARY, Encoding.RLE_DICTIONARY})

@@ -22,9 +22,9 @@ from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.extract_files import FIELD_ID
-from airflow_iceberg_maint.index.key_scan import Probe, probe_mask, range_mask
-from airflow_iceberg_maint.index.parquet_files import opened_parquet
+from airflow_iceberg_maint.index.format.extract_files import FIELD_ID
+from airflow_iceberg_maint.index.read.key_scan import Probe, probe_mask, range_mask
+from airflow_iceberg_maint.index.source.parquet_files import opened_parquet
 
 
 @dataclass(frozen=True)

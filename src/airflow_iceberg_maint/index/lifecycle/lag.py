@@ -16,7 +16,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles, plan_snapshot
 
 
 @dataclass(frozen=True)

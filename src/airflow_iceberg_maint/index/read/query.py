@@ -19,21 +19,15 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.expressions import Apply
-from airflow_iceberg_maint.index.key_scan import KeyFilter, KeyRange, Probe, file_filter, prune_files
-from airflow_iceberg_maint.index.lookup import (
-    Located,
-    LookupResult,
-    by_data_file,
-    checked_probes,
-    current_metadata,
-    key_columns,
-    locate,
-    read_located,
-)
+from airflow_iceberg_maint.index.format.ordering import sort_indices
+from airflow_iceberg_maint.index.metadata.expressions import Apply
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
-from airflow_iceberg_maint.index.ordering import sort_indices
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.fetch import by_data_file
+from airflow_iceberg_maint.index.read.key_scan import KeyFilter, KeyRange, Probe, file_filter, prune_files
+from airflow_iceberg_maint.index.read.keys import checked_probes, key_columns
+from airflow_iceberg_maint.index.read.lookup import Located, LookupResult, locate, read_located
+from airflow_iceberg_maint.index.read.plan import current_metadata
 
 #: Keys: one value per row for an index on one column, or a table with a column per key column.
 Keys: TypeAlias = pa.Array | pa.ChunkedArray | pa.Table

@@ -32,16 +32,16 @@ import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.build import (
+from airflow_iceberg_maint.index.format.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
+from airflow_iceberg_maint.index.format.ordering import comparable
+from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
+from airflow_iceberg_maint.index.write.build import (
     EntryLayout,
     entry_bytes,
     sort_entries,
     target_rows,
     write_sorted_regions,
 )
-from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
-from airflow_iceberg_maint.index.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
-from airflow_iceberg_maint.index.ordering import comparable
 from airflow_iceberg_maint.progress import Phase
 
 #: Positions are packed with the file's dictionary index into one int64 (``index << 40 | pos``).

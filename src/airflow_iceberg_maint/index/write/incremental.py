@@ -29,14 +29,16 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import MaintenanceError, MetadataReadError
-from airflow_iceberg_maint.index.build import EntryLayout, entries_for_files, entry_layout
-from airflow_iceberg_maint.index.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
-from airflow_iceberg_maint.index.extract_files import read_tracking_file, region_file_paths, write_tracking_file
-from airflow_iceberg_maint.index.lag import closest_extract, diff_files
-from airflow_iceberg_maint.index.live_rows import plan_schema
+from airflow_iceberg_maint.index.format.extract_files import read_tracking_file, region_file_paths, write_tracking_file
+from airflow_iceberg_maint.index.lifecycle.lag import closest_extract, diff_files
+from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.metadata.rules import is_valid_promotion
-from airflow_iceberg_maint.index.refresh import (
+from airflow_iceberg_maint.index.metadata.store import CommitProgress
+from airflow_iceberg_maint.index.source.live_rows import plan_schema
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles, plan_snapshot
+from airflow_iceberg_maint.index.write.build import EntryLayout, entries_for_files, entry_layout
+from airflow_iceberg_maint.index.write.refresh import (
     RefreshResult,
     commit_extract,
     discard_unless_committed,
@@ -44,7 +46,7 @@ from airflow_iceberg_maint.index.refresh import (
     refresh_target,
     tracking_file_location,
 )
-from airflow_iceberg_maint.index.region_rewrite import (
+from airflow_iceberg_maint.index.write.region_rewrite import (
     RegionChange,
     RegionRewrite,
     RegionRewriteMismatch,
@@ -52,8 +54,6 @@ from airflow_iceberg_maint.index.region_rewrite import (
     region_bounds,
     rewrite_regions,
 )
-from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles, plan_snapshot
-from airflow_iceberg_maint.index.store import CommitProgress
 from airflow_iceberg_maint.progress import Phase
 
 log = logging.getLogger(__name__)

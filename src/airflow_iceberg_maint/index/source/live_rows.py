@@ -27,9 +27,9 @@ from pyiceberg.table import Table
 from pyiceberg.types import ListType, MapType, NestedField
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.index import page_reads
-from airflow_iceberg_maint.index.parquet_files import ParquetHandle, opened_parquet
-from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.index.source import page_reads
+from airflow_iceberg_maint.index.source.parquet_files import ParquetHandle, opened_parquet
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch, read_position_deletes
 
 #: Names under which the row location travels next to the projected columns.

@@ -31,8 +31,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.live_rows import live_rows_of_file
-from airflow_iceberg_maint.index.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.pyiceberg_compat import bounds_may_match
 
 Probe = tuple[Any, ...]

@@ -19,12 +19,12 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.build import EntryLayout, build_regions, entry_layout
-from airflow_iceberg_maint.index.extract_files import write_tracking_file
+from airflow_iceberg_maint.index.format.extract_files import write_tracking_file
 from airflow_iceberg_maint.index.metadata.builders import new_extract, with_extract_schema_for
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.snapshot_files import plan_snapshot, resolve_snapshot
-from airflow_iceberg_maint.index.store import CommitProgress, IndexStore
+from airflow_iceberg_maint.index.metadata.store import CommitProgress, IndexStore
+from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot, resolve_snapshot
+from airflow_iceberg_maint.index.write.build import EntryLayout, build_regions, entry_layout
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, InvalidInput
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
+from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
-from airflow_iceberg_maint.index.references import extract_file_batches, not_referenced
-from airflow_iceberg_maint.index.store import IndexStore
+from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 
 log = logging.getLogger(__name__)
