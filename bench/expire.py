@@ -1,7 +1,7 @@
 """Snapshot-expiry benchmark: ours against pyiceberg's expiry followed by an orphan scan, and a floor, in one run.
 
     .venv/bin/python bench/expire.py                  # 1,000 snapshots x 100 files; expire the 900 oldest
-    .venv/bin/python bench/expire.py --without-naive  # leave out the pyiceberg-only orphan scan (about 30 s a run)
+    .venv/bin/python bench/expire.py --without-naive  # leave out the pyiceberg-only scan (about 12 s a repetition)
 
 The table is the orphan bench's (built once by ``bench/orphans.py``'s builder, without planted
 orphans: 1,000 fast appends of 100 files). Once built, the orphans its build left (metadata
