@@ -46,8 +46,9 @@ lint: install ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: install ## The orphan-scan and index benchmarks
+bench: install ## The orphan-scan, snapshot-expiry and index benchmarks
 	$(PY) bench/orphans.py
+	$(PY) bench/expire.py
 	$(PY) bench/index.py
 	$(PY) bench/index.py --refresh
 	$(PY) bench/index_build.py

@@ -182,10 +182,11 @@ def _floor_read(files: list[tuple[bool, str]]) -> int:
     return sum(len(manifest_paths(io, f) if is_list else live_file_paths(io, f)) for is_list, f in files)
 
 
-def floor(table: Table, manifest_lists: list[str], manifests: list[str]) -> int:
+def floor(table: Table, manifest_lists: list[str], manifests: list[str], listing: bool = True) -> int:
     """Listing beside every manifest list and each unique manifest decoded once, one process a core.
 
     Workers are forked (the cheapest start) inside the timed region, as ours starts its own.
+    ``listing=False``: the decoding alone (bench/expire.py's floor).
     """
     global _FLOOR_TABLE
     _FLOOR_TABLE = table
@@ -194,6 +195,8 @@ def floor(table: Table, manifest_lists: list[str], manifests: list[str]) -> int:
     chunks = [files[i :: workers * 4] for i in range(workers * 4)]  # dealt: later lists are longer
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         counts = pool.map(_floor_read, chunks)  # submitted (and workers forked) before the lister thread starts
+        if not listing:
+            return sum(counts)
         with ThreadPoolExecutor(1) as lister:
             listed = lister.submit(_listed, table)
             return sum(counts) + listed.result()

@@ -82,6 +82,18 @@ def test_expires_every_unneeded_snapshot_and_deletes_exactly_what_only_they_reac
     assert kinds == {DataFileContent.DATA, DataFileContent.POSITION_DELETES, DataFileContent.EQUALITY_DELETES}
 
 
+def test_manifests_read_by_worker_processes_give_the_same_outcome(sqlite_catalog: Catalog) -> None:
+    """Large local tables are read by worker processes: the kept walk, the expired lists, the candidate manifests."""
+    history = build_history(sqlite_catalog)
+    ids, table = history.ids, history.table
+    before = state(table)
+
+    report = expire(table, older_than=datetime.now(UTC), retain_last=1, reader_processes=2)
+
+    check_outcome(history, report, {ids["a4"], ids["b1"], ids["pos"]}, before)
+    assert any("/data/" in p for p in report.deleted_files)  # data files, found in manifests the workers read
+
+
 def _per_ref_history(catalog: Catalog) -> tuple[History, set[int], int]:
     """Refs with their own retention; returns the history, the snapshots the spec keeps, and 'now'."""
     history = build_history(catalog)

@@ -97,6 +97,36 @@ def test_local_batches_equal_one_at_a_time(tmp_path: Path, names: list[str], uni
         assert batch["check"].to_pylist() == [path_hash128(p)[1] for p in paths]
 
 
+@pytest.mark.parametrize(
+    ("names", "uniform"),
+    [
+        (["data/a.parquet", "data/p=1/b.parquet", "metadata/snap-1.avro", "data/.hidden.parquet"], True),
+        (["data/a.parquet", "_temporary/b.parquet", "data/link.parquet"], True),
+        (["data/a.parquet", "data/./b.parquet"], False),  # a key to normalise
+    ],
+)
+def test_local_batches_without_a_listing_stat_every_path_as_one_at_a_time(
+    tmp_path: Path, names: list[str], uniform: bool
+) -> None:
+    """Snapshot expiry lists nothing: every local identity is ``stat``-ed, symlinks followed, in either route."""
+    root = f"file://{tmp_path}/t"
+    for name in names[:2]:
+        os.makedirs(os.path.dirname(f"{tmp_path}/t/{name}"), exist_ok=True)
+        Path(f"{tmp_path}/t/{name}").write_bytes(b"x")
+    os.makedirs(f"{tmp_path}/t/data", exist_ok=True)
+    os.symlink(f"{tmp_path}/t/{names[0]}", f"{tmp_path}/t/data/link.parquet")
+    paths = [f"{root}/{n}" for n in names]
+    fast, slow = PathHasher(PathEquivalence()), PathHasher(PathEquivalence())
+    assert _uniform(PathHasher(PathEquivalence()), paths) is uniform
+    batch = fast.batch(paths)
+    assert batch.equals(_one_at_a_time(slow, paths))
+    identities = batch["identity"].to_pylist()
+    assert identities == [named_identity(f"{tmp_path}/t/{n}") for n in names]
+    assert identities[0] != EMPTY
+    if "data/link.parquet" in names:
+        assert identities[names.index("data/link.parquet")] == identities[0]  # the file it points at
+
+
 def test_plain_local_paths_without_a_scheme(tmp_path: Path) -> None:
     root = str(tmp_path / "t")
     paths = [f"{root}/data/{i}.parquet" for i in range(5)] + [f"{root}/metadata/v1.metadata.json"]

@@ -10,16 +10,16 @@ candidate is deleted only when no kept path names it exactly or under another sp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 
+from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.lifecycle.references import not_referenced
 from airflow_iceberg_maint.orphans.manifests import sized_live_file_paths, sized_manifest_paths
-from airflow_iceberg_maint.orphans.referenced import REMOTE_READERS, ReferencedSet, ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 from airflow_iceberg_maint.progress import Phase
@@ -28,19 +28,41 @@ from airflow_iceberg_maint.progress import Phase
 Sized = dict[str, int]
 
 
-def _expired_reach(walk: ReferenceWalk, before: TableMetadata, expired: set[int], kept: ReferencedSet) -> Sized:
-    """Manifest lists and statistics of the expired snapshots, their manifests no kept snapshot lists, and
-    those manifests' live files (each with its size)."""
-    io = walk.table.io
+def _read_lists(io: FileIO, lists: list[str]) -> tuple[Sized, Sized]:
+    """Each manifest list's own size, and the manifests they name with their lengths (each once)."""
+    sizes: Sized = {}
+    manifests: Sized = {}
+    for manifest_list in lists:
+        sizes[manifest_list], named = sized_manifest_paths(io, manifest_list)
+        for path, length in named:
+            manifests.setdefault(path, length)
+    return sizes, manifests
+
+
+def _read_live_files(io: FileIO, manifests: list[str]) -> tuple[int, Sized]:
+    """How many manifests were read, and their live files with their sizes (each once)."""
     found: Sized = {}
-    snapshots = [s for s in before.snapshots if s.snapshot_id in expired and s.manifest_list]
-    with ThreadPoolExecutor(REMOTE_READERS) as pool, Phase("reading expired manifests") as reading:
+    for manifest in manifests:
+        for path, size in sized_live_file_paths(io, manifest):
+            found.setdefault(path, size)
+    return len(manifests), found
+
+
+def _expired_reach(
+    walk: ReferenceWalk,
+    before: TableMetadata,
+    expired: set[int],
+    lists: Iterator[tuple[Sized, Sized]],
+    kept: ReferencedSet,
+) -> Sized:
+    """Manifest lists and statistics of the expired snapshots, their manifests no kept snapshot lists, and
+    those manifests' live files (each with its size). ``lists``: ``_read_lists`` of the expired manifest lists."""
+    found: Sized = {}
+    with Phase("reading expired manifests") as reading:
         manifests: Sized = {}
-        for snapshot, (size, named) in zip(
-            snapshots, pool.map(lambda s: sized_manifest_paths(io, s.manifest_list), snapshots), strict=True
-        ):
-            found[snapshot.manifest_list] = size
-            for path, length in named:
+        for sizes, named in lists:
+            found.update(sizes)
+            for path, length in named.items():
                 manifests.setdefault(path, length)
         # A manifest a kept snapshot lists keeps its entries: only the others are read.
         unread = set(not_referenced(list(manifests), kept))
@@ -48,10 +70,10 @@ def _expired_reach(walk: ReferenceWalk, before: TableMetadata, expired: set[int]
         for path in manifests:
             if path in unread:
                 found.setdefault(path, manifests[path])
-        for entries in pool.map(lambda m: sized_live_file_paths(io, m), [m for m in manifests if m in unread]):
-            for path, size in entries:
+        for count, entries in walk.read_chunks(_read_live_files, [m for m in manifests if m in unread]):
+            for path, size in entries.items():
                 found.setdefault(path, size)
-            reading.advance(1)
+            reading.advance(count)
     for stats in [*before.statistics, *before.partition_statistics]:
         if stats.snapshot_id in expired:
             found.setdefault(stats.statistics_path, stats.file_size_in_bytes)
@@ -71,9 +93,11 @@ def deletable_files(
     sources: Sequence[ReferenceSource],
 ) -> Sized:
     """What ``expired`` snapshots of ``before`` reached and nothing ``after`` (metadata, location) or a source does."""
+    lists = [s.manifest_list for s in before.snapshots if s.snapshot_id in expired and s.manifest_list]
+    read = walk.read_chunks(_read_lists, lists)  # queued now: decoded beside the kept walk
     kept = ReferencedSet(walk.equivalence)
     collect_referenced(kept, walk, sources, *after)
-    return _unreferenced(_expired_reach(walk, before, expired, kept), kept)
+    return _unreferenced(_expired_reach(walk, before, expired, read, kept), kept)
 
 
 def recheck(

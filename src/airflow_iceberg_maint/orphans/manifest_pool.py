@@ -13,9 +13,10 @@ import logging
 import multiprocessing
 import os
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import lru_cache
+from typing import TypeVar
 
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
@@ -30,6 +31,7 @@ MAX_WORKERS = 8
 CHUNKS_PER_WORKER = 4  # several chunks a worker, so a slow chunk does not hold the others up
 
 IoSpec = tuple[tuple[tuple[str, str], ...], str]
+T = TypeVar("T")
 
 
 def worker_count(files: int, requested: int | None) -> int:
@@ -53,6 +55,10 @@ def _read_lists(spec: IoSpec, manifest_lists: list[str]) -> list[str]:
 def _hash_manifests(spec: IoSpec, manifests: list[str], hasher: PathHasher) -> pa.RecordBatch:
     io = _file_io(spec)
     return hasher.batch([p for m in manifests for p in live_file_paths(io, m)])
+
+
+def _read_chunk(spec: IoSpec, read: Callable[[FileIO, list[str]], T], files: list[str]) -> T:
+    return read(_file_io(spec), files)
 
 
 def _chunks(items: list[str], parts: int) -> list[list[str]]:
@@ -91,6 +97,11 @@ class ManifestPool:
 
     def close(self) -> None:
         self._executor.shutdown(cancel_futures=True)
+
+    def read_chunks(self, read: Callable[[FileIO, list[str]], T], files: list[str]) -> list[Future[T]]:
+        """Queue ``read(io, chunk)`` for chunks that hold each file once (``read``: a module-level function)."""
+        parts = self.workers * CHUNKS_PER_WORKER
+        return [self._executor.submit(_read_chunk, self.spec, read, chunk) for chunk in _chunks(files, parts)]
 
     def walk(
         self, manifest_lists: list[str], skip: Collection[str], hasher: PathHasher

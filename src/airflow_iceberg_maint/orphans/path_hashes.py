@@ -233,25 +233,32 @@ class PathHasher:
     def _uniform_batch(self, paths: Sequence[str]) -> pa.RecordBatch | None:
         """The batch hashed in C, when the keys are uniform and on local storage every path is listable.
 
-        Then every identity is DEFERRED (no ``stat``); otherwise None, and each path goes through
-        ``_batch_each``.
+        Then every identity is DEFERRED (no ``stat``); without a listing (``listed_under`` None:
+        snapshot expiry) every local identity is ``stat``-ed, as ``_batch_each`` does. Otherwise
+        None, and each path goes through ``_batch_each``.
         """
         uniform = self._uniform_keys(paths)
         if uniform is None:
             return None
         keys, (scheme, authority, local_prefix) = uniform
-        local = local_prefix is not None
-        if local and not self._all_listable(paths):
+        deferred = local_prefix is not None and self._under is not None
+        if deferred and not self._all_listable(paths):
             return None
         count = len(paths)
         exact, check = path_hashes128(paths)
+        if local_prefix is None:
+            identities = constant_array(EMPTY, count)
+        elif deferred:
+            identities = constant_array(DEFERRED, count)
+        else:
+            identities = pa.array([named_identity(local_prefix + key) for key in keys], pa.int64())
         columns = [
             int64_array(exact),
             int64_array(path_hashes128(keys)[0]),
             constant_array(scheme, count),
             constant_array(authority, count),
-            constant_array(DEFERRED if local else EMPTY, count),
-            int64_array(check) if local else constant_array(EMPTY, count),
+            identities,
+            int64_array(check) if deferred else constant_array(EMPTY, count),
         ]
         return pa.record_batch(columns, schema=HASH_SCHEMA)
 

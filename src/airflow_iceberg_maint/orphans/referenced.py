@@ -269,6 +269,22 @@ class ReferenceWalk:
                 self._workers, self._workers_failed = None, True
         yield from here()
 
+    def read_chunks(self, read: Callable[[FileIO, list[str]], T], files: list[str]) -> Iterator[T]:
+        """``read(io, chunk)`` of chunks that hold each file once (a file may come twice if the workers broke).
+
+        The reads are queued at once (on the workers for a large local table, ``read`` being a
+        module-level function; a file a chunk on threads on object stores), so they overlap
+        whatever the caller does before taking the results.
+        """
+        io = self.table.io
+        self._start_workers(len(files))
+        if self._workers is not None:
+            queued = self._workers.read_chunks(read, files)
+            return self._pooled(lambda _: (future.result() for future in queued), lambda: iter([read(io, files)]))
+        if self._threads is not None:
+            return self._threads.map(lambda f: read(io, [f]), files)
+        return iter([read(io, files)])
+
     def hash_batches(
         self, metadata: TableMetadata, skip_snapshots: frozenset[int] = frozenset(), listed_under: str | None = None
     ) -> Iterator[tuple[pa.RecordBatch, Reread]]:
