@@ -29,12 +29,12 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from airflow_iceberg_maint.airflow import config
-from airflow_iceberg_maint.airflow.index_definitions import TableDefinition, load_index_definitions
 from airflow_iceberg_maint.airflow.reports import read_report
-from airflow_iceberg_maint.airflow.status import Records, TableStatus, table_rows
-from airflow_iceberg_maint.airflow.status_records import SqlRecords
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.fs.locations import validate_location
+from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition, load_index_definitions
+from airflow_iceberg_maint.maintenance.status_records import SqlRecords
+from airflow_iceberg_maint.maintenance.status_rows import Records, TableStatus, table_rows
 from airflow_iceberg_maint.policy.policies import Policy, load_policies
 from airflow_iceberg_maint.policy.state import SqlStateStore
 
