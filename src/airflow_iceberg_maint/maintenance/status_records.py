@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
@@ -122,7 +122,16 @@ class RunRecord:
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "counts": dict(self.counts), "phase_seconds": dict(self.phase_seconds)}
+        return {
+            "kind": self.kind,
+            "at": self.at,
+            "dry_run": self.dry_run,
+            "status": self.status,
+            "counts": dict(self.counts),
+            "error": self.error,
+            "report": self.report,
+            "phase_seconds": dict(self.phase_seconds),
+        }
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> RunRecord:

@@ -118,9 +118,13 @@ class TableStatus:
     now: datetime
 
     @property
+    def last_cleaned_at(self) -> datetime | None:
+        """The last successful real cleanup, by any run, policy or not (None: never cleaned)."""
+        return self.state.last_success_at if self.state else None
+
+    @property
     def days_since_last_cleanup(self) -> float | None:
-        """Days since the last successful real cleanup, policy or not (None: never cleaned)."""
-        last = self.state.last_success_at if self.state else None
+        last = self.last_cleaned_at
         return None if last is None else round((self.now - last).total_seconds() / _SECONDS_PER_DAY, 4)
 
     @property
@@ -128,7 +132,7 @@ class TableStatus:
         return last_attempt(self.state) if self.state else None
 
     def to_json(self) -> dict[str, Any]:
-        last_run, last_cleaned = self.last_run, self.state.last_success_at if self.state else None
+        last_run, last_cleaned = self.last_run, self.last_cleaned_at
         return {
             "table": self.table,
             "policy": self.evaluation.policy,
