@@ -16,7 +16,7 @@ from airflow_iceberg_maint.maintenance.status_records import RunRecord
 
 WIDTH, HEIGHT = 360.0, 90.0
 _GAP = 0.2  # of each slot
-_MIN_VISIBLE = 1.0  # a bar of a zero value still shows as a line
+_MIN_VISIBLE = 3.0  # a bar of a zero value still shows, as a thin line
 
 
 @dataclass(frozen=True)
