@@ -24,7 +24,7 @@ import yaml
 
 
 def _prepare(root: Path, tables: int) -> None:
-    from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
+    from airflow_iceberg_maint.maintenance.status_records import SqlRecords, index_lag_key
     from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 
     url = f"sqlite:///{root}/state.db"

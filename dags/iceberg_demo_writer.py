@@ -18,7 +18,7 @@ import pyarrow as pa
 from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.index_definitions import table_asset_name
+from airflow_iceberg_maint.airflow.table_assets import table_asset_name
 
 TABLE = "demo.events"
 KINDS = ("click", "view", "purchase", "signup")

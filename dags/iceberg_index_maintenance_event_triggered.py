@@ -28,9 +28,10 @@ from airflow.providers.apache.iceberg.triggers.iceberg import IcebergTableSnapsh
 from airflow.sdk import DAG, AssetAny, AssetWatcher
 
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
-from airflow_iceberg_maint.airflow.index_definitions import IndexDefinition, load_index_definitions, table_asset
 from airflow_iceberg_maint.airflow.index_maintenance import index_maintenance_tasks
+from airflow_iceberg_maint.airflow.table_assets import table_asset
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger
+from airflow_iceberg_maint.maintenance.index_definitions import IndexDefinition, load_index_definitions
 
 DEFINITIONS = Path(__file__).with_name("iceberg_indexes.yaml")
 POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")

@@ -18,14 +18,6 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 ROOT = "airflow_iceberg_maint"
 MAX_LINES = 450
-#: Modules over ``MAX_LINES`` while they are being split (issue 22). Remove each as its split lands:
-#: an entry that is no longer over the limit, or no longer exists, fails the test.
-LONG_MODULES_BEING_SPLIT: frozenset[str] = frozenset(
-    {
-        "airflow_iceberg_maint/airflow/operators/index.py",
-    }
-)
-
 Edge = tuple[str, str]  # (importing package, imported package)
 Where = dict[Edge, list[str]]  # each edge's import statements, as "path:line"
 
@@ -167,13 +159,8 @@ def long_modules(src: Path) -> dict[str, int]:
 
 
 def test_no_module_is_over_the_line_limit() -> None:
-    over = {path: lines for path, lines in long_modules(SRC).items() if path not in LONG_MODULES_BEING_SPLIT}
+    over = long_modules(SRC)
     assert not over, f"modules over {MAX_LINES} lines (split them by job): {over}"
-
-
-def test_modules_being_split_are_still_listed_only_while_over_the_limit() -> None:
-    stale = LONG_MODULES_BEING_SPLIT - long_modules(SRC).keys()
-    assert not stale, f"no longer over {MAX_LINES} lines (or gone): remove from LONG_MODULES_BEING_SPLIT: {stale}"
 
 
 def test_no_import_cycle_between_packages() -> None:

@@ -1,7 +1,9 @@
 """Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point.
 
-Catalog access reuses the ``iceberg`` connection type and ``IcebergHook`` of
-apache-airflow-providers-apache-iceberg, so no connection type is declared here.
+Catalog access reuses the ``iceberg`` connection type of apache-airflow-providers-apache-iceberg:
+``IcebergMaintenanceHook`` extends its ``IcebergHook``, so no connection type is declared here. The
+``[iceberg_maint]`` options (``airflow.config`` reads them) are declared under ``config``, as
+Airflow's own providers declare theirs, so ``airflow config list`` shows them with their defaults.
 """
 
 from __future__ import annotations
@@ -11,6 +13,60 @@ from typing import Any
 from airflow_iceberg_maint import __version__
 
 _INTEGRATION = "Apache Iceberg maintenance"
+#: Set on every component (workers, triggerer, api-server) alike.
+_EVERYWHERE = " Set it on the workers and the api-server alike."
+
+CONFIG_SECTION = "iceberg_maint"
+CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
+    "report_location": {
+        "description": "Base URI of the orphan-removal reports (local path, file://, s3://, gs://, abfss://...), "
+        "written by the removal tasks and read by the status page. Unset: $AIRFLOW_HOME/iceberg_maint/reports."
+        + _EVERYWHERE,
+        "version_added": None,
+        "type": "string",
+        "example": "s3://ops-bucket/iceberg-maint/reports",
+        "default": None,
+    },
+    "report_conn_id": {
+        "description": "The iceberg connection whose storage properties (s3.endpoint, keys...) the status page "
+        "uses to read reports.",
+        "version_added": None,
+        "type": "string",
+        "example": "iceberg_default",
+        "default": "iceberg_default",
+    },
+    "policy_file": {
+        "description": "The orphan-removal policy file the status page evaluates. Unset: "
+        "iceberg_maint_policies.yaml in [core] dags_folder.",
+        "version_added": None,
+        "type": "string",
+        "example": "/opt/airflow/dags/iceberg_maint_policies.yaml",
+        "default": None,
+    },
+    "index_definitions_file": {
+        "description": "The index definitions file the status page lists indexes from. Unset: iceberg_indexes.yaml "
+        "in [core] dags_folder.",
+        "version_added": None,
+        "type": "string",
+        "example": "/opt/airflow/dags/iceberg_indexes.yaml",
+        "default": None,
+    },
+    "manual_dag_id": {
+        "description": "The DAG the status page's trigger form runs.",
+        "version_added": None,
+        "type": "string",
+        "example": "iceberg_orphan_cleanup_manual",
+        "default": "iceberg_orphan_cleanup_manual",
+    },
+    "state_url": {
+        "description": "SQLAlchemy URL of a database holding the cleanup state and the status records, shared "
+        "with the iceberg-maint command line. Unset: Airflow Variables." + _EVERYWHERE,
+        "version_added": None,
+        "type": "string",
+        "example": "postgresql+psycopg2://user:pw@db/iceberg_maint",
+        "default": None,
+    },
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -27,6 +83,19 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "hooks": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_iceberg_maint.airflow.hooks.maintenance"],
+            }
+        ],
+        "config": {
+            CONFIG_SECTION: {
+                "description": "Options of the Apache Iceberg maintenance provider: where reports and state are kept, "
+                "and what its status page reads.",
+                "options": CONFIG_OPTIONS,
+            }
+        },
         "operators": [
             {
                 "integration-name": _INTEGRATION,
@@ -34,6 +103,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_maint.airflow.operators.orphans",
                     "airflow_iceberg_maint.airflow.operators.orphan_planning",
                     "airflow_iceberg_maint.airflow.operators.index",
+                    "airflow_iceberg_maint.airflow.operators.index_definitions",
                     "airflow_iceberg_maint.airflow.operators.index_shards",
                 ],
             }

@@ -70,7 +70,7 @@ def stored_state(table_uuid: str) -> dict | None:
     from airflow.models.variable import Variable
     from airflow.utils.session import create_session
 
-    from airflow_iceberg_maint.airflow.state_store import variable_key
+    from airflow_iceberg_maint.airflow.variable_store import variable_key
 
     with create_session() as session:
         row = session.query(Variable).filter_by(key=variable_key(table_uuid)).one_or_none()

@@ -15,13 +15,11 @@ from airflow._shared.module_loading import import_string
 from airflow.triggers.base import BaseEventTrigger
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold
-from airflow_iceberg_maint.airflow.operators.index import (
-    IcebergCommitIndexExtractOperator,
-    IcebergCreateMissingIndexesOperator,
-)
+from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
+from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger, advance
 from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
+from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table

@@ -8,10 +8,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.index import (
-    IcebergCommitIndexExtractOperator,
-    IcebergCreateMissingIndexesOperator,
-)
+from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
+from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from tests.airflow.conftest import DAGS

@@ -10,12 +10,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index import (
+    IcebergCommitIndexExtractOperator,
+    IcebergExpireIndexExtractsOperator,
+)
+from airflow_iceberg_maint.airflow.operators.index_definitions import (
     EXPIRE_KEY,
     LAGS_KEY,
     SHARDED_KEY,
-    IcebergCommitIndexExtractOperator,
     IcebergCreateMissingIndexesOperator,
-    IcebergExpireIndexExtractsOperator,
     IcebergIndexLagPlanOperator,
 )
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator

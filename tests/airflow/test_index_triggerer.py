@@ -17,10 +17,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.index import (
-    IcebergCommitIndexExtractOperator,
-    IcebergCreateMissingIndexesOperator,
-)
+from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
+from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,11 +11,17 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.index_definitions import load_index_definitions
-from airflow_iceberg_maint.airflow.operators.index import IcebergIndexLagPlanOperator
-from airflow_iceberg_maint.airflow.status import Records, table_rows
-from airflow_iceberg_maint.airflow.status_records import SqlRecords, index_lag_key
+from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergIndexLagPlanOperator
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.maintenance.index_definitions import load_index_definitions
+from airflow_iceberg_maint.maintenance.status_records import (
+    RUN_HISTORY_LIMIT,
+    RunRecord,
+    SqlRecords,
+    index_lag_key,
+    record_run,
+)
+from airflow_iceberg_maint.maintenance.status_rows import Records, table_rows
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.policies import parse_policies
@@ -90,11 +97,59 @@ def test_rows_come_from_records_and_files_only(tmp_path: Path) -> None:
         "error": None,
         "report": "s3://ops/r/demo.events.json",
     }
-    assert events["indexes"] == [{"name": "events_by_id", "lag": lag}, {"name": "events_by_kind", "lag": None}]
+    assert events["indexes"] == [
+        {"name": "events_by_id", "lag": lag, "history": []},
+        {"name": "events_by_kind", "lag": None, "history": []},
+    ]
     assert (body["demo.orders"]["due"], body["demo.orders"]["reason"]) == (True, "never cleaned: due")
     assert body["other.t"]["policy"] is None and body["other.t"]["due"] is False
     assert body["other.t"]["last_run"]["error"] == "table 'other.t': gc.enabled=false"
     assert body["sales.orders"]["last_run"] is None
+
+
+def test_a_table_cleaned_by_a_manual_run_is_not_never_cleaned(tmp_path: Path) -> None:
+    """No policy attaches ``other.t``: it is not due, yet its last cleanup is the manual run's, and its
+    run history holds that run (recorded before the history existed: from the state)."""
+    store = SqlStateStore(f"sqlite:///{tmp_path}/state.db")
+    counts = {"orphan_file_count": 2, "orphan_bytes": 96, "deleted_file_count": 2, "failed_count": 0}
+    at = NOW - timedelta(days=2)
+    record_attempt(store, table_uuid="u", table="other.t", at=at, dry_run=False, succeeded=True, counts=counts)
+    (row,) = [
+        r.to_json() for r in table_rows(POLICIES, [], Records.build(store.all(), []), NOW) if r.table == "other.t"
+    ]
+    assert (row["policy"], row["due"], row["last_cleaned_at"], row["days_since_last_cleanup"]) == (
+        None,
+        False,
+        at.isoformat(),
+        2.0,
+    )
+    assert row["last_run"]["at"] == row["last_cleaned_at"]
+    assert [(r["kind"], r["at"], r["counts"]) for r in row["runs"]] == [("orphans", at.isoformat(), counts)]
+
+
+def test_runs_of_every_kind_are_kept_in_order(tmp_path: Path) -> None:
+    """The history holds runs of any kind, oldest first, the last ``RUN_HISTORY_LIMIT``; a kind the page
+    does not know (an expiry run) is kept as it is."""
+    records = SqlRecords(f"sqlite:///{tmp_path}/state.db")
+    log = logging.getLogger("test")
+    for day in range(RUN_HISTORY_LIMIT + 2):
+        run = RunRecord(
+            "orphans", (NOW + timedelta(days=day)).isoformat(), False, "success", {"deleted_file_count": day}
+        )
+        record_run(records, "demo.events", run, log)
+    expiry = RunRecord(
+        "expiry", (NOW + timedelta(days=90)).isoformat(), False, "success", {"expired_snapshot_count": 4}
+    )
+    record_run(records, "demo.events", expiry, log)
+    (row,) = table_rows([], [], Records.build([], records.items()), NOW + timedelta(days=91))
+    runs = row.to_json()["runs"]
+    assert len(runs) == RUN_HISTORY_LIMIT
+    assert [r["counts"] for r in runs[-2:]] == [
+        {"deleted_file_count": RUN_HISTORY_LIMIT + 1},
+        {"expired_snapshot_count": 4},
+    ]
+    assert [r["kind"] for r in runs] == ["orphans"] * (RUN_HISTORY_LIMIT - 1) + ["expiry"]
+    assert row.to_json()["last_run"] is None  # no orphan-removal state: the Last run column stays empty
 
 
 def test_a_hand_edited_record_is_skipped() -> None:
@@ -115,7 +170,7 @@ def test_lag_plan_records_every_lag(catalog: SqlCatalog, tmp_path: Path, context
         pa.table({"id": [1], "kind": ["a"]})
     )
     url = f"sqlite:///{tmp_path}/state.db"
-    from airflow_iceberg_maint.airflow.operators.index import IcebergCreateMissingIndexesOperator
+    from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
         context

@@ -151,6 +151,21 @@ def _token() -> str | None:
         return None
 
 
+def _columns_agree(scope: Any) -> int:
+    """Every row of the status page: a real run that succeeded is the last cleanup the Due column shows, and a
+    table with a last cleanup never reads "never cleaned". Returns how many rows were checked."""
+    rows = scope.locator("#tables tbody tr[data-table]")
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        cleaned = row.locator("td.due-cell").get_attribute("data-last-cleaned")
+        last = row.locator("td.last-run")
+        real_success = last.get_attribute("data-dry-run") == "false" and last.get_attribute("data-status") == "success"
+        if real_success:
+            assert cleaned == last.get_attribute("data-at"), row.inner_text()
+        assert ("never cleaned" in row.locator("td.due-cell").inner_text()) == (not cleaned), row.inner_text()
+    return int(rows.count())
+
+
 def _plant(folder: Path, *names: str, mtime: float = OLD) -> list[Path]:
     paths = []
     for name in names:
@@ -333,6 +348,8 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         listed.first.wait_for()
         assert sorted(listed.all_inner_texts()) == sorted(f"file://{p}" for p in orphans)
         assert "stage done" in frame.locator("#summary").inner_text()
+        # The timings are a bar, one segment per phase, not raw JSON.
+        assert frame.locator("#timings .phase").count() >= 3 and "{" not in frame.locator("#timings").inner_text()
         page.screenshot(path=ARTIFACTS / "03-dry-run-report.png")
 
         # 3. Real run through the status page's pre-filled form.
@@ -352,7 +369,28 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         row = frame.locator("tr[data-table='sales.orders']")
         row.wait_for()
         assert "real run" in row.inner_text() and "deleted 2 files" in row.inner_text()
+        # No policy attaches sales.orders, yet the manual run cleaned it: Due and Last run read one state.
+        assert "never cleaned" not in row.inner_text() and "last cleaned 0.0 days ago" in row.inner_text()
+        assert _columns_agree(frame) >= 2
+        assert frame.locator("#recent-runs tr.run[data-kind='orphans']").count() == 2
+        body = json.loads(page.request.get(f"{BASE}/iceberg-maint/status.json").text())
+        orders = next(t for t in body["tables"] if t["table"] == "sales.orders")
+        assert orders["last_cleaned_at"] == orders["last_run"]["at"] == orders["runs"][-1]["at"]
+        assert [(r["kind"], r["dry_run"]) for r in orders["runs"]] == [("orphans", True), ("orphans", False)]
         page.screenshot(path=ARTIFACTS / "05-status-after-real-run.png")
+        # The table's page: both runs in the history with their kind, as bars and with their phase timings.
+        row.locator("a.table-link").click()
+        runs = frame.locator("#runs tr.run")
+        runs.first.wait_for()
+        assert [runs.nth(i).get_attribute("data-kind") for i in range(runs.count())] == ["orphans", "orphans"]
+        assert frame.locator("#runs .phases").count() == 2
+        bars = frame.locator("#chart-bytes rect")
+        assert [bars.nth(i).get_attribute("class") for i in range(bars.count())] == [
+            "dry kind-orphans",
+            "real kind-orphans",
+        ]
+        assert frame.locator("#summary-row td.due-cell").get_attribute("data-last-cleaned") == orders["last_cleaned_at"]
+        page.screenshot(path=ARTIFACTS / "05b-table-run-history.png", full_page=True)
 
         # 4. A bad table, location and cutoff: each run fails with its error and deletes nothing.
         kept = _plant(data, "00000-9-orphan-c.parquet")
@@ -379,23 +417,47 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         # 5. The index maintenance DAG records each index's lag when it checks it; the page shows it.
         for run_id in airflow.run_ids(INDEX_DAG):  # this test's run and the one unpausing scheduled
             assert airflow.wait_run(INDEX_DAG, run_id) == "success", (run_id, airflow.task_states(INDEX_DAG, run_id))
+        appended_at = datetime.now(UTC)
         SqlCatalog("iceberg_default", **airflow.catalog).load_table("demo.events").append(
             pa.table({"id": [1000], "kind": ["c"]})
         )
         second = airflow.api("POST", f"/dags/{INDEX_DAG}/dagRuns", {"logical_date": None})["dag_run_id"]
         assert airflow.wait_run(INDEX_DAG, second) == "success", airflow.task_states(INDEX_DAG, second)
+        # The DAG also runs every 15 minutes: a tick may have checked (and refreshed) the index first.
+        for run_id in airflow.run_ids(INDEX_DAG):
+            assert airflow.wait_run(INDEX_DAG, run_id) == "success", (run_id, airflow.task_states(INDEX_DAG, run_id))
         recorded = json.loads(airflow.api("GET", "/variables/iceberg_maint.index_lag.demo.events")["value"])
-        assert {n: (i["snapshots_behind"], i["lagging"]) for n, i in recorded["indexes"].items()} == {
-            "events_by_id": (1, True),
-            "events_by_kind": (1, False),
+        since_append = {
+            name: [
+                (p["snapshots_behind"], p["lagging"])
+                for p in points
+                if datetime.fromisoformat(p["checked_at"]) >= appended_at
+            ]
+            for name, points in recorded["history"].items()
         }
+        # The first check after the append saw it: 1 snapshot behind, beyond events_by_id's bound of 0,
+        # within events_by_kind's bound of 2; the latest record is the last point of each history.
+        assert since_append["events_by_id"][0] == (1, True) and since_append["events_by_kind"][0] == (1, False)
+        latest = {n: (i["snapshots_behind"], i["lagging"]) for n, i in recorded["indexes"].items()}
+        assert latest == {n: since_append[n][-1] for n in ("events_by_id", "events_by_kind")}
         page.goto(f"{BASE}/plugin/iceberg-maintenance")
         events = frame.locator("tr[data-table='demo.events']")
         events.wait_for()
-        text = events.inner_text()
-        assert "events_by_id: 1 snapshots behind" in text and "lagging" in text
-        assert "events_by_kind: 1 snapshots behind" in text and "within bounds" in text
+        shown = {n: events.locator("td.indexes div.index", has_text=f"{n}:").inner_text() for n in latest}
+        for name, (behind, lagging) in latest.items():
+            assert f"{name}: {behind} snapshots behind" in shown[name], shown
+            assert ("lagging" if lagging else "within bounds") in shown[name], shown
+        assert "events_by_kind: 1 snapshots behind" in shown["events_by_kind"]
+        assert events.locator("td.indexes svg").count() == 2  # each index's lag over time
+        assert _columns_agree(frame) >= 2
         page.screenshot(path=ARTIFACTS / "07-status-index-lag.png", full_page=True)
+        events.locator("a.table-link").click()
+        charts = {n: frame.locator(f".chart-lag[data-index='{n}'] rect") for n in latest}
+        charts["events_by_id"].first.wait_for()
+        for name, bars in charts.items():
+            assert bars.count() == len(recorded["history"][name]) >= 2
+            assert bars.last.get_attribute("class") == ("lagging" if latest[name][1] else "ok")
+        page.screenshot(path=ARTIFACTS / "08-table-index-lag-history.png", full_page=True)
         browser.close()
     stamp = datetime.now(UTC).isoformat()
     (ARTIFACTS / "README.txt").write_text(f"Screenshots of tests/ui/test_browser.py, {stamp}\n")

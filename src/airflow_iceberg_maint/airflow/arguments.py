@@ -21,6 +21,10 @@ from airflow.sdk import XComArg
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
+from airflow_iceberg_maint.maintenance.values import boolean as boolean
+from airflow_iceberg_maint.maintenance.values import is_none
+from airflow_iceberg_maint.maintenance.values import optional_number as optional_number
+from airflow_iceberg_maint.maintenance.values import optional_str as optional_str
 from airflow_iceberg_maint.policy.policies import RECENT_FILES_FLOOR_DAYS
 
 RECENT_FILES_FLOOR = timedelta(days=RECENT_FILES_FLOOR_DAYS)
@@ -31,41 +35,6 @@ TableList = list[str] | str | XComArg
 CLOCK_SKEW = timedelta(seconds=60)
 _RECENT_RISK = "files younger than 1 day may belong to writes in progress"
 
-_NONE = ("", "none", "null")
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
-
-
-def _is_none(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE)
-
-
-def optional_str(value: Any, name: str) -> str | None:
-    if _is_none(value):
-        return None
-    if not isinstance(value, str):
-        raise InvalidInputError(f"argument {name}: expected a string, got {value!r}")
-    return value.strip()
-
-
-def boolean(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise InvalidInputError(f"argument {name}: expected true or false, got {value!r}")
-
-
-def optional_number(value: Any, name: str) -> float | None:
-    if _is_none(value):
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        raise InvalidInputError(f"argument {name}: expected a number, got {value!r}") from None
-
 
 def positive_int(value: Any, name: str) -> int:
     number = optional_number(value, name)
@@ -75,7 +44,7 @@ def positive_int(value: Any, name: str) -> int:
 
 
 def optional_datetime(value: Any, name: str) -> datetime | None:
-    if _is_none(value):
+    if is_none(value):
         return None
     if isinstance(value, datetime):
         moment = value
@@ -91,7 +60,7 @@ def optional_datetime(value: Any, name: str) -> datetime | None:
 
 def mapping(value: Any, name: str) -> dict[str, str]:
     """A mapping given as a dict, a JSON object, or ``a=b,c=d``."""
-    if _is_none(value):
+    if is_none(value):
         return {}
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}

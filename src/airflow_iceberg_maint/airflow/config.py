@@ -1,7 +1,8 @@
 """The provider's ``[iceberg_maint]`` options of Airflow's configuration, read by tasks and the status page alike.
 
 Set them in ``airflow.cfg`` or as ``AIRFLOW__ICEBERG_MAINT__<OPTION>`` on every component (workers
-and the api-server), so reports are written where the UI reads them.
+and the api-server), so reports are written where the UI reads them. Each is declared, with its
+description and default, in the provider info (``provider_info.CONFIG_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from pathlib import Path
 
 from airflow.configuration import conf
 
-SECTION = "iceberg_maint"
-DEFAULT_MANUAL_DAG_ID = "iceberg_orphan_cleanup_manual"
+from airflow_iceberg_maint.provider_info import CONFIG_OPTIONS, CONFIG_SECTION
+
+DEFAULT_MANUAL_DAG_ID = str(CONFIG_OPTIONS["manual_dag_id"]["default"])
 
 
 def _option(key: str) -> str | None:
-    value = conf.get(SECTION, key, fallback=None)
+    if key not in CONFIG_OPTIONS:
+        raise KeyError(f"[{CONFIG_SECTION}] {key} is not declared in the provider info")
+    value = conf.get(CONFIG_SECTION, key, fallback=None)
     return value.strip() or None if value else None
 
 
@@ -31,7 +35,7 @@ def report_location() -> str:
 
 def report_conn_id() -> str:
     """The ``iceberg`` connection whose storage properties (``s3.endpoint``, keys...) read reports in the UI."""
-    return _option("report_conn_id") or "iceberg_default"
+    return _option("report_conn_id") or str(CONFIG_OPTIONS["report_conn_id"]["default"])
 
 
 def _dags_file(key: str, name: str) -> Path:

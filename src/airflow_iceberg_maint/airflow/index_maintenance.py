@@ -17,18 +17,15 @@ from typing import Any
 
 from airflow.sdk import TriggerRule, get_current_context, task
 
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
-from airflow_iceberg_maint.airflow.index_definitions import (
-    TableDefinition,
-    load_index_definitions,
-    table_of_asset_uri,
-)
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.operators.index import (
+    IcebergCommitIndexExtractOperator,
+    IcebergExpireIndexExtractsOperator,
+)
+from airflow_iceberg_maint.airflow.operators.index_definitions import (
     EXPIRE_KEY,
     SHARDED_KEY,
-    IcebergCommitIndexExtractOperator,
     IcebergCreateMissingIndexesOperator,
-    IcebergExpireIndexExtractsOperator,
     IcebergIndexLagPlanOperator,
 )
 from airflow_iceberg_maint.airflow.operators.index_shards import (
@@ -38,6 +35,8 @@ from airflow_iceberg_maint.airflow.operators.index_shards import (
 )
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+from airflow_iceberg_maint.airflow.table_assets import table_of_asset_uri
+from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition, load_index_definitions
 
 POOL = "iceberg_maint"
 

@@ -1,4 +1,6 @@
-"""Index maintenance operators: create missing indexes, plan by lag, commit extracts, expire old extracts.
+"""Index maintenance operators that change an index: commit extracts, expire old extracts.
+
+The planning operators (create missing indexes, plan by lag) are in ``operators.index_definitions``.
 
 Each is a thin shell over ``airflow_iceberg_maint.index``: arguments are templated and coerced,
 XCom gets a small summary, and a retry is safe (creation and commits check what already exists).
@@ -13,42 +15,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.arguments import TableList
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.index_definitions import (
-    IndexDefinition,
-    load_index_definitions,
-    select_tables,
-    table_names,
-)
-from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
-from airflow_iceberg_maint.airflow.status_records import record_index_lags
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import (
-    IndexExistsError,
     InvalidInputError,
     MaintenanceError,
-    TableNotFoundError,
 )
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
-from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.source.snapshot_files import resolve_snapshot
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, ShardResult, commit_sharded_build
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
-EXPIRE_KEY = "expire"
-LAGS_KEY = "lags"
-SHARDED_KEY = "sharded"
 #: The fields of a committed extract (its ``to_json()``) in a commit's XCom.
 EXTRACT_FIELDS = (
     "extract_id",
@@ -73,161 +58,12 @@ def optional_snapshot_id(value: Any) -> int | None:
         raise InvalidInputError(f"argument snapshot_id: expected a whole number, got {value!r}") from None
 
 
-class _DefinitionsOperator(BaseOperator):
-    """Works through the indexes of a definitions file, for some or all of its tables."""
-
-    template_fields: Sequence[str] = ("definitions_file", "tables")
-
-    def __init__(
-        self,
-        *,
-        definitions_file: str,
-        tables: TableList | None = None,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
-        state_url: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.definitions_file = definitions_file
-        self.tables = tables
-        self.iceberg_conn_id = iceberg_conn_id
-        self.state_url = state_url  # where the lag plan records lags for the status page (None: Variables)
-
-
-class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
-    """Create each index of the definitions file that its table lacks; existing indexes are left alone.
-
-    Returns ``[{table, index, created}]``. A defined table that does not exist yet is skipped
-    with a warning (a writer may create it later). A definition the table cannot take (unknown
-    column, bad expression) fails the task. Creation is an exclusive create, so a retry or a
-    concurrent run never creates an index twice.
-
-    :param definitions_file: index definitions (YAML), e.g. ``dags/iceberg_indexes.yaml``.
-    :param tables: only these tables (list or comma-separated); None: every defined table.
-    :param iceberg_conn_id: an ``iceberg`` connection.
-    """
-
-    ui_color = "#e0d4f7"
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        try:
-            definitions = select_tables(load_index_definitions(self.definitions_file), table_names(self.tables))
-            catalog = catalog_for(self.iceberg_conn_id)
-            results = []
-            for definition in definitions:
-                try:
-                    table = load_table(catalog, definition.table)
-                except TableNotFoundError:
-                    self.log.warning(
-                        "%s: table does not exist yet; its indexes are created once it does", definition.table
-                    )
-                    continue
-                store = IndexStore(table)
-                existing = set(store.names())
-                for index in definition.indexes:
-                    created = index.name not in existing and self._create(store, table, index)
-                    results.append({"table": definition.table, "index": index.name, "created": created})
-        except MaintenanceError as exc:
-            raise task_exception(f"index definitions {self.definitions_file}", exc) from exc
-        self.log.info("created %d of %d defined indexes", sum(r["created"] for r in results), len(results))
-        return results
-
-    def _create(self, store: IndexStore, table: Table, index: IndexDefinition) -> bool:
-        metadata = new_index_metadata(
-            table,
-            index.name,
-            list(index.ordering),
-            list(index.identity),
-            index.with_row_location,
-            dict(index.properties),
-        )
-        try:
-            location = store.create(metadata, index.name)
-        except IndexExistsError:
-            self.log.info("%s index %s: created concurrently by another run", index.table, index.name)
-            return False
-        self.log.info(
-            "%s index %s: created (ordering %s) at %s", index.table, index.name, ", ".join(index.ordering), location
-        )
-        return True
-
-
-class IcebergIndexLagPlanOperator(_DefinitionsOperator):
-    """Check the lag of each defined index against its threshold; return those that lag.
-
-    The return value, ``[{table, index}]``, feeds
-    ``IcebergCommitIndexExtractOperator.partial(...).expand_kwargs(...)``. Also pushed: under
-    ``lags`` every index's lag with ``lagging`` and ``reasons``, under ``expire`` one
-    ``{table, index, retain_last}`` per existing index, for
-    ``IcebergExpireIndexExtractsOperator``, and under ``sharded`` the lagging indexes defined
-    with ``shards`` > 1 as ``{table, index, shards}``, for ``IcebergPlanIndexShardsOperator``
-    (those are not in the return value). Indexes not created yet are left out.
-
-    :param definitions_file: index definitions (YAML); thresholds come from each index's ``lag``.
-    :param tables: only these tables (list or comma-separated); None: every defined table.
-    :param iceberg_conn_id: an ``iceberg`` connection.
-    :param state_url: where each table's lags are recorded for the status page: a SQLAlchemy URL, or
-        None for Airflow Variables (``iceberg_maint.index_lag.<table>``).
-    """
-
-    ui_color = "#f7ecd4"
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        lagging: list[dict[str, Any]] = []
-        sharded: list[dict[str, Any]] = []
-        lags: list[dict[str, Any]] = []
-        expire: list[dict[str, Any]] = []
-        try:
-            for definition in select_tables(load_index_definitions(self.definitions_file), table_names(self.tables)):
-                by_name = {index.name: index for index in definition.indexes}
-                try:
-                    measured = index_lags(self.iceberg_conn_id, definition.table, list(by_name), missing_ok=True)
-                except TableNotFoundError:
-                    self.log.warning("%s: table does not exist yet", definition.table)
-                    continue
-                checked_lags = [CheckedLag(lag, by_name[lag.index].threshold.exceeded(lag)) for lag in measured]
-                for checked in checked_lags:
-                    index = by_name[checked.lag.index]
-                    self.log.info(
-                        "%s index %s: %s",
-                        definition.table,
-                        index.name,
-                        "; ".join(checked.reasons) or "within its lag threshold",
-                    )
-                    lags.append({"table": definition.table, **checked.to_json()})
-                    expire.append({"table": definition.table, "index": index.name, "retain_last": index.retain_last})
-                    if checked.lagging and index.shards > 1:
-                        sharded.append({"table": definition.table, "index": index.name, "shards": index.shards})
-                    elif checked.lagging:
-                        lagging.append({"table": definition.table, "index": index.name})
-                if checked_lags:
-                    record_index_lags(
-                        self.state_url,
-                        definition.table,
-                        [c.to_json() for c in checked_lags],
-                        datetime.now(UTC),
-                        self.log,
-                    )
-        except MaintenanceError as exc:
-            raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
-        self.log.info(
-            "%d of %d indexes lag beyond their threshold (%d rebuilt sharded)",
-            len(lagging) + len(sharded),
-            len(lags),
-            len(sharded),
-        )
-        context["ti"].xcom_push(key=LAGS_KEY, value=lags)
-        context["ti"].xcom_push(key=SHARDED_KEY, value=sharded)
-        context["ti"].xcom_push(key=EXPIRE_KEY, value=expire)
-        return lagging
-
-
 def _commit_summary(extract: dict[str, Any], committed: bool, seconds: float) -> dict[str, Any]:
     """What both commit paths add to their XCom: the extract's fields, whether this try committed, how long it took."""
     return {**{k: extract[k] for k in EXTRACT_FIELDS}, "committed": committed, "seconds": seconds}
 
 
-class IcebergCommitIndexExtractOperator(BaseOperator):
+class IcebergCommitIndexExtractOperator(MaintenanceHookMixin, BaseOperator):
     """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
 
     Incremental by default (only the regions the table change touched are rewritten) and full
@@ -298,7 +134,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         values = pulled if isinstance(pulled, list) else [pulled]
         results = [ShardResult.from_json(v) for v in values if v is not None]
         started = time.monotonic()
-        outcome = commit_sharded_build(load_table(catalog_for(self.iceberg_conn_id), table_name), build, results)
+        outcome = commit_sharded_build(self.hook.load_table(table_name), build, results)
         seconds = round(time.monotonic() - started, 3)
         body = outcome.result.to_json()
         self.log.info(
@@ -326,7 +162,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
     def _run(self, table_name: str, index: str) -> dict[str, Any]:
         requested = "full" if arguments.boolean(self.full, "full") else "incremental"
         snapshot_id = optional_snapshot_id(self.snapshot_id)
-        table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+        table = self.hook.load_table(table_name)
         snapshot = resolve_snapshot(table, snapshot_id)
         summary: dict[str, Any] = {"table": table_name, "index": index, "requested_mode": requested}
         if snapshot is None:
@@ -382,7 +218,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         )
 
 
-class IcebergExpireIndexExtractsOperator(BaseOperator):
+class IcebergExpireIndexExtractsOperator(MaintenanceHookMixin, BaseOperator):
     """Expire old extracts of an index and delete the files no remaining extract references.
 
     ``retain_last`` keeps the N newest extracts, ``older_than`` expires those created before an
@@ -423,7 +259,7 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
         index = arguments.optional_str(self.index, "index") or ""
         try:
             retain = arguments.optional_number(self.retain_last, "retain_last")
-            table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+            table = self.hook.load_table(table_name)
             result = expire_extracts(
                 table,
                 index,

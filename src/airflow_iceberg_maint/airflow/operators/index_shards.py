@@ -21,10 +21,9 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.operators.index import optional_snapshot_id
 from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, build_shard, plan_sharded_build
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
@@ -32,7 +31,7 @@ from airflow_iceberg_maint.progress import LoggingReporter, reporting
 COMMITS_KEY = "commits"
 
 
-class IcebergPlanIndexShardsOperator(BaseOperator):
+class IcebergPlanIndexShardsOperator(MaintenanceHookMixin, BaseOperator):
     """Plan a sharded full build of each given index: key ranges of about equal size, from a sample.
 
     Returns one ``{table, build, shard}`` per key range of every index, for
@@ -57,7 +56,6 @@ class IcebergPlanIndexShardsOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         shards: list[dict[str, Any]] = []
         commits: list[dict[str, Any]] = []
-        catalog = catalog_for(self.iceberg_conn_id)
         for item in self.indexes or []:
             if not isinstance(item, dict):
                 raise InvalidInputError(f"argument indexes: expected {{table, index, shards}} items, got {item!r}")
@@ -65,7 +63,7 @@ class IcebergPlanIndexShardsOperator(BaseOperator):
             index = arguments.optional_str(item.get("index"), "index") or ""
             try:
                 count = arguments.positive_int(item.get("shards"), "shards")
-                table = load_table(catalog, table_name)
+                table = self.hook.load_table(table_name)
                 if table.current_snapshot() is None and item.get("snapshot_id") is None:
                     self.log.info("%s: no snapshot yet, nothing to index", table_name)
                     continue
@@ -89,7 +87,7 @@ class IcebergPlanIndexShardsOperator(BaseOperator):
         return shards
 
 
-class IcebergBuildIndexShardOperator(BaseOperator):
+class IcebergBuildIndexShardOperator(MaintenanceHookMixin, BaseOperator):
     """Build one key range of a sharded build: its region files and manifest, under this try's own directory.
 
     Reads only the data files whose bounds may hold the range, and only the index's columns.
@@ -125,7 +123,7 @@ class IcebergBuildIndexShardOperator(BaseOperator):
         try:
             plan = ShardedBuildPlan.from_json(self.build)
             shard = int(arguments.optional_number(self.shard, "shard") or 0)
-            table = load_table(catalog_for(self.iceberg_conn_id), table_name)
+            table = self.hook.load_table(table_name)
             with reporting(LoggingReporter(self.log)):
                 result = build_shard(table, plan, shard)
         except MaintenanceError as exc:

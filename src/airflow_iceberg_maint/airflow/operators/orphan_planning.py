@@ -15,14 +15,11 @@ from airflow.sdk import BaseOperator, Context
 from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.airflow.arguments import TableList
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
-from airflow_iceberg_maint.airflow.index_definitions import table_names
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
-from airflow_iceberg_maint.airflow.state_store import state_store_for
-from airflow_iceberg_maint.airflow.status_records import record_policy_tables
 from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
+from airflow_iceberg_maint.maintenance.index_definitions import table_names
 from airflow_iceberg_maint.policy.due import evaluate_table
 from airflow_iceberg_maint.policy.job_config import build_orphan_job, plan_orphan_jobs
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, load_policies, policy_for_table
@@ -30,7 +27,7 @@ from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, load_poli
 EVALUATIONS_KEY = "evaluations"
 
 
-class _OrphanPlanningOperator(BaseOperator):
+class _OrphanPlanningOperator(MaintenanceHookMixin, BaseOperator):
     """What both planning operators share: their arguments, error handling and the catalog pass."""
 
     ui_color = "#e8f0d4"
@@ -89,10 +86,10 @@ class IcebergOrphanPolicyExpansionOperator(_OrphanPlanningOperator):
 
     def _plan(self, context: Context) -> list[dict[str, Any]]:
         policies = load_policies(self.policy_file)
-        catalog = catalog_for(self.iceberg_conn_id)
+        catalog = self.hook.catalog
         now = datetime.now(UTC)
-        plan = plan_orphan_jobs(catalog, policies, state_store_for(self.state_url), now, source=str(self.policy_file))
-        record_policy_tables(self.state_url, {e.table: e.table_uuid for e in plan.evaluations}, now, self.log)
+        plan = plan_orphan_jobs(catalog, policies, self.hook.state_store, now, source=str(self.policy_file))
+        self.hook.record_policy_tables({e.table: e.table_uuid for e in plan.evaluations}, self.log)
         for evaluation in plan.evaluations:
             self.log.info("%s: %s", evaluation.table, evaluation.reason)
         self.log.info("%d of %d attached tables are due", len(plan.jobs), len(plan.evaluations))
@@ -134,11 +131,10 @@ class IcebergOrphanDueTablesOperator(_OrphanPlanningOperator):
         evaluations = []
         jobs = []
         policies = load_policies(self.policy_file)
-        catalog = catalog_for(self.iceberg_conn_id)
-        store = state_store_for(self.state_url)
+        store = self.hook.state_store
         for name in table_names(self.tables) or []:
             try:
-                table = load_table(catalog, name)
+                table = self.hook.load_table(name)
             except TableNotFoundError:
                 self.log.warning("%s: table does not exist; not evaluated", name)
                 continue
@@ -156,6 +152,6 @@ class IcebergOrphanDueTablesOperator(_OrphanPlanningOperator):
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in evaluations])
         self.log.info("%d of %d tables are due for orphan removal", len(jobs), len(evaluations))
         if jobs:
-            uri = self._share_catalog_pass(context, catalog)
+            uri = self._share_catalog_pass(context, self.hook.catalog)
             jobs = [({**job, "other_tables_uri": uri}, score) for job, score in jobs]
         return [job for job, _ in sorted(jobs, key=lambda j: j[1], reverse=True)]

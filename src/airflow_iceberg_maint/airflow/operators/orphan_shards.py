@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.operators.orphans import (
     IcebergRemoveOrphanFilesOperator,
     failures_recorded,
@@ -27,7 +27,6 @@ from airflow_iceberg_maint.airflow.operators.orphans import (
     publish_report,
 )
 from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
@@ -89,7 +88,7 @@ class IcebergOrphanShardItemsOperator(BaseOperator):
         return [{"table": p["table"], "scratch": p["scratch"], "shard": i} for p in plans for i in range(p["shards"])]
 
 
-class _ShardTask(BaseOperator):
+class _ShardTask(MaintenanceHookMixin, BaseOperator):
     template_fields: Sequence[str] = ("table", "scratch", "shard")
     ui_color = "#d4e8f7"
 
@@ -114,21 +113,19 @@ class IcebergOrphanShardScanOperator(_ShardTask):
     """List one shard's directories and read its manifests into the scratch folder."""
 
     def _step(self, shard: int) -> dict[str, int]:
-        catalog = catalog_for(self.iceberg_conn_id)
-        table = load_table(catalog, self.table)
-        return run_shard(table, self.scratch, shard, {**catalog.properties, **table.io.properties})
+        table = self.hook.load_table(self.table)
+        return run_shard(table, self.scratch, shard, {**self.hook.catalog.properties, **table.io.properties})
 
 
 class IcebergOrphanShardMatchOperator(_ShardTask):
     """Match one shard's hash buckets: listed candidates minus referenced files."""
 
     def _step(self, shard: int) -> dict[str, int]:
-        catalog = catalog_for(self.iceberg_conn_id)
-        table = load_table(catalog, self.table)
-        return match_shard(self.scratch, shard, {**catalog.properties, **table.io.properties})
+        table = self.hook.load_table(self.table)
+        return match_shard(self.scratch, shard, {**self.hook.catalog.properties, **table.io.properties})
 
 
-class IcebergFinishOrphanShardsOperator(BaseOperator):
+class IcebergFinishOrphanShardsOperator(MaintenanceHookMixin, BaseOperator):
     """Gather the shards' unmatched files, re-check against reloaded metadata, delete, and report.
 
     Reports, cleanup state and XCom summary as ``IcebergRemoveOrphanFilesOperator``'s.
@@ -154,18 +151,9 @@ class IcebergFinishOrphanShardsOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            catalog = catalog_for(self.iceberg_conn_id)
-            table = load_table(catalog, self.table)
+            table = self.hook.load_table(self.table)
             run = prepare_run(
-                context,
-                catalog,
-                table,
-                self.table,
-                self.report_location,
-                self.state_url,
-                self.policy,
-                datetime.now(UTC),
-                (),
+                context, self.hook, table, self.table, self.report_location, self.policy, datetime.now(UTC), ()
             )
             with failures_recorded(run, self.log):
                 report = finish_sharded_scan(

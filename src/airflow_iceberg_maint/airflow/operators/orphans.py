@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -15,7 +15,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.hooks.maintenance import (
+    DEFAULT_CONN_ID,
+    IcebergMaintenanceHook,
+    MaintenanceHookMixin,
+)
 from airflow_iceberg_maint.airflow.reports import (
     TaskLog,
     default_report_base,
@@ -23,19 +27,18 @@ from airflow_iceberg_maint.airflow.reports import (
     report_uri,
     write_report,
 )
-from airflow_iceberg_maint.airflow.state_store import state_store_for
 from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.maintenance.status_records import last_attempt
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
-from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_orphan_run
+from airflow_iceberg_maint.policy.state import CleanupState, record_attempt, record_orphan_run
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
 log = logging.getLogger(__name__)
@@ -105,7 +108,7 @@ class _SavedReport:
         return self.uri
 
 
-class IcebergRemoveOrphanFilesOperator(BaseOperator):
+class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
     The arguments mirror the engine's and are templated. The run is configured by the job
@@ -238,21 +241,12 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
     def _prepare(self, context: Context) -> PreparedRun:
         """Load the table, build and check the job (S3, S7, S11), and place the report outside every table."""
         table_name = arguments.optional_str(self.table, "table") or ""
-        catalog = catalog_for(self.iceberg_conn_id)
-        table = load_table(catalog, table_name)
+        table = self.hook.load_table(table_name)
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
-        other_tables = self._other_tables(catalog)
+        other_tables = self._other_tables(self.hook.catalog)
         run = prepare_run(
-            context,
-            catalog,
-            table,
-            table_name,
-            self.report_location,
-            self.state_url,
-            self.policy,
-            now,
-            other_tables or (),
+            context, self.hook, table, table_name, self.report_location, self.policy, now, other_tables or ()
         )
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
         run.dry_run = job.dry_run
@@ -290,12 +284,11 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
 class PreparedRun:
     """What a removal task (single or sharded) knows before the engine runs."""
 
-    catalog: Catalog
+    hook: IcebergMaintenanceHook
     table: Table
     table_name: str
     policy: str | None
     now: datetime
-    store: StateStore
     uri: str
     saved: _SavedReport
     dry_run: bool = False
@@ -304,11 +297,10 @@ class PreparedRun:
 
 def prepare_run(
     context: Context,
-    catalog: Catalog,
+    hook: IcebergMaintenanceHook,
     table: Table,
     table_name: str,
     report_location: str | None,
-    state_url: str | None,
     policy: str | None,
     now: datetime,
     other_tables: Sequence[TablePaths],
@@ -317,17 +309,8 @@ def prepare_run(
     refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
     ti = context["ti"]
     uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
-    saved = _SavedReport(uri, {**catalog.properties, **table.io.properties})
-    return PreparedRun(
-        catalog,
-        table,
-        table_name,
-        arguments.optional_str(policy, "policy"),
-        now,
-        state_store_for(state_url),
-        uri,
-        saved,
-    )
+    saved = _SavedReport(uri, {**hook.catalog.properties, **table.io.properties})
+    return PreparedRun(hook, table, table_name, arguments.optional_str(policy, "policy"), now, uri, saved)
 
 
 @contextmanager
@@ -338,8 +321,8 @@ def failures_recorded(run: PreparedRun, task_log: TaskLog) -> Iterator[None]:
     except Exception as exc:
         written = run.saved.failed(exc)
         if isinstance(exc, MaintenanceError):
-            record_attempt(
-                run.store,
+            state = record_attempt(
+                run.hook.state_store,
                 table_uuid=str(run.table.metadata.table_uuid),
                 table=run.table_name,
                 at=datetime.now(UTC),
@@ -348,6 +331,7 @@ def failures_recorded(run: PreparedRun, task_log: TaskLog) -> Iterator[None]:
                 error=str(exc).splitlines()[0][:500],
                 report=written,
             )
+            record_history(run, state, task_log)
         if isinstance(exc, PrefixMismatchError):
             raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
         if written:
@@ -359,7 +343,8 @@ def publish_report(context: Context, run: PreparedRun, report: OrphanReport, tas
     """Write the full report, record the cleanup, log it, and return the XCom summary; failed deletes fail the task."""
     run.saved.write(report.to_json(), "done")
     summary = report.summary()
-    record_orphan_run(run.store, summary, cleanup_clock(context, run.now), run.uri)
+    state = record_orphan_run(run.hook.state_store, summary, cleanup_clock(context, run.now), run.uri)
+    record_history(run, state, task_log, report.phase_seconds)
     _log_report(task_log, report, run.uri)
     if report.failed:
         raise AirflowException(
@@ -367,6 +352,15 @@ def publish_report(context: Context, run: PreparedRun, report: OrphanReport, tas
             f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {run.uri}"
         )
     return xcom_summary(summary, run.uri, run.policy)
+
+
+def record_history(
+    run: PreparedRun, state: CleanupState, task_log: TaskLog, phase_seconds: Mapping[str, float] | None = None
+) -> None:
+    """Add the attempt just recorded in the state to the table's run history (the status page's charts)."""
+    attempt = last_attempt(state)
+    if attempt is not None:
+        run.hook.record_run(run.table_name, replace(attempt, phase_seconds=dict(phase_seconds or {})), task_log)
 
 
 def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:

@@ -8,8 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
-from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
@@ -17,7 +16,7 @@ from airflow_iceberg_maint.policy.due import Evaluation
 from airflow_iceberg_maint.policy.policies import Policy, load_policies, policy_for_table
 
 
-class IcebergTableDueSensor(BaseSensorOperator):
+class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
     """Succeed when ``days_since_last_cleanup >= minIntervalDays`` for the table (or it was never cleaned).
 
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
@@ -61,7 +60,7 @@ class IcebergTableDueSensor(BaseSensorOperator):
         return policies
 
     def _evaluate(self, policies: list[Policy[Any]] | None) -> Evaluation:
-        evaluation = evaluate_due(self.iceberg_conn_id, self.table, policies, self.state_url, str(self.policy_file))
+        evaluation = self.hook.evaluate_due(self.table, policies, str(self.policy_file))
         self.log.info("%s: %s", self.table, evaluation.reason)
         return evaluation
 

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
-from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
-from airflow_iceberg_maint.airflow.status_records import record_index_lags
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
 
 
-class IcebergIndexLagSensor(BaseSensorOperator):
+class IcebergIndexLagSensor(MaintenanceHookMixin, BaseSensorOperator):
     """Succeed when the index lags the table by more than the threshold; XCom: the lag.
 
     Bounds (any one exceeded is enough; with none, any staleness counts): more than
@@ -66,8 +65,8 @@ class IcebergIndexLagSensor(BaseSensorOperator):
     def _check(self, threshold: LagThreshold) -> CheckedLag:
         table = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
-        checked = check_index_lags(self.iceberg_conn_id, table, [index], threshold)[0]
-        record_index_lags(self.state_url, table, [checked.to_json()], datetime.now(UTC), self.log)
+        checked = self.hook.check_index_lags(table, [index], threshold)[0]
+        self.hook.record_index_lags(table, [checked.to_json()], self.log)
         lag = checked.lag
         self.log.info(
             "%s index %s: extract of snapshot %s, table at %s, %d snapshot(s) behind: %s",
@@ -115,6 +114,6 @@ class IcebergIndexLagSensor(BaseSensorOperator):
         if event.get("status") != "lagging":
             raise event_exception(f"table {self.table} index {self.index}", event)
         self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
-        record_index_lags(self.state_url, str(self.table), [event["lag"]], datetime.now(UTC), self.log)
+        self.hook.record_index_lags(str(self.table), [event["lag"]], self.log)
         lag: dict[str, Any] = event["lag"]
         return lag

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_iceberg_maint.airflow.due import evaluate_due
+from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.task_errors import error_event
 from airflow_iceberg_maint.policy.policies import parse_policy
 
@@ -50,12 +51,17 @@ class IcebergTableDueTrigger(BaseTrigger):
             },
         )
 
+    @cached_property
+    def hook(self) -> IcebergMaintenanceHook:
+        """Built once per trigger run: each check reuses its catalog."""
+        return IcebergMaintenanceHook(self.iceberg_conn_id, state_url=self.state_url)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
                 policies = [parse_policy(self.policy, "trigger policy")] if self.policy is not None else None
                 evaluation = await asyncio.to_thread(
-                    evaluate_due, self.iceberg_conn_id, self.table, policies, self.state_url, "the sensor's policy"
+                    self.hook.evaluate_due, self.table, policies, "the sensor's policy"
                 )
             except Exception as exc:  # the task raises it on resuming, as retryable as it is (task_errors)
                 yield TriggerEvent(error_event(exc, table=self.table))

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from functools import cached_property
 from typing import Any, Protocol
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
+from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.errors import TableNotFoundError
+from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
 
 # Raised by AssetStateStoreAccessors when the trigger watches several assets: no single cursor.
 _MULTI_ASSET_ERROR = "concrete inlets and outlets"
@@ -115,9 +117,14 @@ class IcebergIndexLagEventTrigger(BaseEventTrigger):
         """One cursor per watched set of indexes, so two lag watchers of one asset keep apart."""
         return "index_lag_cursor:" + (",".join(self.indexes) if self.indexes is not None else "*")
 
+    @cached_property
+    def hook(self) -> IcebergMaintenanceHook:
+        """Built once per trigger run: each check reuses its catalog."""
+        return IcebergMaintenanceHook(self.iceberg_conn_id)
+
     def _check(self) -> list[CheckedLag]:
         threshold = LagThreshold(self.max_snapshots_behind, self.max_lag_seconds, self.max_added_files)
-        return check_index_lags(self.iceberg_conn_id, self.table, self.indexes, threshold, missing_ok=True)
+        return self.hook.check_index_lags(self.table, self.indexes, threshold, missing_ok=True)
 
     async def _open_store(self) -> tuple[CursorStore | None, Cursor]:
         store: CursorStore | None = getattr(self, "asset_state_store", None)

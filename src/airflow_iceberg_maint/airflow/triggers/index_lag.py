@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_iceberg_maint.airflow.index_lag import CheckedLag, LagThreshold, check_index_lags
+from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.task_errors import error_event
+from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
 
 
 class IcebergIndexLagTrigger(BaseTrigger):
@@ -53,9 +55,14 @@ class IcebergIndexLagTrigger(BaseTrigger):
             },
         )
 
+    @cached_property
+    def hook(self) -> IcebergMaintenanceHook:
+        """Built once per trigger run: each check reuses its catalog."""
+        return IcebergMaintenanceHook(self.iceberg_conn_id)
+
     def _check(self) -> CheckedLag:
         threshold = LagThreshold(self.max_snapshots_behind, self.max_lag_seconds, self.max_added_files)
-        return check_index_lags(self.iceberg_conn_id, self.table, [self.index], threshold)[0]
+        return self.hook.check_index_lags(self.table, [self.index], threshold)[0]
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

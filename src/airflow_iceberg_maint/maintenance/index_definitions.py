@@ -14,7 +14,7 @@ The file is a list of tables, each with the indexes the maintenance DAGs create 
           shards: 4                    # optional: rebuild fully over 4 mapped tasks (default 1)
 
 Reading the file is cheap (no catalog call), so DAG files may read it at parse time to
-declare one asset per table.
+declare one asset per table (``airflow.table_assets`` makes the assets).
 """
 
 from __future__ import annotations
@@ -23,17 +23,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
-from airflow.sdk import Asset, AssetWatcher
 
-from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.index_lag import LagThreshold
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.rules import check_index_name
+from airflow_iceberg_maint.maintenance.lag_threshold import LagThreshold
+from airflow_iceberg_maint.maintenance.values import optional_str
 
 DEFAULT_RETAIN_LAST = 3
 _TABLE_KEYS = frozenset({"table", "indexes"})
@@ -177,39 +175,5 @@ def table_names(value: Any) -> list[str] | None:
     """A ``tables`` argument as a list: a list, a comma-separated string (a rendered template), or None."""
     if value is None or isinstance(value, list | tuple):
         return None if value is None else [str(t).strip() for t in value]
-    text = arguments.optional_str(value, "tables")
+    text = optional_str(value, "tables")
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
-
-
-def table_asset_uri(conn_id: str, table: str) -> str:
-    """``iceberg://<connection>/<namespace...>/<table>``: one asset per table of a catalog."""
-    return f"iceberg://{conn_id}/{'/'.join(parse_identifier(table))}"
-
-
-def table_asset_name(conn_id: str, table: str) -> str:
-    """``<connection>.<namespace...>.<table>``, the name writers reference the table asset by."""
-    return f"{conn_id}.{'.'.join(parse_identifier(table))}"
-
-
-def table_asset(conn_id: str, table: str, watchers: Iterable[AssetWatcher] = ()) -> Asset:
-    """The asset of a table, defined (with its watchers) by the DAG that schedules on it.
-
-    Writers declare ``Asset.ref(name=table_asset_name(...))`` as their outlet rather than a second
-    ``Asset``: the DAG processor keeps the watchers of the definition it parsed last, so a copy
-    without watchers would drop them, and the triggerer would stop and restart them at every parse.
-    """
-    return Asset(
-        name=table_asset_name(conn_id, table),
-        uri=table_asset_uri(conn_id, table),
-        group="iceberg",
-        watchers=list(watchers),
-    )
-
-
-def table_of_asset_uri(uri: str) -> str | None:
-    """The table an ``iceberg://`` asset URI names (None for any other URI)."""
-    parts = urlsplit(uri)
-    if parts.scheme != "iceberg":
-        return None
-    path = [p for p in parts.path.split("/") if p]
-    return ".".join(path) if len(path) >= 2 else None

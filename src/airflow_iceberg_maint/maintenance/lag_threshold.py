@@ -1,22 +1,18 @@
-"""When an index lags "too much": thresholds over the core's ``IndexLag``, and lag reads for tasks and triggers.
+"""When an index lags "too much": thresholds over the core's ``IndexLag``.
 
-The core measures lag (``index.lifecycle.lag``); deciding that a lag is worth acting on is a scheduling
-concern, so the threshold lives here, shared by the sensor, its trigger, the event trigger and
-the planning operator.
+``index.lag`` measures lag; deciding that a lag is worth acting on is a scheduling concern, so
+the threshold lives here, shared by the sensor, its trigger, the event trigger and the lag plan
+(the Airflow hook reads the lags).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.catalog import catalog_for
-from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
-from airflow_iceberg_maint.index.lifecycle.lag import IndexLag, index_lag
-from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.lifecycle.lag import IndexLag
+from airflow_iceberg_maint.maintenance.values import optional_number
 
 
 @dataclass(frozen=True)
@@ -38,9 +34,9 @@ class LagThreshold:
     def from_arguments(cls, snapshots: Any, seconds: Any, added_files: Any) -> LagThreshold:
         """Typed bounds from (possibly Jinja-rendered) operator arguments; negative bounds are refused."""
         values = {
-            "max_snapshots_behind": arguments.optional_number(snapshots, "max_snapshots_behind"),
-            "max_lag_seconds": arguments.optional_number(seconds, "max_lag_seconds"),
-            "max_added_files": arguments.optional_number(added_files, "max_added_files"),
+            "max_snapshots_behind": optional_number(snapshots, "max_snapshots_behind"),
+            "max_lag_seconds": optional_number(seconds, "max_lag_seconds"),
+            "max_added_files": optional_number(added_files, "max_added_files"),
         }
         for name, value in values.items():
             if value is not None and value < 0:
@@ -97,30 +93,3 @@ class CheckedLag:
     def to_json(self) -> dict[str, Any]:
         """The lag (CLI ``index lag`` keys) plus ``lagging`` and ``reasons``: small, for XCom and events."""
         return {**self.lag.to_json(), "lagging": self.lagging, "reasons": self.reasons}
-
-
-def index_lags(conn_id: str, table: str, indexes: Sequence[str] | None, missing_ok: bool = False) -> list[IndexLag]:
-    """The lag of each named index of the table (None: every index it has), the table loaded once.
-
-    A named index that does not exist is an error, or skipped with ``missing_ok`` (an index the
-    maintenance DAG has yet to create).
-    """
-    loaded = load_table(catalog_for(conn_id), table)
-    store = IndexStore(loaded)
-    lags = []
-    for name in store.names() if indexes is None else indexes:
-        try:
-            metadata, _, _ = store.load(name)
-        except IndexNotFoundError:
-            if missing_ok:
-                continue
-            raise
-        lags.append(index_lag(loaded, name, metadata))
-    return lags
-
-
-def check_index_lags(
-    conn_id: str, table: str, indexes: Sequence[str] | None, threshold: LagThreshold, missing_ok: bool = False
-) -> list[CheckedLag]:
-    """``index_lags`` checked against one threshold."""
-    return [CheckedLag(lag, threshold.exceeded(lag)) for lag in index_lags(conn_id, table, indexes, missing_ok)]
