@@ -9,6 +9,9 @@ page reads stored facts and never calls the catalog:
   operator (every index of the table) and the lag sensor (its index).
 * ``iceberg_maint.policy_tables``: ``{"checked_at", "tables": {<table>: <uuid>}}``, every table the
   last planning run evaluated, so tables attached by a glob show before their first cleanup.
+* ``iceberg_maint.last_run.<kind>.<table>``: the last run of one kind of maintenance on a table,
+  ``{"kind", "table", "at", "status", ...}``; kind ``expiry`` (written by the expiry operator)
+  adds what was expired and the bytes freed (``expiry_run_record``).
 
 Recording is best effort: a record that cannot be written is logged, and the maintenance it
 describes still succeeds.
@@ -29,6 +32,10 @@ from airflow_iceberg_maint.errors import InvalidInputError
 
 INDEX_LAG_PREFIX = "iceberg_maint.index_lag."
 POLICY_TABLES_KEY = "iceberg_maint.policy_tables"
+LAST_RUN_PREFIX = "iceberg_maint.last_run."
+EXPIRY = "expiry"
+#: Snapshot ids kept in an expiry record; the full list is in the run's report.
+RECORDED_SNAPSHOT_IDS = 50
 
 
 class RecordStore(Protocol):
@@ -121,3 +128,44 @@ def record_policy_tables(state_url: str | None, tables: Mapping[str, str], at: d
         )
     except Exception as exc:
         log.warning("tables of the policies not recorded for the status page: %s", exc)
+
+
+def last_run_key(kind: str, table: str) -> str:
+    return f"{LAST_RUN_PREFIX}{kind}.{table}"
+
+
+def expiry_run_record(
+    summary: Mapping[str, Any], at: datetime, report: str | None, error: str | None = None
+) -> dict[str, Any]:
+    """The status record of one expiry run, from ``ExpiryReport.to_json()``: what was expired, bytes freed."""
+    ids = list(summary.get("expired_snapshot_ids") or [])
+    failed = len(summary.get("failed") or [])
+    return {
+        "kind": EXPIRY,
+        "table": summary["table"],
+        "table_uuid": summary["table_uuid"],
+        "at": at.isoformat(),
+        "status": "failed" if error or failed else "success",
+        "dry_run": bool(summary["dry_run"]),
+        "older_than": summary["older_than"],
+        "retain_last": summary["retain_last"],
+        "expired_snapshot_count": len(ids),
+        "expired_snapshot_ids": ids[:RECORDED_SNAPSHOT_IDS],
+        "removed_refs": list(summary.get("removed_refs") or []),
+        "deleted_file_count": int(summary.get("deleted_file_count") or 0),
+        "deleted_bytes": int(summary.get("deleted_bytes") or 0),
+        "failed_count": failed,
+        "error": error,
+        "report": report,
+    }
+
+
+def record_last_run(state_url: str | None, record: Mapping[str, Any], log: TaskLog) -> None:
+    """Store a run's record (``expiry_run_record``) under its kind and table, replacing the previous one."""
+    kind, table = str(record["kind"]), str(record["table"])
+    try:
+        record_store_for(state_url).put(
+            last_run_key(kind, table), record, f"iceberg-maint: the last {kind} run of {table}"
+        )
+    except Exception as exc:
+        log.warning("%s run of %s not recorded for the status page: %s", kind, table, exc)

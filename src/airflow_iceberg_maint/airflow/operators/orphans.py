@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -139,6 +139,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         tables nested under it (folders holding another table's metadata are still kept whole).
     :param other_tables_uri: a catalog pass saved by the planning task of the same run; only the
         tables created since are loaded. Unreadable: this task makes a whole pass of its own.
+    :param enabled: False skips the task: the planning step's verdict for a table not due for orphan removal.
     """
 
     template_fields: Sequence[str] = (
@@ -156,6 +157,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         "policy",
         "only_this_table",
         "other_tables_uri",
+        "enabled",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"equal_schemes": "json", "equal_authorities": "json"}
     ui_color = "#d4e8f7"
@@ -179,6 +181,7 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         policy: str | None = None,
         only_this_table: bool | str = False,
         other_tables_uri: str | None = None,
+        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -199,8 +202,11 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.policy = policy
         self.only_this_table = only_this_table
         self.other_tables_uri = other_tables_uri
+        self.enabled = enabled
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if not arguments.boolean(self.enabled, "enabled"):
+            raise AirflowSkipException(f"table {self.table}: not due for orphan removal")
         try:
             return self._run(context)
         except MaintenanceError as exc:
