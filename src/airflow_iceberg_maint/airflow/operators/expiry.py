@@ -12,6 +12,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.operators.orphans import cleanup_clock
 from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
 from airflow_iceberg_maint.airflow.state_store import state_store_for
@@ -51,7 +52,7 @@ def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None
     }
 
 
-class IcebergExpireSnapshotsOperator(BaseOperator):
+class IcebergExpireSnapshotsOperator(TableLeaseMixin, BaseOperator):
     """Expire the snapshots retention no longer needs and delete the files only they reached.
 
     The run is ``iceberg-maint expire-snapshots`` (docs/expiry.md): the Iceberg table spec's
@@ -61,7 +62,9 @@ class IcebergExpireSnapshotsOperator(BaseOperator):
     ``report_location`` before anything is deleted and again when the run ends; XCom gets a
     small summary with the report's URI; the phases are logged as they advance. The run is
     recorded in the cleanup state (the "days since last expiry" clock) and in the status
-    records (kind ``expiry``).
+    records (kind ``expiry``). It runs while it holds the table's lease (``leased_task``:
+    ``lease_timeout``, ``lease_ttl``, ``lease_poll_interval``), deferring while another
+    maintenance task holds it.
 
     A retry plans again from the table as it is: snapshots a failed try expired are gone and
     are not expired twice; files a failed try left after its commit are orphans, which the next
@@ -126,9 +129,15 @@ class IcebergExpireSnapshotsOperator(BaseOperator):
         self.policy = policy
         self.enabled = enabled
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> Any:
         if not arguments.boolean(self.enabled, "enabled"):
             raise AirflowSkipException(f"table {self.table}: not due for snapshot expiry")
+        return super().execute(context)  # under the table's lease
+
+    def leased_table(self) -> str:
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
         except MaintenanceError as exc:

@@ -29,6 +29,7 @@ from airflow_iceberg_maint.airflow.index_definitions import (
     table_names,
 )
 from airflow_iceberg_maint.airflow.index_lag import CheckedLag, index_lags
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.status_records import record_index_lags
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.catalog import load_table
@@ -227,7 +228,7 @@ def _commit_summary(extract: dict[str, Any], committed: bool, seconds: float) ->
     return {**{k: extract[k] for k in EXTRACT_FIELDS}, "committed": committed, "seconds": seconds}
 
 
-class IcebergCommitIndexExtractOperator(BaseOperator):
+class IcebergCommitIndexExtractOperator(TableLeaseMixin, BaseOperator):
     """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
 
     Incremental by default (only the regions the table change touched are rewritten) and full
@@ -279,7 +280,10 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         self.shard_task_id = shard_task_id
         self.iceberg_conn_id = iceberg_conn_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         try:
@@ -382,7 +386,7 @@ class IcebergCommitIndexExtractOperator(BaseOperator):
         )
 
 
-class IcebergExpireIndexExtractsOperator(BaseOperator):
+class IcebergExpireIndexExtractsOperator(TableLeaseMixin, BaseOperator):
     """Expire old extracts of an index and delete the files no remaining extract references.
 
     ``retain_last`` keeps the N newest extracts, ``older_than`` expires those created before an
@@ -418,7 +422,10 @@ class IcebergExpireIndexExtractsOperator(BaseOperator):
         self.older_than = older_than
         self.iceberg_conn_id = iceberg_conn_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         try:

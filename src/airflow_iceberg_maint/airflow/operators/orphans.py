@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID, catalog_for
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.reports import (
     TaskLog,
     default_report_base,
@@ -107,13 +108,15 @@ class _SavedReport:
         return self.uri
 
 
-class IcebergRemoveOrphanFilesOperator(BaseOperator):
+class IcebergRemoveOrphanFilesOperator(TableLeaseMixin, BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
     The arguments mirror the engine's and are templated. The run is configured by the job
     layer (absolute cutoff, validated ``location``), logged by phase, recorded in the cleanup
     state, and its full report (every orphan path) is written to ``report_location``; XCom
-    gets a small summary with the report's URI. A retry is safe: it lists storage again.
+    gets a small summary with the report's URI. A retry is safe: it lists storage again. It
+    runs while it holds the table's lease (``leased_task``: ``lease_timeout``, ``lease_ttl``,
+    ``lease_poll_interval``), deferring while another maintenance task holds it.
 
     :param table: ``namespace.table``.
     :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
@@ -204,9 +207,15 @@ class IcebergRemoveOrphanFilesOperator(BaseOperator):
         self.other_tables_uri = other_tables_uri
         self.enabled = enabled
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> Any:
         if not arguments.boolean(self.enabled, "enabled"):
             raise AirflowSkipException(f"table {self.table}: not due for orphan removal")
+        return super().execute(context)  # under the table's lease
+
+    def leased_table(self) -> str:
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
         except MaintenanceError as exc:
