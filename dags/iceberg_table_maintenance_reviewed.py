@@ -56,10 +56,10 @@ with DAG(
     )
 
     @task
-    def review(report: str) -> dict[str, Any]:
-        return load_review(report, DEFAULT_CONN_ID)
+    def review(summary: dict[str, Any]) -> dict[str, Any]:
+        return load_review(summary["report"], DEFAULT_CONN_ID)
 
-    reviewed = review(dry_run.output["report"])
+    reviewed = review(dry_run.output)
 
     @task
     def form(review: dict[str, Any]) -> str:

@@ -13,7 +13,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.airflow.operators.reviewed import IcebergDeleteApprovedOrphansOperator, orphan_review
+from airflow_iceberg_maint.airflow.operators.reviewed import (
+    IcebergDeleteApprovedOrphansOperator,
+    load_review,
+    orphan_review,
+)
 from tests.airflow.conftest import remover
 
 TABLE = "demo.orders"
@@ -38,6 +42,7 @@ def test_only_approved_files_still_orphaned_are_deleted(
     reviewed = json.loads(Path(dry["report"].removeprefix("file://")).read_text())
     approved = sorted([planted["old_uri"], f"file://{later_referenced}"])
     assert sorted(reviewed["orphan_files"]) == approved
+    assert load_review(dry["report"], "iceberg_default") == orphan_review(reviewed, dry["report"])
     review = orphan_review(reviewed, dry["report"], paths=1)
     assert (review["orphan_file_count"], review["first_paths"], review["more_paths"]) == (2, approved[:1], 1)
     assert review["report_page"].startswith("/iceberg-maint/report?uri=file%3A%2F%2F")
