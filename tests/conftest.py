@@ -95,6 +95,8 @@ SLOW = (
     "tests/airflow/test_nested_tables.py::test_scheduled_run_",
     "tests/airflow/test_recent_files_floor.py::test_manual_dag_",
     "tests/airflow/test_recent_files_floor.py::test_scheduled_dag_",
+    "tests/airflow/test_maintenance_dag.py",
+    "tests/airflow/test_table_lease.py::test_two_task_runs_",
 )
 
 

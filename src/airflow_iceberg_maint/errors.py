@@ -105,3 +105,9 @@ class ExpiryConflictError(MaintenanceError):
     """Every expiry commit found a ref moved by a concurrent writer; nothing was committed or deleted."""
 
     retryable = True
+
+
+class TableBusyError(MaintenanceError):
+    """Another maintenance task held the table's lease for longer than this task would wait."""
+
+    retryable = True

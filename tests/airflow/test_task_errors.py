@@ -16,6 +16,7 @@ RETRYABLE = [
     errors.IndexCommitConflictError,
     errors.IncompleteMetadataError,
     errors.ExpiryConflictError,
+    errors.TableBusyError,
 ]
 FINAL = [
     errors.InvalidInputError,

@@ -41,7 +41,7 @@ from airflow_iceberg_maint.maintenance import status_records
 from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
 from airflow_iceberg_maint.maintenance.status_records import RecordLog, RecordStore, RunRecord, SqlRecords
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
-from airflow_iceberg_maint.policy.policies import Policy
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy
 from airflow_iceberg_maint.policy.state import SqlStateStore, StateStore
 
 DEFAULT_CONN_ID = IcebergHook.default_conn_name
@@ -112,10 +112,17 @@ class IcebergMaintenanceHook(IcebergHook):
         """Where the status records go: the same place as the state."""
         return SqlRecords(self.state_url) if self.state_url else VariableRecords()
 
-    def evaluate_due(self, table: str, policies: Sequence[Policy[Any]] | None, source: str) -> Evaluation:
-        """Whether ``table`` is due for orphan removal under ``policies`` (None: the default interval)."""
+    def evaluate_due(
+        self,
+        table: str,
+        policies: Sequence[Policy[Any]] | None,
+        source: str,
+        policy_type: str = ORPHAN_FILE_REMOVAL,
+    ) -> Evaluation:
+        """Whether ``table`` is due for ``policy_type`` (orphan removal or snapshot expiry) under ``policies``
+        (None: the default interval, orphan removal only)."""
         uuid = str(self.load_table(table).metadata.table_uuid)
-        return evaluate_table(table, uuid, policies, self.state_store, datetime.now(UTC), source)
+        return evaluate_table(table, uuid, policies, self.state_store, datetime.now(UTC), source, policy_type)
 
     def index_lags(self, table: str, indexes: Sequence[str] | None, missing_ok: bool = False) -> list[IndexLag]:
         """The lag of each named index of the table (None: every index it has), the table loaded once.

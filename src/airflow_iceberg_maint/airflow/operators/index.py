@@ -22,6 +22,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import (
     InvalidInputError,
@@ -63,7 +64,7 @@ def _commit_summary(extract: dict[str, Any], committed: bool, seconds: float) ->
     return {**{k: extract[k] for k in EXTRACT_FIELDS}, "committed": committed, "seconds": seconds}
 
 
-class IcebergCommitIndexExtractOperator(MaintenanceHookMixin, BaseOperator):
+class IcebergCommitIndexExtractOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
     """Refresh an index: build an extract of a table snapshot and commit it by atomic swap.
 
     Incremental by default (only the regions the table change touched are rewritten) and full
@@ -115,7 +116,10 @@ class IcebergCommitIndexExtractOperator(MaintenanceHookMixin, BaseOperator):
         self.shard_task_id = shard_task_id
         self.iceberg_conn_id = iceberg_conn_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         try:
@@ -218,7 +222,7 @@ class IcebergCommitIndexExtractOperator(MaintenanceHookMixin, BaseOperator):
         )
 
 
-class IcebergExpireIndexExtractsOperator(MaintenanceHookMixin, BaseOperator):
+class IcebergExpireIndexExtractsOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
     """Expire old extracts of an index and delete the files no remaining extract references.
 
     ``retain_last`` keeps the N newest extracts, ``older_than`` expires those created before an
@@ -254,7 +258,10 @@ class IcebergExpireIndexExtractsOperator(MaintenanceHookMixin, BaseOperator):
         self.older_than = older_than
         self.iceberg_conn_id = iceberg_conn_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         try:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -20,6 +20,7 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import (
     IcebergMaintenanceHook,
     MaintenanceHookMixin,
 )
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.reports import (
     TaskLog,
     default_report_base,
@@ -108,13 +109,15 @@ class _SavedReport:
         return self.uri
 
 
-class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
+class IcebergRemoveOrphanFilesOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
     The arguments mirror the engine's and are templated. The run is configured by the job
     layer (absolute cutoff, validated ``location``), logged by phase, recorded in the cleanup
     state, and its full report (every orphan path) is written to ``report_location``; XCom
-    gets a small summary with the report's URI. A retry is safe: it lists storage again.
+    gets a small summary with the report's URI. A retry is safe: it lists storage again. It
+    runs while it holds the table's lease (``leased_task``: ``lease_timeout``, ``lease_ttl``,
+    ``lease_poll_interval``), deferring while another maintenance task holds it.
 
     :param table: ``namespace.table``.
     :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
@@ -140,6 +143,7 @@ class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
         tables nested under it (folders holding another table's metadata are still kept whole).
     :param other_tables_uri: a catalog pass saved by the planning task of the same run; only the
         tables created since are loaded. Unreadable: this task makes a whole pass of its own.
+    :param enabled: False skips the task: the planning step's verdict for a table not due for orphan removal.
     """
 
     template_fields: Sequence[str] = (
@@ -157,6 +161,7 @@ class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
         "policy",
         "only_this_table",
         "other_tables_uri",
+        "enabled",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"equal_schemes": "json", "equal_authorities": "json"}
     ui_color = "#d4e8f7"
@@ -180,6 +185,7 @@ class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
         policy: str | None = None,
         only_this_table: bool | str = False,
         other_tables_uri: str | None = None,
+        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -200,8 +206,17 @@ class IcebergRemoveOrphanFilesOperator(MaintenanceHookMixin, BaseOperator):
         self.policy = policy
         self.only_this_table = only_this_table
         self.other_tables_uri = other_tables_uri
+        self.enabled = enabled
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> Any:
+        if not arguments.boolean(self.enabled, "enabled"):
+            raise AirflowSkipException(f"table {self.table}: not due for orphan removal")
+        return super().execute(context)  # under the table's lease
+
+    def leased_table(self) -> str:
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
         except MaintenanceError as exc:
@@ -331,7 +346,7 @@ def failures_recorded(run: PreparedRun, task_log: TaskLog) -> Iterator[None]:
                 error=str(exc).splitlines()[0][:500],
                 report=written,
             )
-            record_history(run, state, task_log)
+            record_history(run.hook, run.table_name, state, task_log)
         if isinstance(exc, PrefixMismatchError):
             raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
         if written:
@@ -344,7 +359,7 @@ def publish_report(context: Context, run: PreparedRun, report: OrphanReport, tas
     run.saved.write(report.to_json(), "done")
     summary = report.summary()
     state = record_orphan_run(run.hook.state_store, summary, cleanup_clock(context, run.now), run.uri)
-    record_history(run, state, task_log, report.phase_seconds)
+    record_history(run.hook, run.table_name, state, task_log, report.phase_seconds)
     _log_report(task_log, report, run.uri)
     if report.failed:
         raise AirflowException(
@@ -355,12 +370,16 @@ def publish_report(context: Context, run: PreparedRun, report: OrphanReport, tas
 
 
 def record_history(
-    run: PreparedRun, state: CleanupState, task_log: TaskLog, phase_seconds: Mapping[str, float] | None = None
+    hook: IcebergMaintenanceHook,
+    table_name: str,
+    state: CleanupState,
+    task_log: TaskLog,
+    phase_seconds: Mapping[str, float] | None = None,
 ) -> None:
-    """Add the attempt just recorded in the state to the table's run history (the status page's charts)."""
+    """Add the attempt just recorded in the state (any kind) to the table's run history (the status page)."""
     attempt = last_attempt(state)
     if attempt is not None:
-        run.hook.record_run(run.table_name, replace(attempt, phase_seconds=dict(phase_seconds or {})), task_log)
+        hook.record_run(table_name, replace(attempt, phase_seconds=dict(phase_seconds or {})), task_log)
 
 
 def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:

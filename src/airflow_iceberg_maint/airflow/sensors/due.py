@@ -1,4 +1,4 @@
-"""``IcebergTableDueSensor``: wait until a table is due for orphan-file removal."""
+"""``IcebergTableDueSensor``: wait until a table is due for orphan-file removal or snapshot expiry."""
 
 from __future__ import annotations
 
@@ -13,11 +13,23 @@ from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exce
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policy.due import Evaluation
-from airflow_iceberg_maint.policy.policies import Policy, load_policies, policy_for_table
+from airflow_iceberg_maint.policy.policies import (
+    ORPHAN_FILE_REMOVAL,
+    SNAPSHOT_EXPIRY,
+    Policy,
+    load_policies,
+    policy_for_table,
+)
+
+POLICY_TYPES = (ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY)
 
 
 class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
     """Succeed when ``days_since_last_cleanup >= minIntervalDays`` for the table (or it was never cleaned).
+
+    ``policy_type`` chooses the kind: ``system_iceberg_orphan_file_removal`` (the default: days since
+    the last cleanup) or ``system_iceberg_snapshot_expiry`` (days since the last expiry; then
+    ``policy_file`` is required, as expiry has no default interval).
 
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
     is the evaluation (``due``, ``score``, ``reason``, ...). A table no policy of the file
@@ -30,6 +42,7 @@ class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
     :param iceberg_conn_id: an ``iceberg`` connection.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param policy_type: the kind of maintenance to wait for (orphan removal or snapshot expiry).
     """
 
     template_fields: Sequence[str] = ("table", "policy_file")
@@ -42,9 +55,15 @@ class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
         iceberg_conn_id: str = DEFAULT_CONN_ID,
         state_url: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        policy_type: str = ORPHAN_FILE_REMOVAL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if policy_type not in POLICY_TYPES:
+            raise ValueError(f"policy_type {policy_type!r}: expected one of {', '.join(POLICY_TYPES)}")
+        if policy_type != ORPHAN_FILE_REMOVAL and not policy_file:
+            raise ValueError(f"policy_type {policy_type!r}: needs a policy_file")
+        self.policy_type = policy_type
         self.table = table
         self.policy_file = policy_file
         self.iceberg_conn_id = iceberg_conn_id
@@ -55,12 +74,13 @@ class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
         if not self.policy_file:
             return None
         policies = load_policies(self.policy_file)
-        if policy_for_table(policies, self.table) is None:
-            raise InvalidInputError(f"no orphan-removal policy in {self.policy_file} attaches to {self.table}")
+        if policy_for_table(policies, self.table, self.policy_type) is None:
+            kind = "orphan-removal" if self.policy_type == ORPHAN_FILE_REMOVAL else "snapshot-expiry"
+            raise InvalidInputError(f"no {kind} policy in {self.policy_file} attaches to {self.table}")
         return policies
 
     def _evaluate(self, policies: list[Policy[Any]] | None) -> Evaluation:
-        evaluation = self.hook.evaluate_due(self.table, policies, str(self.policy_file))
+        evaluation = self.hook.evaluate_due(self.table, policies, str(self.policy_file), self.policy_type)
         self.log.info("%s: %s", self.table, evaluation.reason)
         return evaluation
 
@@ -81,7 +101,7 @@ class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
             raise task_exception(f"table {self.table}", exc) from exc
         if evaluation.due:
             return evaluation.to_json()
-        policy = policy_for_table(policies, self.table) if policies else None
+        policy = policy_for_table(policies, self.table, self.policy_type) if policies else None
         self.defer(
             trigger=IcebergTableDueTrigger(
                 table=self.table,

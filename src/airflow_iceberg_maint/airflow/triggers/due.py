@@ -11,15 +11,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.task_errors import error_event
-from airflow_iceberg_maint.policy.policies import parse_policy
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, parse_policy
 
 
 class IcebergTableDueTrigger(BaseTrigger):
     """Yield once, when the table becomes due (``status: due``), or on an error (``status: error``,
     with ``retryable``: see ``task_errors``).
 
-    ``policy`` is the table's policy as a JSON object (None: default interval): the
-    triggerer may not see the DAG folder, so the sensor resolves the policy file first.
+    ``policy`` is the table's policy as a JSON object (None: orphan removal's default interval):
+    the triggerer may not see the DAG folder, so the sensor resolves the policy file first. The
+    policy's type says which kind's last run counts (orphan removal or snapshot expiry).
     pyiceberg and the state store are synchronous, so each evaluation runs in a thread.
     """
 
@@ -60,8 +61,9 @@ class IcebergTableDueTrigger(BaseTrigger):
         while True:
             try:
                 policies = [parse_policy(self.policy, "trigger policy")] if self.policy is not None else None
+                kind = policies[0].type if policies else ORPHAN_FILE_REMOVAL
                 evaluation = await asyncio.to_thread(
-                    self.hook.evaluate_due, self.table, policies, "the sensor's policy"
+                    self.hook.evaluate_due, self.table, policies, "the sensor's policy", kind
                 )
             except Exception as exc:  # the task raises it on resuming, as retryable as it is (task_errors)
                 yield TriggerEvent(error_event(exc, table=self.table))

@@ -1,0 +1,237 @@
+"""``IcebergExpireSnapshotsOperator``: expire the old snapshots of one table and delete the files only they reached."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
+from airflow_iceberg_maint.airflow.operators.orphans import cleanup_clock, record_history
+from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
+from airflow_iceberg_maint.airflow.task_errors import task_exception
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
+from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
+from airflow_iceberg_maint.orphans.other_tables import TablePaths
+from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_expiry_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
+
+
+def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None) -> dict[str, Any]:
+    """The small, fixed-size part of an expiry report pushed to XCom (lists are counted, not copied)."""
+    return {
+        "table": body["table"],
+        "table_uuid": body["table_uuid"],
+        "policy": policy,
+        "older_than": body["older_than"],
+        "retain_last": body["retain_last"],
+        "dry_run": body["dry_run"],
+        "expired_snapshot_count": len(body["expired_snapshot_ids"]),
+        "removed_ref_count": len(body["removed_refs"]),
+        "deleted_file_count": body["deleted_file_count"],
+        "deleted_bytes": body["deleted_bytes"],
+        "failed_count": len(body["failed"]),
+        "kept_by_recheck": body["kept_by_recheck"],
+        "kept_all_files": body["kept_all_files"] is not None,
+        "committed": body["committed"],
+        "phase_seconds": body["phase_seconds"],
+        "report": report,
+    }
+
+
+class IcebergExpireSnapshotsOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
+    """Expire the snapshots retention no longer needs and delete the files only they reached.
+
+    The run is ``iceberg-maint expire-snapshots`` (docs/expiry.md): the Iceberg table spec's
+    retention for every ref, the snapshot of each index's newest extract kept, the metadata
+    change committed through pyiceberg, then the files only expired snapshots reached deleted
+    without listing storage. The full report (every expired id and deleted path) is written to
+    ``report_location`` before anything is deleted and again when the run ends; XCom gets a
+    small summary with the report's URI; the phases are logged as they advance. The run is
+    recorded in the cleanup state (the "days since last expiry" clock) and in the status
+    records (kind ``expiry``). It runs while it holds the table's lease (``leased_task``:
+    ``lease_timeout``, ``lease_ttl``, ``lease_poll_interval``), deferring while another
+    maintenance task holds it.
+
+    A retry plans again from the table as it is: snapshots a failed try expired are gone and
+    are not expired twice; files a failed try left after its commit are orphans, which the next
+    orphan removal deletes.
+
+    :param table: ``namespace.table``.
+    :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
+    :param older_than_days: expire snapshots older than this many days (default: the table's
+        ``history.expire.max-snapshot-age-ms``, else 5 days).
+    :param older_than: absolute ISO 8601 cutoff with a time zone; wins over ``older_than_days``.
+    :param retain_last: every branch keeps at least its N newest ancestors (default: the table's
+        ``history.expire.min-snapshots-to-keep``, else 1).
+    :param dry_run: report what would be expired and deleted; commit nothing, delete nothing.
+    :param max_concurrent_deletes: parallel delete requests.
+    :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
+        option, else ``$AIRFLOW_HOME/iceberg_maint/reports``); refused inside the table.
+    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
+    :param policy: name of the policy this run applies, for the summary and logs.
+    :param enabled: False skips the task: the planning step's verdict for a table not due for expiry.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "older_than_days",
+        "older_than",
+        "retain_last",
+        "is_dry_run",
+        "max_concurrent_deletes",
+        "report_location",
+        "policy",
+        "enabled",
+    )
+    ui_color = "#f7e3d4"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        iceberg_conn_id: str = DEFAULT_CONN_ID,
+        older_than_days: float | str | None = None,
+        older_than: datetime | str | None = None,
+        retain_last: int | str | None = None,
+        dry_run: bool | str = False,
+        max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
+        report_location: str | None = None,
+        state_url: str | None = None,
+        policy: str | None = None,
+        enabled: bool | str = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.iceberg_conn_id = iceberg_conn_id
+        self.older_than_days = older_than_days
+        self.older_than = older_than
+        self.retain_last = retain_last
+        # Not self.dry_run: that would shadow BaseOperator.dry_run(), which Airflow calls.
+        self.is_dry_run = dry_run
+        self.max_concurrent_deletes = max_concurrent_deletes
+        self.report_location = report_location
+        self.state_url = state_url
+        self.policy = policy
+        self.enabled = enabled
+
+    def execute(self, context: Context) -> Any:
+        if not arguments.boolean(self.enabled, "enabled"):
+            raise AirflowSkipException(f"table {self.table}: not due for snapshot expiry")
+        return super().execute(context)  # under the table's lease
+
+    def leased_table(self) -> str:
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
+        try:
+            return self._run(context)
+        except MaintenanceError as exc:
+            raise task_exception(f"table {self.table}", exc) from exc
+
+    def _options(self, now: datetime) -> ExpireOptions:
+        """The run's options, each refused naming this operator's argument before the table is touched."""
+        days = arguments.optional_number(self.older_than_days, "older_than_days")
+        if days is not None:
+            cutoff_for_days(days, now, "older_than_days")
+        older_than = arguments.optional_datetime(self.older_than, "older_than")
+        if older_than is not None and older_than > now:
+            raise InvalidInputError(f"older_than {older_than.isoformat()}: is in the future (now is {now.isoformat()})")
+        has_retain = arguments.optional_number(self.retain_last, "retain_last") is not None
+        return ExpireOptions(
+            older_than=older_than,
+            older_than_days=days,
+            retain_last=arguments.positive_int(self.retain_last, "retain_last") if has_retain else None,
+            dry_run=arguments.boolean(self.is_dry_run, "dry_run"),
+            max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+        )
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        options = self._options(now)
+        table_name = arguments.optional_str(self.table, "table") or ""
+        policy = arguments.optional_str(self.policy, "policy")
+        table = self.hook.load_table(table_name)
+        base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
+        refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata)])
+        ti = context["ti"]
+        uri = report_uri(base, ti.dag_id, ti.run_id, f"{table_name}.expiry", getattr(ti, "map_index", None))
+        store = self.hook.state_store
+        io_properties = dict(table.io.properties)
+
+        def save(report: ExpiryReport, stage: str) -> None:
+            if stage == "planned":  # before anything is deleted: what the run is about to delete
+                write_report(uri, {**report.to_json(), "stage": stage}, io_properties)
+
+        self.log.info("table %s: expiring snapshots%s", table_name, f" (policy {policy})" if policy else "")
+        try:
+            with reporting(LoggingReporter(self.log)):
+                report = expire_snapshots(
+                    table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now, on_stage=save
+                )
+        except MaintenanceError as exc:
+            self._record_failure(store, table, table_name, options.dry_run, exc)
+            raise
+        body = report.to_json()
+        write_report(uri, {**body, "stage": "done"}, io_properties)
+        at = cleanup_clock(context, now)
+        state = record_expiry_run(store, body, at, uri)
+        record_history(self.hook, table_name, state, self.log, body["phase_seconds"])
+        self._log_report(report, uri)
+        if report.failed:
+            raise AirflowException(
+                f"table {table_name}: {len(report.failed)} of {len(report.failed) + report.deleted_file_count} "
+                f"deletes failed (first: {report.failed[0]['path']}: {report.failed[0]['error']}); the files "
+                f"left are orphans the next orphan removal deletes; report: {uri}"
+            )
+        return expiry_xcom_summary(body, uri, policy)
+
+    def _record_failure(self, store: StateStore, table: Table, name: str, dry_run: bool, exc: Exception) -> None:
+        at = datetime.now(UTC)
+        error = str(exc).splitlines()[0][:500]
+        uuid = str(table.metadata.table_uuid)
+        state = record_attempt(
+            store,
+            table_uuid=uuid,
+            table=name,
+            at=at,
+            dry_run=dry_run,
+            succeeded=False,
+            error=error,
+            job=SNAPSHOT_EXPIRY,
+        )
+        record_history(self.hook, name, state, self.log)
+
+    def _log_report(self, report: ExpiryReport, uri: str) -> None:
+        expire, delete = ("would expire", "would delete") if report.dry_run else ("expired", "deleted")
+        self.log.info(
+            "table %s: %s %d snapshots older than %s (retaining at least %d a branch) and %d refs; "
+            "%s %d files, %d bytes; %d kept by the re-check",
+            report.table,
+            expire,
+            len(report.expired_snapshot_ids),
+            report.older_than.isoformat(),
+            report.retain_last,
+            len(report.removed_refs),
+            delete,
+            report.deleted_file_count,
+            report.deleted_bytes,
+            report.kept_by_recheck,
+        )
+        for snapshot_id, why in report.kept_for_pins.items():
+            self.log.info("  kept snapshot %s: %s", snapshot_id, why)
+        if report.kept_all_files:
+            self.log.warning("table %s: %s", report.table, report.kept_all_files)
+        self.log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)

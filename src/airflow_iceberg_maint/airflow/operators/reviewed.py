@@ -1,0 +1,161 @@
+"""Orphan removal with a human review: the review of a dry run, and the delete of only what was approved.
+
+``orphan_review`` turns a dry run's report into what an approval form shows;
+``IcebergDeleteApprovedOrphansOperator`` deletes, after the approval, only files of the
+reviewed list that a fresh orphan check (same cutoff, same location) still finds orphaned
+(safety rule S16): a file the reviewer did not see is never deleted, and neither is an
+approved file that something references by now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.operators.orphans import (
+    IcebergRemoveOrphanFilesOperator,
+    cleanup_clock,
+    failures_recorded,
+    record_history,
+)
+from airflow_iceberg_maint.airflow.reports import read_report
+from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.expiry.run import delete_on_each_store
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.policy.state import record_orphan_run
+from airflow_iceberg_maint.progress import LoggingReporter, reporting
+
+#: Paths an approval form lists; the report holds them all.
+REVIEW_PATHS = 20
+REPORT_PAGE = "/iceberg-maint/report?uri="
+
+
+def orphan_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
+    """What a reviewer sees of a dry run: the counts, bytes, the first paths and the full report's page."""
+    files = list(report["orphan_files"])
+    return {
+        "table": report["table"],
+        "location": report["location"],
+        "older_than": report["older_than"],
+        "orphan_file_count": len(files),
+        "orphan_bytes": int(report["orphan_bytes"]),
+        "first_paths": files[:paths],
+        "more_paths": max(0, len(files) - paths),
+        "report": uri,
+        "report_page": REPORT_PAGE + quote(uri, safe=""),
+    }
+
+
+def load_review(report: str, iceberg_conn_id: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
+    """``orphan_review`` of the report at ``report``, read with the connection's storage properties."""
+    from airflow_iceberg_maint.airflow.catalog import catalog_for
+
+    return orphan_review(read_report(report, dict(catalog_for(iceberg_conn_id).properties)), report, paths)
+
+
+def review_markdown(review: Mapping[str, Any]) -> str:
+    """The approval form's body: counts, bytes, the first paths and the link to the full report."""
+    lines = [
+        f"**{review['orphan_file_count']} orphan files, {review['orphan_bytes']} bytes** under "
+        f"`{review['location']}`, older than {review['older_than']}.",
+        "",
+        "Approving deletes only these files, and only those a fresh check still finds orphaned.",
+        "",
+        *(f"- `{path}`" for path in review["first_paths"]),
+    ]
+    if review["more_paths"]:
+        lines.append(f"- ... and {review['more_paths']} more")
+    lines += ["", f"[Full report]({review['report_page']})"]
+    return "\n".join(lines)
+
+
+class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
+    """Delete the approved orphans of a reviewed dry run that a fresh check still finds orphaned.
+
+    ``approved_report`` is the URI of the dry run's report (its ``orphan_files`` are the list the
+    reviewer approved). The task checks the table again, as a dry run with the report's cutoff
+    and location, and deletes the intersection: files found since (not reviewed) and approved
+    files that are no longer orphans (referenced again, or gone) are kept and counted. Its own
+    report lists what was deleted and what was kept; XCom: ``approved_count``,
+    ``deleted_file_count``, ``kept_not_orphan_count``, ``kept_not_approved_count``,
+    ``failed_count``, ``report``. Other arguments are the removal operator's (``dry_run`` is
+    ignored: the check never deletes).
+
+    :param approved_report: URI of the reviewed dry run's report.
+    """
+
+    template_fields: Sequence[str] = (*IcebergRemoveOrphanFilesOperator.template_fields, "approved_report")
+
+    def __init__(self, *, approved_report: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.approved_report = approved_report
+
+    def maintain(self, context: Context) -> dict[str, Any]:
+        uri = arguments.optional_str(self.approved_report, "approved_report")
+        if not uri:
+            raise InvalidInputError("argument approved_report: the URI of the reviewed dry run's report is required")
+        return super().maintain(context)
+
+    def _run(self, context: Context) -> dict[str, Any]:
+        uri = str(self.approved_report).strip()
+        self.is_dry_run = True  # the fresh check; deletes happen below, on the approved list only
+        run = self._prepare(context)
+        reviewed = read_report(uri, {**run.hook.catalog.properties, **run.table.io.properties})
+        if reviewed.get("table") != run.table_name or not reviewed.get("dry_run"):
+            raise InvalidInputError(f"approved_report {uri}: not a dry run of table {run.table_name}")
+        approved = set(reviewed["orphan_files"])
+        # The reviewed run's cutoff and location (both checked when it ran), so "still an orphan" means the same.
+        run.options = replace(
+            run.options, older_than=datetime.fromisoformat(reviewed["older_than"]), location=reviewed["location"]
+        )
+        with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
+            fresh = remove_orphan_files(run.table, run.options, now=run.now, sources=[INDEX_FILES])
+        still = set(fresh.orphan_files)
+        to_delete = sorted(approved & still)
+        outcome = delete_on_each_store(to_delete, dict(run.table.io.properties), run.options.max_concurrent_deletes)
+        failed = [{"path": p, "error": e} for p, e in outcome.failed]
+        body = {
+            **fresh.to_json(),
+            "dry_run": False,
+            "approved_report": uri,
+            "deleted_files": sorted(outcome.deleted),
+            "deleted_file_count": len(outcome.deleted),
+            "failed": failed,
+            "kept_not_orphan": sorted(approved - still),
+            "kept_not_approved": sorted(still - approved),
+        }
+        run.saved.write(body, "done")
+        state = record_orphan_run(run.hook.state_store, body, cleanup_clock(context, run.now), run.uri)
+        record_history(run.hook, run.table_name, state, self.log, fresh.phase_seconds)
+        self.log.info(
+            "table %s: %d approved, %d deleted; kept %d approved files that are no longer orphans and %d orphans "
+            "found since the review; report: %s",
+            run.table_name,
+            len(approved),
+            len(outcome.deleted),
+            len(approved - still),
+            len(still - approved),
+            run.uri,
+        )
+        if failed:
+            raise AirflowException(
+                f"table {run.table_name}: {len(failed)} of {len(to_delete)} deletes failed "
+                f"(first: {failed[0]['path']}: {failed[0]['error']}); report: {run.uri}"
+            )
+        return {
+            "table": run.table_name,
+            "approved_count": len(approved),
+            "deleted_file_count": len(outcome.deleted),
+            "kept_not_orphan_count": len(approved - still),
+            "kept_not_approved_count": len(still - approved),
+            "failed_count": 0,
+            "report": run.uri,
+        }

@@ -1,0 +1,90 @@
+"""``iceberg_table_maintenance_scheduled`` end to end with ``dag.test()``: per table, expire then remove orphans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from pyiceberg.catalog.sql import SqlCatalog
+
+from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
+from tests.airflow.conftest import DAGS
+from tests.airflow.helpers import task_states, xcom
+
+DAG_ID = "iceberg_table_maintenance_scheduled"
+EXPIRE = "maintain_table.expire_snapshots"
+REMOVE = "maintain_table.remove_orphan_files"
+
+
+@pytest.fixture(scope="module")
+def dag():  # type: ignore[no-untyped-def]
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags[DAG_ID]
+
+
+def variable(key: str) -> dict | None:
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(Variable).filter_by(key=key).one_or_none()
+        return None if row is None else json.loads(row.val)
+
+
+def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan_scan(
+    dag, demo_tables: dict, catalog: SqlCatalog
+) -> None:  # type: ignore[no-untyped-def]
+    orders = catalog.load_table("demo.orders")
+    first, head = (s.snapshot_id for s in orders.metadata.snapshots)
+    first_list = orders.snapshot_by_id(first).manifest_list  # type: ignore[union-attr]
+    with orders.transaction() as tx:  # every snapshot but main's head is past its age
+        tx.set_properties({MAX_SNAPSHOT_AGE: "0"})
+    with catalog.load_table("demo.events").transaction() as tx:  # expiry is refused: it fails the table
+        tx.set_properties({"gc.enabled": "false"})
+
+    run = dag.test()
+
+    assert run.state == "failed"  # one table failed; the other was maintained
+    # Both never maintained: equal scores, so the items are in name order.
+    assert task_states(DAG_ID, run.run_id) == {
+        ("plan_due_tables", -1): "success",
+        (EXPIRE, 0): "failed",
+        (REMOVE, 0): "upstream_failed",
+        (EXPIRE, 1): "success",
+        (REMOVE, 1): "success",
+    }
+    assert demo_tables["demo.events"]["old"].exists()  # never scanned
+    assert not demo_tables["demo.orders"]["old"].exists() and demo_tables["demo.orders"]["fresh"].exists()
+
+    expired = xcom(DAG_ID, run.run_id, EXPIRE, map_index=1)
+    assert (expired["table"], expired["policy"], expired["expired_snapshot_count"]) == (
+        "demo.orders",
+        "expire_snapshots_daily",
+        1,
+    )
+    assert expired["deleted_file_count"] == 1 and not Path(first_list.removeprefix("file://")).exists()
+    after = catalog.load_table("demo.orders")
+    assert [s.snapshot_id for s in after.metadata.snapshots] == [head]
+    assert after.scan().to_arrow().num_rows == 3
+    removed = xcom(DAG_ID, run.run_id, REMOVE, map_index=1)
+    assert (removed["policy"], removed["deleted_file_count"]) == ("remove_orphans_weekly", 1)
+
+    record = variable("iceberg_maint.last_run.expiry.demo.orders")
+    assert record is not None and record["kind"] == "expiry" and record["status"] == "success"
+    assert record["expired_snapshot_ids"] == [first] and record["deleted_bytes"] == expired["deleted_bytes"] > 0
+    failed = variable("iceberg_maint.last_run.expiry.demo.events")
+    assert failed is not None and failed["status"] == "failed" and "gc.enabled=false" in failed["error"]
+
+    # The same day nothing is due for expiry (1-day interval) or orphan removal (7 days): nothing runs.
+    catalog.load_table("demo.events").transaction().set_properties({"gc.enabled": "true"}).commit_transaction()
+    again = dag.test()
+    states = task_states(DAG_ID, again.run_id)
+    assert states[("plan_due_tables", -1)] == "success"
+    items = xcom(DAG_ID, again.run_id, "plan_due_tables")
+    # demo.events: its expiry failed (no success recorded) and it was never cleaned: due for both.
+    assert [(i["table"], i["expire"], i["remove_orphans"]) for i in items] == [("demo.events", True, True)]
+    assert again.state == "success"
+    assert not demo_tables["demo.events"]["old"].exists()

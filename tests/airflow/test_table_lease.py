@@ -1,0 +1,194 @@
+"""The per-table lease: the store's rules, the trigger, the give-up message, and two real task runs.
+
+The two runs are ``airflow dags test`` processes on the session's metadata database: one holds
+the lease of ``demo.orders`` (tests/airflow/dags/table_lease_pair.py) while the other, an expiry of
+the same table, defers until it is released and only then changes the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from pyiceberg.catalog.sql import SqlCatalog
+
+from airflow_iceberg_maint.airflow.leased_task import lease_owner
+from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
+from airflow_iceberg_maint.airflow.table_lease import Lease, SqlLeases, VariableLeases
+from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
+from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
+
+TABLE = "demo.orders"
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", ["sql", "variables"])
+def test_one_holder_at_a_time_until_released_or_expired(kind: str, state_url: str) -> None:
+    store = SqlLeases(state_url) if kind == "sql" else VariableLeases()
+    table = f"db.lease_{kind}"
+    now = datetime.now(UTC)
+    soon, later = now + timedelta(seconds=60), now + timedelta(seconds=120)
+    assert store.acquire(table, "a", soon, now) is None
+    assert store.acquire(table, "b", later, now) == Lease(table, "a", soon)  # held: b is told by whom
+    assert store.acquire(table, "a", later, now) is None  # the holder renews (a retry of the same task)
+    assert store.holder(table) == Lease(table, "a", later)
+    store.release(table, "b")  # not b's: nothing happens
+    assert store.holder(table) == Lease(table, "a", later)
+    # A holder killed without releasing: once its lease expires, b takes it.
+    assert store.acquire(table, "b", later + timedelta(seconds=60), later) is None
+    assert store.holder(table) == Lease(table, "b", later + timedelta(seconds=60))
+    store.release(table, "b")
+    assert store.holder(table) is None
+
+
+def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadline(state_url: str) -> None:
+    store = SqlLeases(state_url)
+    now = datetime.now(UTC)
+    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    waiting = TableLeaseTrigger(
+        table=TABLE,
+        owner="me",
+        deadline=(now + timedelta(hours=1)).isoformat(),
+        state_url=state_url,
+        poll_interval=0.05,
+    )
+
+    async def release_then_wait() -> object:
+        event = asyncio.ensure_future(next_event(waiting, timeout=30))
+        await asyncio.sleep(0)  # the trigger's first look finds the lease held
+        await asyncio.to_thread(store.release, TABLE, "other")
+        return await event
+
+    fired = asyncio.run(release_then_wait())
+    assert fired is not None
+    assert fired.payload == {"status": "free", "table": TABLE, "deadline": (now + timedelta(hours=1)).isoformat()}
+
+    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    late = TableLeaseTrigger(table=TABLE, owner="me", deadline=now.isoformat(), state_url=state_url)
+    gave_up = asyncio.run(next_event(late, timeout=30))
+    assert gave_up is not None and gave_up.payload["status"] == "timeout"
+    assert gave_up.payload["holder"]["owner"] == "other"
+
+
+def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
+    demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog
+) -> None:
+    store = SqlLeases(state_url)
+    now = datetime.now(UTC)
+    until = now + timedelta(hours=1)
+    store.acquire(TABLE, "manual/run_1/remove_orphan_files/-1", until, now)
+    snapshots = len(catalog.load_table(TABLE).metadata.snapshots)
+
+    def expirer(**kwargs: object) -> IcebergExpireSnapshotsOperator:
+        return IcebergExpireSnapshotsOperator(
+            task_id="expire", table=TABLE, state_url=state_url, report_location=f"file://{tmp_path}/r", **kwargs
+        )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        expirer(older_than_days=0).execute({"ti": TaskContextTI()})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, TableLeaseTrigger)
+    assert (trigger.table, trigger.owner) == (TABLE, "unit/manual__unit/expire/-1")
+    assert deferred.value.method_name == "resume_after_lease"
+
+    with pytest.raises(AirflowException) as busy:
+        expirer(lease_timeout=0).execute({"ti": TaskContextTI()})
+    assert type(busy.value) is AirflowException  # retried: the holder may be done by then
+    assert str(busy.value) == (
+        f"table {TABLE}: another maintenance task holds its lease (manual/run_1/remove_orphan_files/-1, until "
+        f"{until.isoformat()}); gave up after waiting 0 s (lease_timeout)"
+    )
+    assert len(catalog.load_table(TABLE).metadata.snapshots) == snapshots
+
+    # The lease is released when the task ends, failed or not.
+    store.release(TABLE, "manual/run_1/remove_orphan_files/-1")
+    with pytest.raises(AirflowFailException):
+        expirer(retain_last=0).execute({"ti": TaskContextTI()})
+    assert store.holder(TABLE) is None
+    assert lease_owner({"ti": TaskContextTI(map_index=3)}, "expire") == "unit/manual__unit/expire/3"  # type: ignore[typeddict-item]
+
+
+def _dags_test(dag_id: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "airflow", "dags", "test", dag_id],
+            env=dict(os.environ),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _run_id(dag_id: str) -> str | None:
+    states = task_states(dag_id, "%")
+    if not states:
+        return None
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == dag_id).one()
+        return str(run.run_id)
+
+
+def test_two_task_runs_on_one_table_take_turns(
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_STATE_URL", state_url)
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_LEASE_DIR", str(tmp_path))
+    snapshots = [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots]
+    store = SqlLeases(state_url)
+
+    holder = _dags_test("lease_holder", tmp_path / "holder.log")
+    try:
+        wait_for(lambda: (tmp_path / "held").exists() or holder.poll() is not None, "the holder to take the lease")
+        assert holder.poll() is None, (tmp_path / "holder.log").read_text()[-4000:]
+        held = store.holder(TABLE)
+        assert held is not None and held.owner.startswith("lease_holder/")
+
+        waiter = _dags_test("lease_waiter", tmp_path / "waiter.log")
+        try:
+
+            def waiter_deferred() -> bool:
+                assert waiter.poll() is None, (tmp_path / "waiter.log").read_text()[-4000:]
+                return "deferred" in task_states("lease_waiter", "%").values()
+
+            wait_for(waiter_deferred, "the expiry task to defer")
+            # Deferred, it has not touched the table, and the lease is still the holder's.
+            assert [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots] == snapshots
+            assert store.holder(TABLE) == held
+
+            (tmp_path / "release").write_text("go")
+            assert holder.wait(timeout=180) == 0, (tmp_path / "holder.log").read_text()[-4000:]
+            assert waiter.wait(timeout=180) == 0, (tmp_path / "waiter.log").read_text()[-4000:]
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+                waiter.wait()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+    holder_run, waiter_run = _run_id("lease_holder"), _run_id("lease_waiter")
+    assert task_states("lease_holder", "%") == {("remove_orphan_files", -1): "success"}
+    assert task_states("lease_waiter", "%") == {("expire_snapshots", -1): "success"}
+    removed = xcom("lease_holder", str(holder_run), "remove_orphan_files")
+    expired = xcom("lease_waiter", str(waiter_run), "expire_snapshots")
+    assert removed["deleted_file_count"] == 1 and not demo_tables[TABLE]["old"].exists()
+    assert expired["expired_snapshot_count"] == 1
+    assert [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots] == snapshots[1:]
+    assert store.holder(TABLE) is None  # both released
