@@ -205,6 +205,8 @@ class S3Storage:
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             if code in CONFLICT_CODES or status in CONFLICT_CODES:
                 return False
+            if status == "403":  # a definite refusal (a table bucket's layout, a policy), as a local disk's EACCES
+                raise PermissionError(f"{location}: the store refused the write ({code}, HTTP 403)") from exc
             raise
         return True
 
