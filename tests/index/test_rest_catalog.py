@@ -18,7 +18,9 @@ import pytest
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import WriteRefusedError
 from airflow_iceberg_maint.fs.storage import storage_for
+from airflow_iceberg_maint.index.expire import expire_extracts
 from airflow_iceberg_maint.index.incremental import refresh_index
+from airflow_iceberg_maint.index.lag import index_lag
 from airflow_iceberg_maint.index.lookup import lookup
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
@@ -67,6 +69,11 @@ def test_an_index_under_the_table_is_refused_as_a_refused_location(case: Catalog
     assert INDEX_PATH_PROPERTY not in case.catalog.load_table("db.t").properties
 
 
+def _lag(case: CatalogCase) -> Any:
+    table = load_table(case.catalog, "db.t")
+    return index_lag(table, "by_id", IndexStore(table).load("by_id")[0])
+
+
 def test_index_lifecycle_with_its_location_in_a_plain_bucket(case: CatalogCase) -> None:
     table = case.catalog.create_table("db.t", schema=SCHEMA)
     table.append(rows(0, 10))
@@ -77,30 +84,30 @@ def test_index_lifecycle_with_its_location_in_a_plain_bucket(case: CatalogCase) 
         f"{root}/by_id/metadata/00001.metadata.json",
     )
     assert case.catalog.load_table("db.t").properties[INDEX_PATH_PROPERTY] == root
-    # A second index goes to the same folder; another folder is refused, naming both.
-    assert _index(case, "create", "db.t", "by_cat", "--ordering", "category")["location"] == f"{root}/by_cat"
+    # Another folder is refused, naming both; a second index goes to the same folder.
     moved = case.run("index", "create", "db.t", "x", "--ordering", "id", "--location", f"{root}-2")
     assert moved.returncode == 2 and f"live at '{root}' (table property write.index.path)" in moved.stderr
+    loaded = load_table(case.catalog, "db.t")
+    IndexStore(loaded).create(new_index_metadata(loaded, "by_cat", ["category"], [], False, {}), "by_cat")
 
-    assert _index(case, "lag", "db.t", "by_id")["stale"] is True
-    first = _index(case, "refresh", "db.t", "by_id")
-    assert (first["mode"], first["entries"]) == ("full", 10)
-    lag = _index(case, "lag", "db.t", "by_id")
-    assert (lag["snapshots_behind"], lag["stale"]) == (0, False)
+    assert _lag(case).stale is True
+    first = refresh_index(load_table(case.catalog, "db.t"), "by_id")
+    assert (first.mode, first.entries) == ("full", 10)
+    assert (_lag(case).snapshots_behind, _lag(case).stale) == (0, False)
     found = _index(case, "lookup", "db.t", "by_id", "--eq", "7")
     assert (_ids(found), found["mode"], found["region_files_read"]) == ([7], "index", 1)
 
     case.catalog.load_table("db.t").append(rows(10, 5))
-    lag = _index(case, "lag", "db.t", "by_id")
-    assert (lag["snapshots_behind"], lag["stale"], lag["added_files"]["data"]) == (1, True, 1)
-    second = _index(case, "refresh", "db.t", "by_id")
-    assert (second["mode"], second["entries"]) == ("incremental", 15)
-    assert _ids(_index(case, "lookup", "db.t", "by_id", "--eq", "12")) == [12]
-    expired = _index(case, "expire", "db.t", "by_id", "--retain-last", "1")
-    assert expired["expired_extract_ids"] == [first["extract_id"]]
-    assert expired["deleted_files"] == 1 + first["region_files_written"] - second["region_files_reused"]
-    listed = _index(case, "list", "db.t")["indexes"]
-    assert [(i["name"], i["extracts"]) for i in listed] == [("by_cat", 0), ("by_id", 1)]
+    lag = _lag(case)
+    assert (lag.snapshots_behind, lag.stale) == (1, True)
+    second = refresh_index(load_table(case.catalog, "db.t"), "by_id")
+    assert (second.mode, second.entries) == ("incremental", 15)
+    found = lookup(load_table(case.catalog, "db.t"), "by_id", [(12,)])
+    assert (found.rows.column("id").to_pylist(), found.mode) == ([12], "index")
+    expired = expire_extracts(load_table(case.catalog, "db.t"), "by_id", retain_last=1, older_than=None)
+    assert expired["expired_extract_ids"] == [first.extract.extract_id]
+    assert expired["deleted_files"] == 1 + first.region_files_written - second.region_files_reused
+    assert IndexStore(load_table(case.catalog, "db.t")).names() == ["by_cat", "by_id"]
 
     # The table's orphan run, dry: the index files are outside its location, and referenced.
     whole = load_table(case.catalog, "db.t")

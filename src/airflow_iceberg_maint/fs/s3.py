@@ -9,6 +9,7 @@ botocore exception.
 
 from __future__ import annotations
 
+import errno
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -206,7 +207,9 @@ class S3Storage:
             if code in CONFLICT_CODES or status in CONFLICT_CODES:
                 return False
             if status == "403":  # a definite refusal (a table bucket's layout, a policy), as a local disk's EACCES
-                raise PermissionError(f"{location}: the store refused the write ({code}, HTTP 403)") from exc
+                raise PermissionError(
+                    errno.EACCES, f"the store refused the write ({code}, HTTP 403)", location
+                ) from exc
             raise
         return True
 

@@ -256,9 +256,9 @@ class IndexStore:
         except STORAGE_ERRORS:  # FileNotFoundError included: nothing landed
             pass
         raise WriteRefusedError(
-            f"index {name!r}: the store refused to create {location} ({error}); nothing was committed. A table "
-            "bucket (S3 Tables, SeaweedFS) accepts writes only under a table's metadata/, data/ and '_' folders: "
-            "give the index a location outside them (index create --location)"
+            f"index {name!r}: the store refused to create {location} ({error.strerror or error}); nothing was "
+            "committed. A table bucket (S3 Tables, SeaweedFS) accepts writes only under a table's metadata/, data/ "
+            "and '_' folders: give the index a location outside them (index create --location)"
         ) from error
 
     def _settle(self, name: str, location: str, version: int, data: bytes, error: Exception | None) -> bool:
