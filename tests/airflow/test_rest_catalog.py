@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
+from airflow_iceberg_maint.airflow.operators.index import (
+    IcebergCommitIndexExtractOperator,
+    IcebergCreateMissingIndexesOperator,
+)
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.index.lookup import lookup
+from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
+from airflow_iceberg_maint.index.store import IndexStore
 from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import check_due_sensor, task_states, xcom
+from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import cutoff_after_writes, hiding_history, whole_table
 from tests.orphans.scenario import SCHEMA, Files, snapshot_row_counts
 
@@ -118,3 +127,32 @@ def test_manual_dag_single_and_sharded_on_a_rest_table(rest_conn: Any) -> None:
     assert (summary["orphan_file_count"], summary["deleted_file_count"], summary["failed_count"]) == (2, 2, 0)
     assert files.all_files(loc) == before - planted
     assert snapshot_row_counts(whole_table(rest_conn.load_table("db.orders"))) == rows_before
+
+
+def test_index_operators_with_an_index_location_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: dict) -> None:
+    table = rest_conn.create_table("db.orders", schema=SCHEMA)
+    hiding_history(table)
+    root = f"s3://{create_plain_bucket()}/indexes/orders"
+    definitions = tmp_path / "indexes.yaml"
+    definitions.write_text(
+        f"- table: db.orders\n  index_location: {root}\n  indexes:\n"
+        "    - name: by_id\n      ordering: id\n      with_row_location: true\n"
+    )
+
+    def create() -> Any:
+        operator = IcebergCreateMissingIndexesOperator(
+            task_id="create", definitions_file=str(definitions), iceberg_conn_id="rest_maint"
+        )
+        return operator.execute(context)
+
+    assert create() == [{"table": "db.orders", "index": "by_id", "created": True}]
+    assert rest_conn.load_table("db.orders").properties[INDEX_PATH_PROPERTY] == root
+    assert create() == [{"table": "db.orders", "index": "by_id", "created": False}]
+    IcebergCommitIndexExtractOperator(
+        task_id="commit", table="db.orders", index="by_id", iceberg_conn_id="rest_maint"
+    ).execute(context)
+    loaded = load_table(rest_conn, "db.orders")
+    metadata, location, _ = IndexStore(loaded).load("by_id")
+    assert location == f"{root}/by_id/metadata/00002.metadata.json" and len(metadata.extracts) == 1
+    found = lookup(loaded, "by_id", [(201,)])
+    assert (found.rows.column("id").to_pylist(), found.mode) == ([201], "index")
