@@ -297,14 +297,16 @@ def create_table_bucket() -> str:
     return bucket
 
 
-@pytest.fixture
-def seaweed_s3_catalog(tmp_path: Path) -> SqlCatalog:
-    """A SQLite catalog whose warehouse is a plain (not table) bucket on SeaweedFS's S3: a second real
-    S3 implementation beside moto."""
+def seaweed_s3_properties() -> dict[str, str]:
+    """The s3.* properties of SeaweedFS's S3 with its admin identity."""
+    return {k: v for k, v in rest_properties("unused").items() if k.startswith("s3.")}
+
+
+def create_plain_bucket() -> str:
+    """A new plain (not table) bucket on SeaweedFS's S3: any key may be written there."""
     import boto3
 
-    props = rest_properties("unused")
-    s3_props = {k: v for k, v in props.items() if k.startswith("s3.")}
+    s3_props = seaweed_s3_properties()
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     boto3.client(
         "s3",
@@ -313,6 +315,15 @@ def seaweed_s3_catalog(tmp_path: Path) -> SqlCatalog:
         aws_secret_access_key=s3_props["s3.secret-access-key"],
         region_name="us-east-1",
     ).create_bucket(Bucket=bucket)
+    return bucket
+
+
+@pytest.fixture
+def seaweed_s3_catalog(tmp_path: Path) -> SqlCatalog:
+    """A SQLite catalog whose warehouse is a plain (not table) bucket on SeaweedFS's S3: a second real
+    S3 implementation beside moto."""
+    s3_props = seaweed_s3_properties()
+    bucket = create_plain_bucket()
     catalog = SqlCatalog(
         "default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"s3://{bucket}/warehouse", **s3_props
     )

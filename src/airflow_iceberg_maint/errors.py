@@ -20,6 +20,15 @@ class LocationRefusedError(InvalidInputError):
     """A scan location is not the table location or a path under it (S3)."""
 
 
+class WriteRefusedError(LocationRefusedError):
+    """The store refused (HTTP 403; no permission on a local disk) to create a file at a location.
+
+    A definite answer, not an unknown outcome: nothing was written there, and no retry changes
+    it. A table bucket (S3 Tables, SeaweedFS) accepts writes only under a table's ``metadata/``,
+    ``data/`` and ``_`` folders, so an index of such a table needs a location outside them.
+    """
+
+
 class GcDisabledError(MaintenanceError):
     """The table has ``gc.enabled=false``: its files may be shared, so nothing may be deleted."""
 

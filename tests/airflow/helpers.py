@@ -9,6 +9,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,3 +88,37 @@ async def next_event(trigger: BaseTrigger, timeout: float) -> TriggerEvent | Non
     finally:
         with contextlib.suppress(RuntimeError):
             await events.aclose()
+
+
+def check_due_sensor(conn_id: str, table: Any, name: str, tmp_path: Path, context: dict) -> None:
+    """The due sensor through connection ``conn_id`` on ``table`` (called ``name`` there), with a weekly
+    policy: due when never cleaned, not due two days after a recorded cleanup."""
+    from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
+    from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+
+    policy_file = tmp_path / "policies.yaml"
+    namespace = name.rsplit(".", 1)[0]
+    policy_file.write_text(
+        f"name: weekly\ntype: system_iceberg_orphan_file_removal\nminIntervalDays: 7\ntables: ['{namespace}.*']\n"
+    )
+    state_url = f"sqlite:///{tmp_path}/state.db"
+
+    def poke() -> Any:
+        sensor = IcebergTableDueSensor(
+            task_id="due", table=name, policy_file=str(policy_file), state_url=state_url, iceberg_conn_id=conn_id
+        )
+        return sensor.poke(context)
+
+    first = poke()
+    assert first.is_done is True and first.xcom_value["reason"] == "never cleaned: due"
+    record_attempt(
+        SqlStateStore(state_url),
+        table_uuid=str(table.metadata.table_uuid),
+        table=name,
+        at=datetime.now(UTC) - timedelta(days=2),
+        dry_run=False,
+        succeeded=True,
+    )
+    second = poke()
+    assert second.is_done is False
+    assert second.xcom_value["reason"] == "last cleaned 2 days ago, interval 7 days: not due"

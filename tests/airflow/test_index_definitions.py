@@ -31,6 +31,7 @@ def test_the_sample_definitions() -> None:
     assert by_kind.ordering == ("bucket(4, kind)", "kind")
     assert by_kind.threshold == LagThreshold(snapshots=2, added_files=10)
     assert (by_id.shards, by_kind.shards) == (1, 2)
+    assert events.index_location is None
 
 
 @pytest.mark.parametrize(
@@ -59,6 +60,10 @@ def test_the_sample_definitions() -> None:
             r"\(i\) lag: argument max_lag_seconds: expected a number >= 0",
         ),
         ([{"table": "a.b", "index": []}], r"entry 0: unknown key\(s\) index"),
+        (
+            [{"table": "a.b", "index_location": 5, "indexes": [{"name": "i", "ordering": "id"}]}],
+            r"entry 0 \(a\.b\): 'index_location' must be a location, got 5",
+        ),
     ],
 )
 def test_bad_definitions_are_refused_by_name(document: object, message: str) -> None:

@@ -72,11 +72,15 @@ def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan
     removed = xcom(DAG_ID, run.run_id, REMOVE, map_index=1)
     assert (removed["policy"], removed["deleted_file_count"]) == ("remove_orphans_weekly", 1)
 
-    record = variable("iceberg_maint.last_run.expiry.demo.orders")
-    assert record is not None and record["kind"] == "expiry" and record["status"] == "success"
-    assert record["expired_snapshot_ids"] == [first] and record["deleted_bytes"] == expired["deleted_bytes"] > 0
-    failed = variable("iceberg_maint.last_run.expiry.demo.events")
-    assert failed is not None and failed["status"] == "failed" and "gc.enabled=false" in failed["error"]
+    runs = variable("iceberg_maint.runs.demo.orders")
+    assert runs is not None and [r["kind"] for r in runs["runs"]] == ["expiry", "orphans"]
+    record = runs["runs"][0]
+    assert record["status"] == "success" and record["counts"]["expired_snapshot_count"] == 1
+    assert record["counts"]["deleted_bytes"] == expired["deleted_bytes"] > 0
+    events = variable("iceberg_maint.runs.demo.events")
+    assert events is not None and [r["kind"] for r in events["runs"]] == ["expiry"]
+    failed = events["runs"][0]
+    assert failed["status"] == "failed" and "gc.enabled=false" in failed["error"]
 
     # The same day nothing is due for expiry (1-day interval) or orphan removal (7 days): nothing runs.
     catalog.load_table("demo.events").transaction().set_properties({"gc.enabled": "true"}).commit_transaction()

@@ -1,23 +1,31 @@
-"""The due sensor and the orphan-removal operator through an ``iceberg`` connection of type ``rest``
-to SeaweedFS's Iceberg REST catalog (host = catalog URI, login and password = the OAuth2 client),
-with the catalog property ``snapshot-loading-mode=refs``: the operator still sees every snapshot."""
+"""The due sensor, the orphan-removal operator and the manual sample DAG (one task, then sharded)
+through an ``iceberg`` connection of type ``rest`` to SeaweedFS's Iceberg REST catalog (host = catalog
+URI, login and password = the OAuth2 client), with the catalog property ``snapshot-loading-mode=refs``:
+every run still sees every snapshot."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.dag_processing.dagbag import DagBag
 
-from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
-from tests.airflow.conftest import remover
+from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
+from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
+from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
+from airflow_iceberg_maint.index.metadata.store import IndexStore
+from airflow_iceberg_maint.index.read.lookup import lookup
+from tests.airflow.conftest import DAGS, remover
+from tests.airflow.helpers import check_due_sensor, task_states, xcom
+from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import cutoff_after_writes, hiding_history, whole_table
 from tests.orphans.scenario import SCHEMA, Files, snapshot_row_counts
 
 pytestmark = pytest.mark.rest
+MANUAL = "iceberg_orphan_cleanup_manual"
 
 
 @pytest.fixture
@@ -34,40 +42,14 @@ def rest_conn(rest_catalog_config: tuple[Any, dict[str, str]], monkeypatch: pyte
         "extra": {**extra, "snapshot-loading-mode": "refs"},
     }
     monkeypatch.setenv("AIRFLOW_CONN_REST_MAINT", json.dumps(connection))
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", json.dumps(connection))  # the sample DAGs' connection
     return catalog
 
 
 def test_due_sensor_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: dict) -> None:
     table = rest_conn.create_table("db.orders", schema=SCHEMA)
     hiding_history(table)
-    policy_file = tmp_path / "policies.yaml"
-    policy_file.write_text(
-        "name: weekly\ntype: system_iceberg_orphan_file_removal\nminIntervalDays: 7\ntables: ['db.*']\n"
-    )
-    state_url = f"sqlite:///{tmp_path}/state.db"
-
-    def poke() -> Any:
-        return IcebergTableDueSensor(
-            task_id="due",
-            table="db.orders",
-            policy_file=str(policy_file),
-            state_url=state_url,
-            iceberg_conn_id="rest_maint",
-        ).poke(context)
-
-    first = poke()
-    assert first.is_done is True and first.xcom_value["reason"] == "never cleaned: due"
-    record_attempt(
-        SqlStateStore(state_url),
-        table_uuid=str(table.metadata.table_uuid),
-        table="db.orders",
-        at=datetime.now(UTC) - timedelta(days=2),
-        dry_run=False,
-        succeeded=True,
-    )
-    second = poke()
-    assert second.is_done is False
-    assert second.xcom_value["reason"] == "last cleaned 2 days ago, interval 7 days: not due"
+    check_due_sensor("rest_maint", table, "db.orders", tmp_path, context)
 
 
 def test_operator_removes_exactly_the_orphans_of_a_rest_table_seen_with_refs_only(
@@ -107,3 +89,68 @@ def test_operator_removes_exactly_the_orphans_of_a_rest_table_seen_with_refs_onl
     assert (real["orphan_file_count"], real["deleted_file_count"], real["failed_count"]) == (2, 2, 0)
     assert files.all_files(loc) == before - planted
     assert snapshot_row_counts(whole_table(table)) == rows_before
+
+
+def test_manual_dag_single_and_sharded_on_a_rest_table(rest_conn: Any) -> None:
+    table = rest_conn.create_table("db.orders", schema=SCHEMA)
+    hiding_history(table)
+    whole = whole_table(table)
+    files = Files(whole)
+    loc = whole.location().rstrip("/")
+    planted = {files.put(f"{loc}/data/orphan-1.parquet"), files.put(f"{loc}/metadata/orphan-2.avro")}
+    rows_before = snapshot_row_counts(whole)
+    before = files.all_files(loc)
+    cutoff_after_writes()  # older_than_days 0 is the run's start: later than every write (whole seconds)
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    dag = bag.dags[MANUAL]
+    conf = {"table": "db.orders", "older_than_days": 0, "allow_recent_files": True}
+
+    preview = dag.test(run_conf=conf)
+    assert preview.state == "success"
+    dry = xcom(MANUAL, preview.run_id, "remove_orphan_files")
+    assert (dry["orphan_file_count"], dry["deleted_file_count"], dry["failed_count"]) == (2, 0, 0)
+    report = json.loads(Path(dry["report"].removeprefix("file://")).read_text())
+    assert sorted(report["orphan_files"]) == sorted(planted)
+    assert files.all_files(loc) == before
+
+    real = dag.test(run_conf={**conf, "dry_run": False, "shards": 2})
+    assert real.state == "success"
+    states = task_states(MANUAL, real.run_id)
+    assert {k: v for k, v in states.items() if k[0] == "scan_orphan_shard"} == {
+        ("scan_orphan_shard", 0): "success",
+        ("scan_orphan_shard", 1): "success",
+    }
+    summary = xcom(MANUAL, real.run_id, "finish_orphan_shards")
+    assert (summary["orphan_file_count"], summary["deleted_file_count"], summary["failed_count"]) == (2, 2, 0)
+    assert files.all_files(loc) == before - planted
+    assert snapshot_row_counts(whole_table(rest_conn.load_table("db.orders"))) == rows_before
+
+
+def test_index_operators_with_an_index_location_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: dict) -> None:
+    table = rest_conn.create_table("db.orders", schema=SCHEMA)
+    hiding_history(table)
+    root = f"s3://{create_plain_bucket()}/indexes/orders"
+    definitions = tmp_path / "indexes.yaml"
+    definitions.write_text(
+        f"- table: db.orders\n  index_location: {root}\n  indexes:\n"
+        "    - name: by_id\n      ordering: id\n      with_row_location: true\n"
+    )
+
+    def create() -> Any:
+        operator = IcebergCreateMissingIndexesOperator(
+            task_id="create", definitions_file=str(definitions), iceberg_conn_id="rest_maint"
+        )
+        return operator.execute(context)
+
+    assert create() == [{"table": "db.orders", "index": "by_id", "created": True}]
+    assert rest_conn.load_table("db.orders").properties[INDEX_PATH_PROPERTY] == root
+    assert create() == [{"table": "db.orders", "index": "by_id", "created": False}]
+    IcebergCommitIndexExtractOperator(
+        task_id="commit", table="db.orders", index="by_id", iceberg_conn_id="rest_maint"
+    ).execute(context)
+    loaded = load_table(rest_conn, "db.orders")
+    metadata, location, _ = IndexStore(loaded).load("by_id")
+    assert location == f"{root}/by_id/metadata/00002.metadata.json" and len(metadata.extracts) == 1
+    found = lookup(loaded, "by_id", [(201,)])
+    assert (found.rows.column("id").to_pylist(), found.mode) == ([201], "index")

@@ -16,6 +16,11 @@ import pytest
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import IncompleteMetadataError
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded
+from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import CatalogCase, cutoff_after_writes, older_than, whole_table
 from tests.orphans.scenario import SCHEMA, Files, _history, referenced_by_oracle, rows, snapshot_row_counts
 
@@ -79,6 +84,43 @@ def test_dry_and_real_run_delete_exactly_the_orphans_and_keep_a_nested_table(cas
     assert files.all_files(inner_location) == inner_files
     after = snapshot_row_counts(whole_table(case.catalog.load_table("db.events")))
     assert (after, snapshot_row_counts(case.catalog.load_table("db.inner"))) == rows_before
+
+
+def test_a_sharded_scan_deletes_what_the_single_run_does(case: CatalogCase) -> None:
+    table = case.catalog.create_table("db.events", schema=SCHEMA)
+    expired_lists = _history(table)
+    loc = table.location().rstrip("/")
+    inner = case.catalog.create_table("db.inner", schema=SCHEMA, location=f"{loc}/data/inner")
+    inner.append(rows(0, 5))
+    whole = load_table(case.catalog, "db.events")
+    files = Files(whole)
+    orphans = expired_lists | {files.put(f"{loc}/data/a/orphan-1.parquet"), files.put(f"{loc}/metadata/orphan-2.avro")}
+    inner_files = files.all_files(f"{loc}/data/inner")
+    rows_before = snapshot_row_counts(whole)
+    cutoff = cutoff_after_writes()
+    # The scratch folder in a plain bucket: the table bucket takes no file outside a table's folders.
+    scratch = f"s3://{create_plain_bucket()}/scratch"
+    io = dict(whole.io.properties)
+    dry = OrphanOptions(older_than=cutoff, dry_run=True)
+    single = remove_orphan_files(whole, dry, sources=[INDEX_FILES])
+    assert sorted(single.orphan_files) == sorted(orphans)
+    sharded = remove_orphan_files_sharded(
+        whole, dry, shards=3, scratch=f"{scratch}/dry", io_properties=io, sources=[INDEX_FILES]
+    )
+    assert sharded.orphan_files == sorted(orphans) and sharded.protected_locations == single.protected_locations
+    assert [p["location"] for p in sharded.protected_locations] == [f"{loc}/data/inner"]
+    real = remove_orphan_files_sharded(
+        whole,
+        OrphanOptions(older_than=cutoff),
+        shards=3,
+        scratch=f"{scratch}/real",
+        io_properties=io,
+        sources=[INDEX_FILES],
+    )
+    assert (real.deleted_file_count, real.failed) == (len(orphans), [])
+    assert not any(files.exists(p) for p in orphans)
+    assert files.all_files(f"{loc}/data/inner") == inner_files
+    assert snapshot_row_counts(load_table(case.catalog, "db.events")) == rows_before
 
 
 def test_a_table_whose_metadata_file_cannot_be_read_is_refused(case: CatalogCase) -> None:

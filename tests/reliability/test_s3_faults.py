@@ -9,9 +9,10 @@ index metadata, tracking and region files read with a plain boto3 client on the 
 checks that every live file still exists; then the same runs on the healthy endpoint complete,
 the planted orphans are gone, every snapshot reads, and index lookups are exact.
 
-Bounded by default (10 cases): each fault on the first matching request of every operation at
-once, then persistent resets of listing, conditional PUTs and GETs, and persistent dropped
-replies to DeleteObjects; clients use botocore's standard retry mode with 3 attempts
+Every case runs on two servers: moto's, and SeaweedFS's S3 (a plain bucket), a second real
+implementation of the protocol. Bounded by default (10 cases): each fault on the first matching
+request of every operation at once, then persistent resets of listing, conditional PUTs and
+GETs, and persistent dropped replies to DeleteObjects; clients use botocore's standard retry mode with 3 attempts
 (``AWS_RETRY_MODE``, ``AWS_MAX_ATTEMPTS``), as the adaptive mode's rate limiter waits seconds
 after each SlowDown. ``ICEBERG_MAINT_SOAK=1`` keeps the library's own retry settings (adaptive,
 9 attempts), faults the first two matches, and adds every (operation, fault) pair with
@@ -51,7 +52,7 @@ from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
+from tests.conftest import S3_PROPS, seaweed_s3_properties
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
 from tests.reliability import figures
 from tests.reliability.fault_proxy import FAULTS, OPERATIONS, FaultProxy, Rule
@@ -104,38 +105,47 @@ def rows(start: int, count: int) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids])})
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> str:
+@pytest.fixture(scope="module", params=["moto", pytest.param("seaweedfs", marks=pytest.mark.rest)])
+def server(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The S3 server's s3.* properties: moto's, and SeaweedFS's (a plain bucket) as a second real implementation."""
+    if request.param == "seaweedfs":
+        return seaweed_s3_properties()
     value = os.environ.get("TEST_S3_ENDPOINT")
     if not value:
         if os.environ.get("CI"):
             pytest.fail("TEST_S3_ENDPOINT is not set: run the tests through 'make test'")
         pytest.skip("TEST_S3_ENDPOINT is not set: run the tests through 'make test'")
-    return value
+    return {"s3.endpoint": value, **S3_PROPS}
 
 
 @pytest.fixture(scope="module")
-def plain(endpoint: str) -> Any:
+def endpoint(server: dict[str, str]) -> str:
+    return server["s3.endpoint"]
+
+
+@pytest.fixture(scope="module")
+def plain(server: dict[str, str]) -> Any:
     """The oracle's own client, on the real endpoint."""
     return boto3.client(
         "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=S3_PROPS["s3.access-key-id"],
-        aws_secret_access_key=S3_PROPS["s3.secret-access-key"],
-        region_name=S3_PROPS["s3.region"],
+        endpoint_url=server["s3.endpoint"],
+        aws_access_key_id=server["s3.access-key-id"],
+        aws_secret_access_key=server["s3.secret-access-key"],
+        region_name=server["s3.region"],
     )
 
 
 @pytest.fixture(scope="module")
 def proxy(endpoint: str) -> Iterator[FaultProxy]:
+    TOTALS.update(dict.fromkeys(TOTALS, 0))  # per server
     with FaultProxy(endpoint) as running:
         yield running
-    figures.report("test_s3_faults", cases=len(CASES), **TOTALS)
+    figures.report(f"test_s3_faults[{endpoint}]", cases=len(CASES), **TOTALS)
 
 
 @pytest.fixture(scope="module")
 def catalogs(
-    tmp_path_factory: pytest.TempPathFactory, endpoint: str, plain: Any, proxy: FaultProxy
+    tmp_path_factory: pytest.TempPathFactory, server: dict[str, str], plain: Any, proxy: FaultProxy
 ) -> Iterator[tuple[SqlCatalog, SqlCatalog]]:
     """One catalog database, seen through the real endpoint and through the proxy."""
     with pytest.MonkeyPatch.context() as patch:
@@ -145,10 +155,10 @@ def catalogs(
         bucket = f"faults-{uuid.uuid4().hex[:12]}"
         plain.create_bucket(Bucket=bucket)
         uri = f"sqlite:///{tmp_path_factory.mktemp('faults')}/catalog.db"
-        props = {"warehouse": f"s3://{bucket}/wh", **S3_PROPS}
-        real = SqlCatalog("default", uri=uri, **{"s3.endpoint": endpoint, **props})
+        props = {**server, "warehouse": f"s3://{bucket}/wh"}
+        real = SqlCatalog("default", uri=uri, **props)
         real.create_namespace("db")
-        yield real, SqlCatalog("default", uri=uri, **{"s3.endpoint": proxy.url, **props})
+        yield real, SqlCatalog("default", uri=uri, **{**props, "s3.endpoint": proxy.url})
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from airflow_iceberg_maint.index.lifecycle.references import remove_unreferenced
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.metadata.placement import use_index_location
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.keys import key_columns, parse_lookup_value
 from airflow_iceberg_maint.index.read.lookup import lookup
@@ -62,6 +63,12 @@ def register(subparsers: Any) -> None:
     create.add_argument("--identity", action="append", default=[], metavar="COLUMN", help="extra identity column")
     create.add_argument("--with-row-location", action="store_true", help="store _file and _pos to fetch rows")
     create.add_argument("--property", action="append", default=[], type=_property, metavar="k=v")
+    create.add_argument(
+        "--location",
+        metavar="URI",
+        help="folder of the table's indexes, each at URI/NAME (default TABLE-LOCATION/index), kept as the table "
+        "property write.index.path: for stores that refuse TABLE-LOCATION/index/ (S3 Tables, table buckets)",
+    )
     create.set_defaults(func=run_create)
 
     listing = commands.add_parser("list", help="the indexes of a table")
@@ -135,14 +142,15 @@ def ordering_texts(metadata: IndexMetadata) -> list[str]:
 
 def run_create(args: argparse.Namespace) -> dict[str, Any]:
     table = _table(args)
-    metadata = new_index_metadata(
-        table,
-        args.index,
-        split_expression_list(args.ordering),
-        args.identity,
-        args.with_row_location,
-        dict(args.property),
-    )
+
+    def definition() -> IndexMetadata:
+        ordering, properties = split_expression_list(args.ordering), dict(args.property)
+        return new_index_metadata(table, args.index, ordering, args.identity, args.with_row_location, properties)
+
+    metadata = definition()  # bad input is refused before the location is recorded
+    if args.location is not None:
+        table = use_index_location(table, args.location)
+        metadata = definition()
     location = IndexStore(table).create(metadata, args.index)
     return {
         "index": args.index,

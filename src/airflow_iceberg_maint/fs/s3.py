@@ -9,6 +9,7 @@ botocore exception.
 
 from __future__ import annotations
 
+import errno
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -205,6 +206,10 @@ class S3Storage:
             status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
             if code in CONFLICT_CODES or status in CONFLICT_CODES:
                 return False
+            if status == "403":  # a definite refusal (a table bucket's layout, a policy), as a local disk's EACCES
+                raise PermissionError(
+                    errno.EACCES, f"the store refused the write ({code}, HTTP 403)", location
+                ) from exc
             raise
         return True
 

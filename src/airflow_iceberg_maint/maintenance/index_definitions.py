@@ -3,6 +3,7 @@
 The file is a list of tables, each with the indexes the maintenance DAGs create and keep::
 
     - table: demo.events
+      index_location: s3://bucket/indexes/events  # optional: the folder of the table's indexes
       indexes:
         - name: events_by_id
           ordering: id                 # "EXPR, EXPR" or a list, as ``index create --ordering``
@@ -12,6 +13,9 @@ The file is a list of tables, each with the indexes the maintenance DAGs create 
           lag: {max_snapshots_behind: 0, max_lag_seconds: null, max_added_files: null}
           retain_last: 3               # extracts kept when expiring (default 3)
           shards: 4                    # optional: rebuild fully over 4 mapped tasks (default 1)
+
+``index_location`` is ``index create --location``: for stores that refuse ``<table>/index/`` (S3
+Tables, SeaweedFS's table buckets); recorded once as the table property ``write.index.path``.
 
 Reading the file is cheap (no catalog call), so DAG files may read it at parse time to
 declare one asset per table (``airflow.table_assets`` makes the assets).
@@ -34,7 +38,7 @@ from airflow_iceberg_maint.maintenance.lag_threshold import LagThreshold
 from airflow_iceberg_maint.maintenance.values import optional_str
 
 DEFAULT_RETAIN_LAST = 3
-_TABLE_KEYS = frozenset({"table", "indexes"})
+_TABLE_KEYS = frozenset({"table", "indexes", "index_location"})
 _INDEX_KEYS = frozenset(
     {"name", "ordering", "identity", "with_row_location", "properties", "lag", "retain_last", "shards"}
 )
@@ -59,6 +63,7 @@ class IndexDefinition:
 class TableDefinition:
     table: str
     indexes: tuple[IndexDefinition, ...]
+    index_location: str | None = None  # None: the default folder, or the one the table records
 
 
 def _mapping(value: Any, where: str, allowed: frozenset[str]) -> Mapping[str, Any]:
@@ -147,7 +152,10 @@ def parse_index_definitions(document: Any, source: str) -> list[TableDefinition]
         names = [i.name for i in indexes]
         if len(set(names)) != len(names):
             raise InvalidInputError(f"{where} ({table}): an index name is listed twice")
-        tables.append(TableDefinition(table, indexes))
+        location = entry.get("index_location")
+        if location is not None and not isinstance(location, str):
+            raise InvalidInputError(f"{where} ({table}): 'index_location' must be a location, got {location!r}")
+        tables.append(TableDefinition(table, indexes, location))
     return tables
 
 

@@ -59,6 +59,7 @@ LOCATION_PROPERTIES = (
     "write.object-storage.path",  # Iceberg Java (deprecated for write.data.path, still read)
     "write.folder-storage.path",  # Iceberg Java (deprecated for write.data.path, still read), iceberg-rust
     "write.metadata.path",  # Iceberg Java, pyiceberg
+    "write.index.path",  # this project's indexes (index create --location)
 )
 #: Properties naming a location provider of the user's own: it may write anywhere.
 PROVIDER_PROPERTIES = ("write.location-provider.impl", "write.py-location-provider.impl")

@@ -15,6 +15,8 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, Mai
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import IndexExistsError, MaintenanceError, TableNotFoundError
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
+from airflow_iceberg_maint.index.metadata.model import IndexMetadata
+from airflow_iceberg_maint.index.metadata.placement import use_index_location
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.maintenance.index_definitions import (
     IndexDefinition,
@@ -53,7 +55,8 @@ class _DefinitionsOperator(MaintenanceHookMixin, BaseOperator):
 class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
     """Create each index of the definitions file that its table lacks; existing indexes are left alone.
 
-    Returns ``[{table, index, created}]``. A defined table that does not exist yet is skipped
+    Returns ``[{table, index, created}]``. A table's ``index_location`` is recorded first, as
+    ``index create --location`` does. A defined table that does not exist yet is skipped
     with a warning (a writer may create it later). A definition the table cannot take (unknown
     column, bad expression) fails the task. Creation is an exclusive create, so a retry or a
     concurrent run never creates an index twice.
@@ -79,6 +82,11 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
                     continue
                 store = IndexStore(table)
                 existing = set(store.names())
+                if definition.index_location is not None and {i.name for i in definition.indexes} - existing:
+                    for index in definition.indexes:
+                        self._metadata(table, index)  # a bad definition fails before the location is recorded
+                    store = IndexStore(use_index_location(table, definition.index_location))
+                    table, existing = store.table, set(store.names())
                 for index in definition.indexes:
                     created = index.name not in existing and self._create(store, table, index)
                     results.append({"table": definition.table, "index": index.name, "created": created})
@@ -87,15 +95,13 @@ class IcebergCreateMissingIndexesOperator(_DefinitionsOperator):
         self.log.info("created %d of %d defined indexes", sum(r["created"] for r in results), len(results))
         return results
 
+    @staticmethod
+    def _metadata(table: Table, index: IndexDefinition) -> IndexMetadata:
+        ordering, identity, properties = list(index.ordering), list(index.identity), dict(index.properties)
+        return new_index_metadata(table, index.name, ordering, identity, index.with_row_location, properties)
+
     def _create(self, store: IndexStore, table: Table, index: IndexDefinition) -> bool:
-        metadata = new_index_metadata(
-            table,
-            index.name,
-            list(index.ordering),
-            list(index.identity),
-            index.with_row_location,
-            dict(index.properties),
-        )
+        metadata = self._metadata(table, index)
         try:
             location = store.create(metadata, index.name)
         except IndexExistsError:

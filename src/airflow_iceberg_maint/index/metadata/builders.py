@@ -29,8 +29,10 @@ from airflow_iceberg_maint.index.metadata.rules import (
     check_metadata,
     check_properties,
     check_schema_evolution,
+    is_absolute_location,
     is_valid_promotion,
 )
+from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 
 
 def with_extract_schema_for(
@@ -80,9 +82,19 @@ def new_extract(
     )
 
 
-def index_location(table_location: str, name: str) -> str:
-    """``<table-location>/index/<name>``: where the index's metadata and data files live."""
-    return f"{table_location.rstrip('/')}/index/{name}"
+def index_root(table_metadata: TableMetadata) -> str:
+    """Where the table's indexes live: the table property ``write.index.path``, else ``<table-location>/index``."""
+    path = table_metadata.properties.get(INDEX_PATH_PROPERTY)
+    if path is None:
+        return f"{table_metadata.location.rstrip('/')}/index"
+    if not is_absolute_location(path):
+        raise InvalidInputError(f"table property {INDEX_PATH_PROPERTY}: {path!r} must be an absolute location")
+    return path.rstrip("/")
+
+
+def index_location(table_metadata: TableMetadata, name: str) -> str:
+    """``<index root>/<name>``: where the index's metadata and data files live."""
+    return f"{index_root(table_metadata)}/{name}"
 
 
 def new_index_metadata(
@@ -148,7 +160,7 @@ def new_index_metadata(
     metadata = IndexMetadata(
         index_uuid=str(uuid.uuid4()),
         table_uuid=str(table.metadata.table_uuid),
-        location=index_location(table.metadata.location, name),
+        location=index_location(table.metadata, name),
         last_updated_ms=now_ms(),
         identity_fields=tuple(identity),
         schemas=(extract_schema,),

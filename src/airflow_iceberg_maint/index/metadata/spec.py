@@ -24,6 +24,10 @@ AVG_VALUE_SIZE_IN_BYTES = 7
 GROUP_MAX_VALUE = 8
 MAX_STATS_FIELD_ID = (STATS_ID_END - 1 - STATS_ID_START) // STATS_IDS_PER_FIELD  # 999_949
 
+#: The table property naming the folder that holds the table's indexes (each at ``<folder>/<name>``);
+#: unset, ``<table-location>/index``. Set by ``index create --location``.
+INDEX_PATH_PROPERTY = "write.index.path"
+
 # Index properties (names and defaults decided in docs/index-format.md).
 REGION_TARGET_SIZE = "write.region.target-file-size-bytes"
 REGION_TARGET_SIZE_DEFAULT = 64 * 1024 * 1024

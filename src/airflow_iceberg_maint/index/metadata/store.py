@@ -33,10 +33,11 @@ from airflow_iceberg_maint.errors import (
     IndexNotFoundError,
     InvalidInputError,
     MetadataReadError,
+    WriteRefusedError,
 )
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites
-from airflow_iceberg_maint.index.metadata.builders import index_location
+from airflow_iceberg_maint.index.metadata.builders import index_root
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, MetadataLogEntry, now_ms
 from airflow_iceberg_maint.index.metadata.rules import (
     check_index_name,
@@ -108,11 +109,11 @@ class IndexStore:
     def __init__(self, table: Table) -> None:
         self.table = table
         self.table_location = table.metadata.location.rstrip("/")
-        self.root = f"{self.table_location}/index"
-        self.files: SupportsConditionalWrites = storage_for(self.table_location, table.io.properties)
+        self.root = index_root(table.metadata)
+        self.files: SupportsConditionalWrites = storage_for(self.root, table.io.properties)
 
     def index_dir(self, name: str) -> str:
-        return index_location(self.table_location, check_index_name(name))
+        return f"{self.root}/{check_index_name(name)}"
 
     def metadata_dir(self, name: str) -> str:
         return f"{self.index_dir(name)}/{METADATA_DIR}"
@@ -238,6 +239,8 @@ class IndexStore:
         try:
             if self.files.create_exclusive(location, data):
                 return True
+        except PermissionError as exc:
+            return self._refused(name, location, data, exc)
         except STORAGE_ERRORS as exc:
             log.warning("index %s: no reply to the create of %s (%s); reading it back", name, location, exc)
             return self._settle(name, location, version, data, exc)
@@ -245,6 +248,19 @@ class IndexStore:
             return False
         # Taken: by another writer, or by our own first attempt when the client retried after losing its reply.
         return self._settle(name, location, version, data, None)
+
+    def _refused(self, name: str, location: str, data: bytes, error: PermissionError) -> bool:
+        """A create the store refused: nothing landed, unless an earlier attempt of the client's own
+        retries did (then the file holds our bytes, or the winner's); read back once to be sure."""
+        try:
+            return self.files.read(location) == data
+        except STORAGE_ERRORS:  # FileNotFoundError included: nothing landed
+            pass
+        raise WriteRefusedError(
+            f"index {name!r}: the store refused to create {location} ({error.strerror or error}); nothing was "
+            "committed. A table bucket (S3 Tables, SeaweedFS) accepts writes only under a table's metadata/, data/ "
+            "and '_' folders: give the index a location outside them (index create --location)"
+        ) from error
 
     def _settle(self, name: str, location: str, version: int, data: bytes, error: Exception | None) -> bool:
         """Decide a create with no clear answer by reading the version file back; raise when it cannot be told."""
