@@ -163,8 +163,11 @@ def test_two_task_runs_on_one_table_take_turns(
         try:
 
             def waiter_deferred() -> bool:
-                assert waiter.poll() is None, (tmp_path / "waiter.log").read_text()[-4000:]
-                return "deferred" in task_states("lease_waiter", "%").values()
+                # Its log, not the metadata DB: `dags test` runs the trigger in the same process and
+                # commits the task's "deferred" state only when the trigger fires.
+                log = (tmp_path / "waiter.log").read_text()
+                assert waiter.poll() is None, log[-4000:]
+                return "Pausing task as DEFERRED" in log and f"lease of {TABLE} held by lease_holder/" in log
 
             wait_for(waiter_deferred, "the expiry task to defer")
             # Deferred, it has not touched the table, and the lease is still the holder's.
