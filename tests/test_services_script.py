@@ -353,11 +353,14 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
         assert len(folders) == 1 and answers(pg_port) and answers(s3_port)
         assert answers(seaweed + 8)
         os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=300)  # five services stop one by one; a loaded machine is slow
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for pipe in (proc.stdout, proc.stderr):  # closed on every path: an open pipe fails a later test
+            if pipe is not None:
+                pipe.close()
 
     assert proc.returncode == 130, stderr
     assert not folders[0].exists()
