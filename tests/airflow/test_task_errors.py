@@ -21,6 +21,7 @@ RETRYABLE = [
 FINAL = [
     errors.InvalidInputError,
     errors.LocationRefusedError,
+    errors.WriteRefusedError,
     errors.GcDisabledError,
     errors.UnknownLocationsError,
     errors.TableNotFoundError,
