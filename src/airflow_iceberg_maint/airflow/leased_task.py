@@ -16,7 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.table_lease import DEFAULT_TTL_SECONDS, Lease, held, lease_store_for
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.table_lease import FREE, TIMEOUT, TableLeaseTrigger
@@ -127,3 +129,33 @@ class TableLeaseMixin:
             poll_interval=self.lease_poll_interval,
         )
         self.defer(trigger=trigger, method_name="resume_after_lease")  # type: ignore[attr-defined]
+
+
+class TableTaskMixin(TableLeaseMixin):
+    """A leased task on one table (``table``) that a plan may turn off (``enabled`` false: skipped).
+
+    The subclass names its work (``maintenance``, for the skip message) and does it in ``_run``;
+    a core error becomes the task's error through ``task_errors``.
+    """
+
+    table: Any
+    enabled: Any
+    maintenance: str
+
+    def execute(self, context: Context) -> Any:
+        if not arguments.boolean(self.enabled, "enabled"):
+            raise AirflowSkipException(f"table {self.table}: not due for {self.maintenance}")
+        return super().execute(context)  # under the table's lease
+
+    def leased_table(self) -> str:
+        return arguments.optional_str(self.table, "table") or ""
+
+    def maintain(self, context: Context) -> dict[str, Any]:
+        try:
+            return self._run(context)
+        except MaintenanceError as exc:
+            raise task_exception(f"table {self.table}", exc) from exc
+
+    @abstractmethod
+    def _run(self, context: Context) -> dict[str, Any]:
+        """The task's work on its table."""

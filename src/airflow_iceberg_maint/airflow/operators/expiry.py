@@ -7,15 +7,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
-from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
+from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 from airflow_iceberg_maint.airflow.operators.orphans import cleanup_clock, record_history
 from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
-from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
@@ -50,7 +49,7 @@ def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None
     }
 
 
-class IcebergExpireSnapshotsOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
+class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
     """Expire the snapshots retention no longer needs and delete the files only they reached.
 
     The run is ``iceberg-maint expire-snapshots`` (docs/expiry.md): the Iceberg table spec's
@@ -83,6 +82,8 @@ class IcebergExpireSnapshotsOperator(TableLeaseMixin, MaintenanceHookMixin, Base
     :param policy: name of the policy this run applies, for the summary and logs.
     :param enabled: False skips the task: the planning step's verdict for a table not due for expiry.
     """
+
+    maintenance = "snapshot expiry"
 
     template_fields: Sequence[str] = (
         "table",
@@ -126,20 +127,6 @@ class IcebergExpireSnapshotsOperator(TableLeaseMixin, MaintenanceHookMixin, Base
         self.state_url = state_url
         self.policy = policy
         self.enabled = enabled
-
-    def execute(self, context: Context) -> Any:
-        if not arguments.boolean(self.enabled, "enabled"):
-            raise AirflowSkipException(f"table {self.table}: not due for snapshot expiry")
-        return super().execute(context)  # under the table's lease
-
-    def leased_table(self) -> str:
-        return arguments.optional_str(self.table, "table") or ""
-
-    def maintain(self, context: Context) -> dict[str, Any]:
-        try:
-            return self._run(context)
-        except MaintenanceError as exc:
-            raise task_exception(f"table {self.table}", exc) from exc
 
     def _options(self, now: datetime) -> ExpireOptions:
         """The run's options, each refused naming this operator's argument before the table is touched."""

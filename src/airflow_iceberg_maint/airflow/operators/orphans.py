@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -20,7 +20,7 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import (
     IcebergMaintenanceHook,
     MaintenanceHookMixin,
 )
-from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
+from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 from airflow_iceberg_maint.airflow.reports import (
     TaskLog,
     default_report_base,
@@ -28,7 +28,6 @@ from airflow_iceberg_maint.airflow.reports import (
     report_uri,
     write_report,
 )
-from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
@@ -109,7 +108,7 @@ class _SavedReport:
         return self.uri
 
 
-class IcebergRemoveOrphanFilesOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
+class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
     """Delete files under a table's location that no snapshot, metadata or index references.
 
     The arguments mirror the engine's and are templated. The run is configured by the job
@@ -145,6 +144,8 @@ class IcebergRemoveOrphanFilesOperator(TableLeaseMixin, MaintenanceHookMixin, Ba
         tables created since are loaded. Unreadable: this task makes a whole pass of its own.
     :param enabled: False skips the task: the planning step's verdict for a table not due for orphan removal.
     """
+
+    maintenance = "orphan removal"
 
     template_fields: Sequence[str] = (
         "table",
@@ -207,20 +208,6 @@ class IcebergRemoveOrphanFilesOperator(TableLeaseMixin, MaintenanceHookMixin, Ba
         self.only_this_table = only_this_table
         self.other_tables_uri = other_tables_uri
         self.enabled = enabled
-
-    def execute(self, context: Context) -> Any:
-        if not arguments.boolean(self.enabled, "enabled"):
-            raise AirflowSkipException(f"table {self.table}: not due for orphan removal")
-        return super().execute(context)  # under the table's lease
-
-    def leased_table(self) -> str:
-        return arguments.optional_str(self.table, "table") or ""
-
-    def maintain(self, context: Context) -> dict[str, Any]:
-        try:
-            return self._run(context)
-        except MaintenanceError as exc:
-            raise task_exception(f"table {self.table}", exc) from exc
 
     def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
         allow_recent_files = arguments.boolean(self.allow_recent_files, "allow_recent_files")
