@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -173,7 +174,12 @@ def test_resumed_sensor_retries_a_state_store_gone_while_deferred(
 ) -> None:
     state_db = tmp_path / "state.db"
 
-    def unopenable() -> None:  # SQLite cannot open a directory: OperationalError, a StorageError
+    def unopenable() -> None:
+        # The trigger's engine may already hold a pooled connection, which keeps reading the moved
+        # file: the dropped table fails it ("no such table"), and a new connection cannot open a
+        # directory. Both are OperationalError, a StorageError, whichever the trigger meets.
+        with closing(sqlite3.connect(state_db)) as conn:
+            conn.execute("DROP TABLE iceberg_maint_state")
         os.replace(state_db, tmp_path / "state.db.moved")
         state_db.mkdir()
 
