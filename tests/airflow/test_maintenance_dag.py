@@ -16,6 +16,7 @@ from tests.airflow.helpers import task_states, xcom
 DAG_ID = "iceberg_table_maintenance_scheduled"
 EXPIRE = "maintain_table.expire_snapshots"
 REMOVE = "maintain_table.remove_orphan_files"
+RUN_HISTORIES = ("iceberg_maint.runs.demo.orders", "iceberg_maint.runs.demo.events")
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,18 @@ def variable(key: str) -> dict | None:
         return None if row is None else json.loads(row.val)
 
 
+@pytest.fixture
+def no_run_history() -> None:
+    """The metadata database is the session's: forget the runs earlier tests recorded for these tables."""
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.query(Variable).filter(Variable.key.in_(RUN_HISTORIES)).delete(synchronize_session=False)
+
+
 def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan_scan(
-    dag, demo_tables: dict, catalog: SqlCatalog
+    dag, demo_tables: dict, catalog: SqlCatalog, no_run_history: None
 ) -> None:  # type: ignore[no-untyped-def]
     orders = catalog.load_table("demo.orders")
     first, head = (s.snapshot_id for s in orders.metadata.snapshots)
@@ -72,12 +83,12 @@ def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan
     removed = xcom(DAG_ID, run.run_id, REMOVE, map_index=1)
     assert (removed["policy"], removed["deleted_file_count"]) == ("remove_orphans_weekly", 1)
 
-    runs = variable("iceberg_maint.runs.demo.orders")
+    runs = variable(RUN_HISTORIES[0])
     assert runs is not None and [r["kind"] for r in runs["runs"]] == ["expiry", "orphans"]
     record = runs["runs"][0]
     assert record["status"] == "success" and record["counts"]["expired_snapshot_count"] == 1
     assert record["counts"]["deleted_bytes"] == expired["deleted_bytes"] > 0
-    events = variable("iceberg_maint.runs.demo.events")
+    events = variable(RUN_HISTORIES[1])
     assert events is not None and [r["kind"] for r in events["runs"]] == ["expiry"]
     failed = events["runs"][0]
     assert failed["status"] == "failed" and "gc.enabled=false" in failed["error"]
