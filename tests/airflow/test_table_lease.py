@@ -22,6 +22,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
+from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishOrphanShardsOperator
 from airflow_iceberg_maint.airflow.table_lease import Lease, SqlLeases, VariableLeases
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
@@ -120,6 +121,28 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
         expirer(retain_last=0).execute({"ti": TaskContextTI()})
     assert store.holder(TABLE) is None
     assert lease_owner({"ti": TaskContextTI(map_index=3)}, "expire") == "unit/manual__unit/expire/3"  # type: ignore[typeddict-item]
+
+
+def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, state_url: str, tmp_path: Path) -> None:
+    """The finish task deletes, so it takes the lease before it reads its scratch (here, none exists)."""
+    store = SqlLeases(state_url)
+    now = datetime.now(UTC)
+    until = now + timedelta(hours=1)
+    store.acquire(TABLE, "scheduled/run_1/expire_snapshots/0", until, now)
+
+    def finisher(**kwargs: object) -> IcebergFinishOrphanShardsOperator:
+        scratch = f"file://{tmp_path}/no-scratch"
+        return IcebergFinishOrphanShardsOperator(
+            task_id="finish", table=TABLE, scratch=scratch, state_url=state_url, **kwargs
+        )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        finisher().execute({"ti": TaskContextTI()})
+    assert isinstance(deferred.value.trigger, TableLeaseTrigger)
+    assert (deferred.value.trigger.table, deferred.value.trigger.owner) == (TABLE, "unit/manual__unit/finish/-1")
+    with pytest.raises(AirflowException, match=r"another maintenance task holds its lease \(scheduled/run_1/"):
+        finisher(lease_timeout=0).execute({"ti": TaskContextTI()})
+    assert store.holder(TABLE) == Lease(TABLE, "scheduled/run_1/expire_snapshots/0", until)
 
 
 def _dags_test(dag_id: str, log: Path) -> subprocess.Popen[bytes]:

@@ -36,7 +36,7 @@ def lease_owner(context: Context, task_id: str) -> str:
 
 
 class TableLeaseMixin:
-    """Put it before ``BaseOperator`` in the bases; the operator implements ``leased_table`` and ``maintain``.
+    """Put it before ``BaseOperator`` in the bases; the operator has a ``table`` and implements ``maintain``.
 
     :param lease_timeout: seconds to wait in all for the table's lease (default 6 hours; 0: give up at once).
     :param lease_ttl: seconds a lease lasts unless renewed (default 600); a killed worker holds it this long.
@@ -45,6 +45,7 @@ class TableLeaseMixin:
 
     # Provided by BaseOperator and the operator (an operator without a state_url uses the configured store).
     task_id: str
+    table: Any
     state_url: str | None = None
     log: Any
 
@@ -66,9 +67,9 @@ class TableLeaseMixin:
         self.lease_ttl = lease_ttl
         self.lease_poll_interval = lease_poll_interval
 
-    @abstractmethod
     def leased_table(self) -> str:
-        """The table this task maintains (its rendered ``table``)."""
+        """The table this task maintains: its rendered ``table``."""
+        return arguments.optional_str(self.table, "table") or ""
 
     @abstractmethod
     def maintain(self, context: Context) -> Any:
@@ -138,7 +139,6 @@ class TableTaskMixin(TableLeaseMixin):
     a core error becomes the task's error through ``task_errors``.
     """
 
-    table: Any
     enabled: Any
     maintenance: str
 
@@ -146,9 +146,6 @@ class TableTaskMixin(TableLeaseMixin):
         if not arguments.boolean(self.enabled, "enabled"):
             raise AirflowSkipException(f"table {self.table}: not due for {self.maintenance}")
         return super().execute(context)  # under the table's lease
-
-    def leased_table(self) -> str:
-        return arguments.optional_str(self.table, "table") or ""
 
     def maintain(self, context: Context) -> dict[str, Any]:
         try:

@@ -116,9 +116,6 @@ class IcebergCommitIndexExtractOperator(TableLeaseMixin, MaintenanceHookMixin, B
         self.shard_task_id = shard_task_id
         self.iceberg_conn_id = iceberg_conn_id
 
-    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
-        return arguments.optional_str(self.table, "table") or ""
-
     def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
@@ -257,9 +254,6 @@ class IcebergExpireIndexExtractsOperator(TableLeaseMixin, MaintenanceHookMixin, 
         self.retain_last = retain_last
         self.older_than = older_than
         self.iceberg_conn_id = iceberg_conn_id
-
-    def leased_table(self) -> str:  # runs under the table's lease (leased_task)
-        return arguments.optional_str(self.table, "table") or ""
 
     def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""

@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
+from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
 from airflow_iceberg_maint.airflow.operators.orphans import (
     IcebergRemoveOrphanFilesOperator,
     failures_recorded,
@@ -125,10 +126,12 @@ class IcebergOrphanShardMatchOperator(_ShardTask):
         return match_shard(self.scratch, shard, {**self.hook.catalog.properties, **table.io.properties})
 
 
-class IcebergFinishOrphanShardsOperator(MaintenanceHookMixin, BaseOperator):
+class IcebergFinishOrphanShardsOperator(TableLeaseMixin, MaintenanceHookMixin, BaseOperator):
     """Gather the shards' unmatched files, re-check against reloaded metadata, delete, and report.
 
-    Reports, cleanup state and XCom summary as ``IcebergRemoveOrphanFilesOperator``'s.
+    Reports, cleanup state and XCom summary as ``IcebergRemoveOrphanFilesOperator``'s. It deletes,
+    so it runs under the table's lease (``TableLeaseMixin``: waits, deferred, while another
+    maintenance task holds it); the scan and match tasks before it only read.
     """
 
     template_fields: Sequence[str] = ("table", "scratch", "policy", "report_location")
@@ -149,7 +152,7 @@ class IcebergFinishOrphanShardsOperator(MaintenanceHookMixin, BaseOperator):
         self.table, self.scratch, self.policy = table, scratch, policy
         self.iceberg_conn_id, self.report_location, self.state_url = iceberg_conn_id, report_location, state_url
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def maintain(self, context: Context) -> dict[str, Any]:
         try:
             table = self.hook.load_table(self.table)
             run = prepare_run(
