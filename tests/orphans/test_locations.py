@@ -119,5 +119,6 @@ def test_equivalence_rules():
     assert eq.equivalent("hdfs://nn1/x", "hdfs://nn/x")
     assert eq.equivalent("hdfs://nn/x", "/x")  # an unqualified referenced path matches any
     assert not eq.equivalent("s3://b1/x", "s3://b2/x")
-    assert not eq.equivalent("s3://b/x%2Fy", "s3://b/x/y")  # never percent-decoded
+    assert eq.equivalent("s3://b/x%2Fy", "s3://b/x/y")  # percent-decoded, as a store may: kept (S4)
+    assert eq.equivalent("s3://b/x/z/../y", "s3://b/x/y")  # ".." resolved
     assert PathEquivalence(equal_schemes={"gs,gcs": "gs"}).equivalent("gcs://b/x", "gs://b/x")

@@ -45,7 +45,8 @@ def test_referenced_set_matches_exactly_and_classifies_the_rest():
         "s3://b/t/data/b.parquet": "equivalent",  # collapsed slashes
         "s3://b/t/data/c.parquet": "conflict",  # same path, other bucket
         "s3://b/t/data/d.parquet": "equivalent",  # unqualified reference matches any
-    }  # e/x vs e%2Fx: never decoded, so no relation; z: nothing
+        "s3://b/t/data/e/x.parquet": "equivalent",  # the percent-decoded spelling of e%2Fx: kept
+    }  # z: nothing
     assert len(refs) == 5
     assert refs.nbytes <= 64 * 5
 

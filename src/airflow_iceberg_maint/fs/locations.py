@@ -2,8 +2,9 @@
 
 Two rules keep deletes safe:
 - a listed file is referenced only when its exact string is referenced; normalised forms
-  (scheme aliases, authority aliases, host case, collapsed ``//``, ``.`` segments) are used only
-  to *protect* a file or to report a conflict, never to make a file deletable (S4);
+  (scheme aliases, authority aliases, host case, the path percent-decoded with ``//``, ``.`` and
+  ``..`` resolved: ``path_key``) are used only to *protect* a file or to report a conflict,
+  never to make a file deletable (S4);
 - where two paths meet to decide whether one lies under the other (other tables' locations,
   S8), both go through ``PathEquivalence.identities``: every form a store may take for the same
   object is compared, so another spelling can only keep a file, never expose it;
@@ -35,8 +36,6 @@ DEFAULT_EQUAL_SCHEMES: Mapping[str, str] = {
 AZURE_SCHEME = "abfs"  # what every Azure scheme maps to
 LOCAL_SCHEMES = frozenset({"", "file"})
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-_SLASHES_RE = re.compile(r"/{2,}")
-_DOT_SEGMENT_RE = re.compile(r"/\.(?=/|$)")
 # An Azure account's Blob and Data Lake endpoints name the same objects.
 _AZURE_BLOB_HOST_RE = re.compile(r"\.blob\.core\.")
 
@@ -118,11 +117,13 @@ class PathEquivalence:
 
     @staticmethod
     def path_key(path: str) -> str:
-        """The path component with repeated ``/`` and ``.`` segments collapsed, and no trailing ``/``."""
-        collapsed = _SLASHES_RE.sub("/", Uri.parse(path).path)
-        if "/." in collapsed:
-            collapsed = _DOT_SEGMENT_RE.sub("", collapsed)
-        return collapsed.rstrip("/") or "/"
+        """The path component as any store may resolve it: the decoded identity of ``identities``.
+
+        Percent-decoded, empty and ``.`` segments dropped, ``..`` resolved. The one key every
+        comparison of a listed file with a referenced path uses: two spellings with one key are
+        the same file or a conflict, so they can only keep a file (S4).
+        """
+        return "/" + "/".join(_decoded_segments(Uri.parse(path).path))
 
     def identities(self, path: str) -> tuple[Identity, ...]:
         """Every identity a store may give ``path``: the literal one, and the percent-decoded one with ``..`` resolved.
@@ -138,7 +139,7 @@ class PathEquivalence:
         elif scheme == AZURE_SCHEME:
             authority = authority.partition("@")[0]
         literal = tuple(s for s in raw.split("/") if s not in ("", "."))
-        decoded = _resolved(unquote(raw).split("/"))
+        decoded = _decoded_segments(raw)
         if decoded == literal:
             return ((scheme, authority, literal),)
         return (scheme, authority, literal), (scheme, authority, decoded)
@@ -156,10 +157,11 @@ class PathEquivalence:
         return not b.authority or self.authority(a.authority) == self.authority(b.authority)
 
 
-def _resolved(parts: list[str]) -> tuple[str, ...]:
-    """Segments with empty and ``.`` ones dropped and ``..`` resolved (one above the root stays at the root)."""
+def _decoded_segments(path: str) -> tuple[str, ...]:
+    """Segments of the percent-decoded path, empty and ``.`` ones dropped and ``..`` resolved
+    (one above the root stays at the root)."""
     stack: list[str] = []
-    for part in parts:
+    for part in unquote(path).split("/"):
         if part == "..":
             if stack:
                 stack.pop()

@@ -49,8 +49,9 @@ LISTED_SCHEMA = pa.schema([("exact", pa.int64()), ("check", pa.int64()), ("ident
 _MISSING = (FileNotFoundError, NotADirectoryError)
 _RESERVED = pa.array([EMPTY, DEFERRED], pa.int64())
 _SEPARATOR = "\0"  # joins many names into one string, so one search in C checks them all
-# In joined path keys: one that ``PathEquivalence.path_key`` would change ("//", a trailing "/", a "." segment).
-_NOT_A_KEY = re.compile("//|/\0|/\\.[/\0]")
+# In joined path keys: one that ``PathEquivalence.path_key`` would change ("//", a trailing "/", a "."
+# or ".." segment, a "%" it would decode).
+_NOT_A_KEY = re.compile("//|/\0|/\\.\\.?[/\0]|%")
 # In joined names below the scan root: one a listing never yields (hidden, "//", empty, trailing "/").
 _NOT_LISTABLE = re.compile("\0[./_\0]|/[./_\0]")
 _pack_inode = struct.Struct("<QQ").pack
@@ -183,7 +184,7 @@ class PathHasher:
                 )
             self._head = head
         key = path[len(head) :]
-        if "//" in key or "/." in key or key.endswith("/"):
+        if "//" in key or "/." in key or "%" in key or key.endswith("/") or not key.startswith("/"):
             key = PathEquivalence.path_key(key)
         return path_hash(key), self._scopes[head]
 
