@@ -134,10 +134,11 @@ def _client_config(props: Mapping[str, Any]) -> Config:
 
 
 def _session(props: Mapping[str, Any]) -> boto3.Session:
-    """Vended keys a table load recorded (renewed); else static keys over a profile over the default chain;
-    a role, when set, assumed with those."""
+    """Static keys over a profile over the default chain; a role, when set, assumed with those. Vended keys
+    a table load recorded (``vended``) renew themselves, unless a role is assumed with them."""
     region = get_first_property_value(dict(props), S3_REGION, AWS_REGION)
-    if (vended := renewing_credentials(props)) is not None:
+    role_arn = get_first_property_value(dict(props), S3_ROLE_ARN, AWS_ROLE_ARN)
+    if not role_arn and (vended := renewing_credentials(props)) is not None:
         return _session_with(vended.method, lambda: vended, region)
     profile = get_first_property_value(dict(props), S3_PROFILE_NAME, AWS_PROFILE_NAME)
     try:
@@ -152,7 +153,6 @@ def _session(props: Mapping[str, Any]) -> boto3.Session:
         raise InvalidInputError(
             f"property {S3_PROFILE_NAME}={profile!r}: no such profile in the AWS config or credentials file"
         ) from exc
-    role_arn = get_first_property_value(dict(props), S3_ROLE_ARN, AWS_ROLE_ARN)
     if not role_arn:
         return base
     source = base.get_credentials()
