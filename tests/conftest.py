@@ -64,6 +64,7 @@ SERVICE_FIXTURES = {
     "seaweed_s3_catalog": "rest",
     "rest_catalog_config": "rest",
     "rest_catalog": "rest",
+    "vending_seaweed": "rest",  # a SeaweedFS of the tests' own, vending credentials (tests/vending.py)
 }
 #: Set by ``make unit``: a test that reaches a service there was not deselected by its marker.
 UNIT_RUN = "ICEBERG_MAINT_UNIT_RUN"
@@ -345,3 +346,17 @@ def rest_catalog_config() -> tuple[Any, dict[str, str]]:
 @pytest.fixture
 def rest_catalog(rest_catalog_config: tuple[Any, dict[str, str]]) -> Any:
     return rest_catalog_config[0]
+
+
+@pytest.fixture(scope="module")
+def vending_seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """SeaweedFS whose REST catalog vends table-scoped S3 credentials (``tests.vending``), per test module.
+
+    Not once per session: its servers talk to each other over many connections, whose local ports (the
+    kernel's ephemeral range) could take a fixed port another fixture binds later.
+    """
+    from tests.vending import vending_server
+
+    _service("TEST_REST_URI")  # where make test's SeaweedFS runs, this one can too
+    with vending_server(tmp_path_factory.mktemp("vending")) as server:
+        yield server

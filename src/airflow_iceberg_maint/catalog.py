@@ -12,7 +12,8 @@ tables registered under its own name.
 Every table the library works on is loaded by ``load_table`` (and reloaded by ``refresh_table``),
 which takes its metadata from the table's own metadata file, never from what the catalog chose to
 return: a REST catalog may leave snapshots out (``snapshot-loading-mode=refs``), and a file whose
-snapshots are unknown looks unreferenced to the orphan scan.
+snapshots are unknown looks unreferenced to the orphan scan. It also records how to renew the S3
+credentials a catalog vends with the table (``fs.vended``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from airflow_iceberg_maint.errors import (
     MaintenanceError,
     TableNotFoundError,
 )
+from airflow_iceberg_maint.fs.vended import remember
 
 _ENV_PREFIX = "pyiceberg_catalog__"
 # Names a PYICEBERG_CATALOG__<NAME>__<KEY> variable can spell: letters and digits, single - or _ between.
@@ -142,10 +144,14 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
     pyiceberg's not-found errors become one that names the table. The metadata comes from the
     table's metadata file (see ``complete_metadata``), so it is the same whatever a catalog returns.
     """
+    parts = parse_identifier(identifier)
     try:
-        loaded = catalog.load_table(parse_identifier(identifier))
+        loaded = catalog.load_table(parts)
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFoundError(f"table {identifier!r}: not found in catalog {catalog.name!r}") from exc
+    # Credentials the catalog vended with the table are renewed by loading it again (only its FileIO
+    # properties are taken from that load, never its metadata).
+    remember(loaded.io.properties, lambda: catalog.load_table(parts).io.properties)
     return Table(
         identifier=loaded.name(),
         metadata=complete_metadata(identifier, loaded),

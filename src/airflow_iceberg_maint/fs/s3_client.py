@@ -5,7 +5,8 @@ properties pyiceberg's FileIO reads (its constants, with the same ``s3.*`` over 
 precedence): endpoint, static keys and session token, region, profile, role assumption (STS,
 refreshed before expiry), proxy, connect and request timeouts, path-style or virtual addressing,
 anonymous access, and server-side encryption of what it writes. The properties are the table's
-``io.properties``, so credentials a REST catalog vends with each table load are the ones used.
+``io.properties``, so credentials a REST catalog vends with each table load are the ones used, renewed
+by loading the table again shortly before they end (``vended``).
 
 boto3 cannot follow remote signing (``s3.signer``, or ``s3.remote-signing-enabled``): such a table is
 listed and deleted through the filesystem its pyiceberg FileIO builds (``FileIOStorage``), as is any
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import boto3
@@ -58,6 +59,7 @@ from pyiceberg.io import (
 from pyiceberg.utils.properties import get_first_property_value, property_as_bool
 
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.fs.vended import renewing_credentials
 
 #: Iceberg's (Java and REST) switch for remote signing; pyiceberg 0.12 reads only ``s3.signer``.
 S3_REMOTE_SIGNING_ENABLED = "s3.remote-signing-enabled"
@@ -132,21 +134,25 @@ def _client_config(props: Mapping[str, Any]) -> Config:
 
 
 def _session(props: Mapping[str, Any]) -> boto3.Session:
-    """Static keys over a profile over the default chain; a role, when set, assumed with those."""
+    """Static keys over a profile over the default chain; a role, when set, assumed with those. Vended keys
+    a table load recorded (``vended``) renew themselves, unless a role is assumed with them."""
+    region = get_first_property_value(dict(props), S3_REGION, AWS_REGION)
+    role_arn = get_first_property_value(dict(props), S3_ROLE_ARN, AWS_ROLE_ARN)
+    if not role_arn and (vended := renewing_credentials(props)) is not None:
+        return _session_with(vended.method, lambda: vended, region)
     profile = get_first_property_value(dict(props), S3_PROFILE_NAME, AWS_PROFILE_NAME)
     try:
         base = boto3.Session(
             aws_access_key_id=get_first_property_value(dict(props), S3_ACCESS_KEY_ID, AWS_ACCESS_KEY_ID),
             aws_secret_access_key=get_first_property_value(dict(props), S3_SECRET_ACCESS_KEY, AWS_SECRET_ACCESS_KEY),
             aws_session_token=get_first_property_value(dict(props), S3_SESSION_TOKEN, AWS_SESSION_TOKEN),
-            region_name=get_first_property_value(dict(props), S3_REGION, AWS_REGION),
+            region_name=region,
             profile_name=profile,
         )
     except ProfileNotFound as exc:
         raise InvalidInputError(
             f"property {S3_PROFILE_NAME}={profile!r}: no such profile in the AWS config or credentials file"
         ) from exc
-    role_arn = get_first_property_value(dict(props), S3_ROLE_ARN, AWS_ROLE_ARN)
     if not role_arn:
         return base
     source = base.get_credentials()
@@ -165,22 +171,31 @@ def _session(props: Mapping[str, Any]) -> boto3.Session:
         role_arn=role_arn,
         extra_args=extra,
     )
-    assumed = botocore.session.Session()
-    assumed.get_component("credential_provider").insert_before("env", _AssumedRole(fetcher))
-    return boto3.Session(botocore_session=assumed, region_name=base.region_name)
+    method = "assume-role"
+    return _session_with(
+        method,
+        lambda: DeferredRefreshableCredentials(refresh_using=fetcher.fetch_credentials, method=method),
+        base.region_name,
+    )
 
 
-class _AssumedRole(CredentialProvider):
-    """The assumed role's credentials, fetched on first use and again shortly before they expire."""
+def _session_with(method: str, credentials: Callable[[], Credentials], region: str | None) -> boto3.Session:
+    """A session whose only credentials are ``credentials()`` (which renew themselves), ahead of the default chain."""
+    session = botocore.session.Session()
+    session.get_component("credential_provider").insert_before("env", _Renewing(method, credentials))
+    return boto3.Session(botocore_session=session, region_name=region)
 
-    METHOD = "assume-role"
 
-    def __init__(self, fetcher: AssumeRoleCredentialFetcher) -> None:
+class _Renewing(CredentialProvider):
+    """Credentials that fetch themselves again shortly before they expire (an assumed role's, vended ones)."""
+
+    def __init__(self, method: str, credentials: Callable[[], Credentials]) -> None:
         super().__init__()
-        self._fetcher = fetcher
+        self.METHOD = method
+        self._credentials = credentials
 
     def load(self) -> Credentials:
-        return DeferredRefreshableCredentials(refresh_using=self._fetcher.fetch_credentials, method=self.METHOD)
+        return self._credentials()
 
 
 def _retries() -> dict[str, Any]:
