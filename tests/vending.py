@@ -40,9 +40,10 @@ ROLE_ARN = "arn:aws:iam::role/IcebergVendedRole"
 ADMIN = ("vendadmin", "vendadminsecret")
 #: An identity that exists but may do nothing on the tables' buckets.
 OUTSIDER = ("outsider", "outsidersecret")
-#: The vended credentials' lifetime: long enough for a command's whole run on a small table, short enough
+#: The vended credentials' lifetime: long enough for a command's whole run on a small table on a loaded
+#: machine (every read before the first renewal must fit in it), short enough
 #: to wait out in a test.
-LIFETIME_SECONDS = 8
+LIFETIME_SECONDS = 20
 
 
 def _iam_config() -> dict[str, Any]:
