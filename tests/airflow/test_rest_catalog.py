@@ -1,4 +1,5 @@
-"""The due sensor, the orphan-removal operator and the manual sample DAG (one task, then sharded)
+"""The due sensor, the orphan-removal operator, the manual sample DAG (one task, then sharded) and the
+scheduled table-maintenance DAG (expire, then remove orphans)
 through an ``iceberg`` connection of type ``rest`` to SeaweedFS's Iceberg REST catalog (host = catalog
 URI, login and password = the OAuth2 client), with the catalog property ``snapshot-loading-mode=refs``:
 every run still sees every snapshot."""
@@ -15,17 +16,20 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
 from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
 from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import check_due_sensor, task_states, xcom
 from tests.conftest import create_plain_bucket
+from tests.expiry.history import reachable
 from tests.orphans.catalog_cases import cutoff_after_writes, hiding_history, whole_table
 from tests.orphans.scenario import SCHEMA, Files, snapshot_row_counts
 
 pytestmark = pytest.mark.rest
 MANUAL = "iceberg_orphan_cleanup_manual"
+SCHEDULED = "iceberg_table_maintenance_scheduled"
 
 
 @pytest.fixture
@@ -154,3 +158,42 @@ def test_index_operators_with_an_index_location_on_a_rest_table(rest_conn: Any, 
     assert location == f"{root}/by_id/metadata/00002.metadata.json" and len(metadata.extracts) == 1
     found = lookup(loaded, "by_id", [(201,)])
     assert (found.rows.column("id").to_pylist(), found.mode) == ([201], "index")
+
+
+def test_scheduled_maintenance_dag_on_a_rest_table_expires_what_only_hidden_snapshots_reached(rest_conn: Any) -> None:
+    """``iceberg_table_maintenance_scheduled`` (its policies attach to ``demo.*``) through the connection,
+    in refs mode: the expiry sees the seven snapshots the catalog hides, removes them and exactly the files
+    only they reached; the orphan scan after it keeps a planted orphan younger than the policy's 3 days."""
+    rest_conn.create_namespace("demo")
+    table = rest_conn.create_table("demo.orders", schema=SCHEMA)
+    hiding_history(table)
+    with table.transaction() as tx:  # every snapshot but main's head is past its age
+        tx.set_properties({MAX_SNAPSHOT_AGE: "0"})
+    whole = whole_table(rest_conn.load_table("demo.orders"))
+    files = Files(whole)
+    loc = whole.location().rstrip("/")
+    fresh = files.put(f"{loc}/data/orphan-fresh.parquet")
+    before, reached_before = files.all_files(loc), reachable(whole)
+    head = whole.metadata.current_snapshot_id
+    rows_before = snapshot_row_counts(whole)[f"snapshot:{head}"]
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+
+    run = bag.dags[SCHEDULED].test()
+
+    assert run.state == "success"
+    assert task_states(SCHEDULED, run.run_id) == {
+        ("plan_due_tables", -1): "success",
+        ("maintain_table.expire_snapshots", 0): "success",
+        ("maintain_table.remove_orphan_files", 0): "success",
+    }
+    after_table = whole_table(rest_conn.load_table("demo.orders"))
+    assert [s.snapshot_id for s in after_table.metadata.snapshots] == [head]
+    after, reached_after = files.all_files(loc), reachable(after_table)
+    assert before - after == reached_before - reached_after  # exactly what only the expired snapshots reached
+    assert reached_after <= after and fresh in after
+    assert snapshot_row_counts(after_table) == {f"snapshot:{head}": rows_before, "ref:main": rows_before}
+    expired = xcom(SCHEDULED, run.run_id, "maintain_table.expire_snapshots", map_index=0)
+    assert (expired["expired_snapshot_count"], expired["deleted_file_count"]) == (7, len(before - after))
+    removed = xcom(SCHEDULED, run.run_id, "maintain_table.remove_orphan_files", map_index=0)
+    assert (removed["orphan_file_count"], removed["deleted_file_count"]) == (0, 0)
