@@ -104,7 +104,23 @@ def test_every_relative_link_resolves_inside_the_repository(document: Path) -> N
     assert not broken, "\n".join(broken)
 
 
-_OUTSIDE = re.compile(r"\.\./shared|shared/|shared CLI|command-line document|[^/\w]CLI\.md|orphan-removal design")
+_OUTSIDE = re.compile(
+    r"\.\./shared|shared/|shared CLI|command-line document|[^/\w]CLI\.md|orphan-removal design"
+    # Sections of a specification that is not in the repository: say the point, or name a section of docs/.
+    r"|the spec's|\bof the spec\b|\bPart \d|§|\bAppendix [A-Z]\b|Extract Schema|adapter layer|strategy layer"
+)
+
+
+def test_the_outside_pointer_check_catches_spec_section_references() -> None:
+    caught = [
+        "(the spec's adapter layer)",
+        "(Part 1, Extract Schema)",
+        "Decisions on the open questions (spec Part 4, §5)",
+        "# Appendix C of the spec",
+    ]
+    assert all(_OUTSIDE.search(line) for line in caught)
+    kept = ["the Iceberg table spec's retention", '(docs/index-format.md, "Incremental refresh")', "extract schema 0"]
+    assert not any(_OUTSIDE.search(line) for line in kept)
 
 
 def test_no_comment_or_document_points_at_documents_outside_the_repository() -> None:
