@@ -50,7 +50,7 @@ TS = dt.datetime(2017, 11, 16, 22, 31, 8)
 TSTZ = dt.datetime(2017, 11, 16, 14, 31, 8, tzinfo=dt.timezone(dt.timedelta(hours=-8)))
 INT_MAX = 2**31 - 1
 
-# The table spec's 32-bit hash requirements (Appendix B): value -> Murmur3 hash as Iceberg Java computes it.
+# Iceberg's 32-bit hash of one value of each type: value -> Murmur3 hash as Iceberg Java computes it.
 SPEC_HASHES: list[tuple[str, Any, int]] = [
     ("i", 34, 2017239379),
     ("l", 34, 2017239379),

@@ -34,7 +34,7 @@ BUCKET_EXPR = {
     "function": {"catalog": "iceberg_functions", "identifier": ["bucket"]},
     "arguments": [256, {"type": "reference", "id": 1}],
 }
-# Appendix C of the spec, in the target version's field names (identity-fields as objects, the
+# The draft's worked example, in the field names of the version read here (identity-fields as objects, the
 # row location as identity columns of _file/_pos, the bucket as a stats-only field).
 APPENDIX_C: dict[str, Any] = {
     "format-version": 1,

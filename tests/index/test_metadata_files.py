@@ -1,8 +1,8 @@
 """Metadata files are written byte for byte as before the models moved to pydantic.
 
 The files in ``metadata_files/`` were written by the hand-written model this one replaced: the
-spec's Appendix C, a full form (every optional field, non-ASCII text), a minimal form, and the
-metadata ``built_metadata`` makes through the builders (an evolved extract schema, stats-only
+draft's worked example (``APPENDIX_C``), a full form (every optional field, non-ASCII text), a
+minimal form, and the metadata ``built_metadata`` makes through the builders (an evolved extract schema, stats-only
 fields, extracts with and without properties, a metadata-log entry). Reading each file and writing
 it again, and building the same metadata again, must give the same bytes.
 """

@@ -103,7 +103,7 @@ def test_expiry_job_defaults_come_from_the_table_properties() -> None:
     }
     job = build_expiry_job("db.t", properties, SnapshotExpiryContent(dry_run=True), NOW)
     assert job == ExpiryJobConfig("db.t", NOW - timedelta(days=2), 3, True)
-    # The content's values win over the properties; without either, the spec's 5 days and 1.
+    # The content's values win over the properties; without either, Iceberg's defaults: 5 days and 1.
     explicit = build_expiry_job("db.t", properties, SnapshotExpiryContent(older_than_days=1, retain_last=2), NOW)
     assert (explicit.older_than, explicit.retain_last) == (NOW - timedelta(days=1), 2)
     bare = build_expiry_job("db.t", {}, SnapshotExpiryContent(), NOW)

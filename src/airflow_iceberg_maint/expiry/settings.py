@@ -13,7 +13,7 @@ from airflow_iceberg_maint.orphans.cutoff import EPOCH, resolve_cutoff
 MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"
 MAX_REF_AGE = "history.expire.max-ref-age-ms"
-DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000  # the spec's default: 5 days
+DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000  # Iceberg's default: 5 days
 DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 
 

@@ -1,4 +1,4 @@
-"""Trigger evaluation (the spec's strategy layer): is a table due for orphan-file removal, or
+"""Trigger evaluation (docs/design.md, "Trigger evaluation"): is a table due for orphan-file removal, or
 for snapshot expiry?
 
 Trigger: days since the last run of the policy's kind (the last cleanup for orphan removal,

@@ -1,4 +1,4 @@
-"""Job configuration (the spec's adapter layer): policy content plus evaluation time become
+"""Job configuration (docs/design.md, "Job configuration"): policy content plus evaluation time become
 the exact options of one orphan-removal or snapshot-expiry run.
 
 ``olderThanDays`` becomes an absolute UTC cutoff, and ``location`` is validated against the

@@ -19,6 +19,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.operators.orphans import (
     IcebergRemoveOrphanFilesOperator,
     cleanup_clock,
@@ -55,10 +56,10 @@ def orphan_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS
 
 
 def load_review(report: str, iceberg_conn_id: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
-    """``orphan_review`` of the report at ``report``, read with the connection's storage properties."""
-    from airflow_iceberg_maint.airflow.catalog import catalog_for
-
-    return orphan_review(read_report(report, dict(catalog_for(iceberg_conn_id).properties)), report, paths)
+    """``orphan_review`` of the report at ``report``, read with the storage properties of the
+    connection's catalog (through the provider's hook, as the operators reach it)."""
+    catalog = IcebergMaintenanceHook(iceberg_conn_id).catalog
+    return orphan_review(read_report(report, dict(catalog.properties)), report, paths)
 
 
 def review_markdown(review: Mapping[str, Any]) -> str:

@@ -22,6 +22,12 @@ class IcebergTableDueTrigger(BaseTrigger):
     the triggerer may not see the DAG folder, so the sensor resolves the policy file first. The
     policy's type says which kind's last run counts (orphan removal or snapshot expiry).
     pyiceberg and the state store are synchronous, so each evaluation runs in a thread.
+
+    :param table: ``namespace.table``.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param policy: the table's policy as a JSON object; None: orphan removal's default interval.
+    :param state_url: SQLAlchemy URL of the cleanup state; None: Airflow Variables.
+    :param poll_interval: seconds between evaluations.
     """
 
     def __init__(

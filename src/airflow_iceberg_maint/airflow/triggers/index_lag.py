@@ -19,6 +19,14 @@ class IcebergIndexLagTrigger(BaseTrigger):
     ``status: error`` (with ``retryable``: see ``task_errors``) when the table or index cannot be read.
 
     pyiceberg is synchronous, so each check runs in a worker thread, never on the event loop.
+
+    :param table: ``namespace.table``.
+    :param index: index name.
+    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param max_snapshots_behind: lagging above this many commits behind.
+    :param max_lag_seconds: lagging above this many seconds between the extract's snapshot and the current one.
+    :param max_added_files: lagging above this many data and delete files added since the extract.
+    :param poll_interval: seconds between checks.
     """
 
     def __init__(

@@ -24,6 +24,12 @@ class TableLeaseTrigger(BaseTrigger):
     It only watches: the resumed task takes the lease itself, and defers again if another task
     took it first. The store is read in a thread every ``poll_interval`` seconds, and at the
     moment the holder's lease expires if that comes sooner.
+
+    :param table: ``namespace.table`` whose lease is watched.
+    :param owner: the waiting task instance (``<dag_id>/<run_id>/<task_id>/<map_index>``); its own lease counts as free.
+    :param deadline: ISO 8601 time at which the wait gives up (``status: timeout``).
+    :param state_url: SQLAlchemy URL of the lease table; None: Airflow Variables.
+    :param poll_interval: seconds between reads of the lease.
     """
 
     def __init__(

@@ -1,7 +1,8 @@
 """The files an index keeps alive (S1), and the clean-up of index files nothing references.
 
 Live index files are: every numbered metadata file of the index, and the tracking file and
-region files of every extract of the current metadata (the spec's only reachability root).
+region files of every extract of the current metadata (the only root of reachability:
+docs/index-format.md, decision 16).
 ``index_file_batches`` feeds them to the orphan engine's referenced set; any read error aborts
 the orphan run (S2). ``remove_unreferenced_index_files`` deletes what lies under an index
 directory outside that set: files of failed builds, of expired extracts whose deletion failed,

@@ -1,4 +1,5 @@
-"""Index expressions: the spec's JSON value-expression form, the CLI text form, and evaluation.
+"""Index expressions: the JSON value-expression form of the index metadata (docs/index-format.md),
+the CLI text form, and evaluation.
 
 An expression is a ``reference`` to a field by ID, or an ``apply`` of one of the
 ``iceberg_functions`` partition transforms (``identity``, ``bucket``, ``truncate``, ``year``,
@@ -57,7 +58,8 @@ METADATA_COLUMNS: dict[int, NestedField] = {
 FILE_COLUMN_ID = 2147483646
 POS_COLUMN_ID = 2147483645
 
-#: Metadata columns that cannot be evaluated from one row of one snapshot (Part 1, Extract Schema).
+#: Metadata columns that cannot be evaluated from one row of one snapshot, so no extract schema may hold them
+#: (docs/index-format.md, "Rules checked on every read and write").
 FORBIDDEN_COLUMNS: dict[int, str] = {
     2147483644: "_deleted",
     2147483642: "_partition",
@@ -137,7 +139,7 @@ class IndexExpression(ABC):
 
     @abstractmethod
     def to_json(self) -> Any:
-        """The spec's JSON form (round-trips through ``from_json``)."""
+        """The JSON form of the index metadata (round-trips through ``from_json``)."""
 
     @abstractmethod
     def result_type(self, schema: Schema) -> PrimitiveType:
@@ -170,7 +172,7 @@ class IndexExpression(ABC):
 
     @classmethod
     def from_json(cls, obj: Any) -> IndexExpression:
-        """Parse the spec's JSON form; errors name the offending JSON (S7)."""
+        """Parse the JSON form of the index metadata; errors name the offending JSON (S7)."""
         if isinstance(obj, dict) and obj.get("type") == "reference":
             if "id" not in obj:
                 raise InvalidInputError(f"expression {obj!r}: index expressions must reference fields by 'id'")

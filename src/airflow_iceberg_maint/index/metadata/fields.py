@@ -2,7 +2,7 @@
 
 The models (``model``) are pydantic dataclasses, as pyiceberg models table metadata with pydantic:
 each field's JSON key is its name in kebab case, values are checked as they are read, and a
-field with a default (an optional field of the spec) is written only when it holds something.
+field with a default (an optional field of the format) is written only when it holds something.
 ``input_error`` turns the first validation failure into an ``InvalidInputError`` whose message
 names the field by its JSON path (``extracts[0].tracking-file-size-in-bytes: ...``).
 """

@@ -1,7 +1,7 @@
 """The index metadata file (docs/index-format.md; format-version 1): the model and its JSON.
 
 The structures are pydantic dataclasses (field types and errors in ``fields``): frozen, keyed in
-JSON by the spec's kebab-case names, checked field by field as they are read.
+JSON by the kebab-case names of docs/index-format.md, checked field by field as they are read.
 ``IndexMetadata.from_json`` reads the JSON exactly and checks it with ``rules.check_metadata``;
 ``rules.validate_against_table`` adds the rules that need the table. The model also answers the
 questions the build, lookup and expiry code ask: the extract schema of an extract, the

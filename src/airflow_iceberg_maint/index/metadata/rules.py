@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 
 def check_metadata(m: IndexMetadata) -> None:
-    """Every rule of the spec that needs only this file. Raises ``InvalidInputError`` naming the field."""
+    """Every rule of docs/index-format.md ("Rules checked on every read and write") that needs only
+    this file. Raises ``InvalidInputError`` naming the field."""
     if m.index_type.lower() != INDEX_TYPE_SCALAR:
         raise InvalidInputError(f"index-type: {m.index_type!r} is not supported (expected 'scalar')")
     if not is_absolute_location(m.location):

@@ -10,7 +10,8 @@ FORMAT_VERSION = 1
 INDEX_TYPE_SCALAR = "scalar"
 MAX_FIELD_ID = 2147483447  # IDs above are reserved for metadata columns (table spec)
 
-# Content stats (table spec "Field Statistics" plus the index spec's group_max_value).
+# Content stats: IDs of the bounds structs of tracking files, and of ``group_max_value``
+# (docs/index-format.md, "Decisions on the questions the draft leaves open", 3).
 STATS_ID_START = 10_000
 STATS_ID_END = 200_000_000  # exclusive
 STATS_IDS_PER_FIELD = 200

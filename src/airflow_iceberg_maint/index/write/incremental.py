@@ -163,7 +163,8 @@ def _base_extract(table: Table, metadata: IndexMetadata, snapshot: Snapshot, lay
 
 
 def _reuse_keeps_order(metadata: IndexMetadata, extract: Extract, layout: EntryLayout) -> bool:
-    """The spec's reuse rule: each ordering-key type of the target orders the base type's values identically.
+    """The reuse rule (docs/index-format.md, "Incremental refresh"): each ordering-key type of the
+    target orders the base type's values identically.
 
     Every promotion the table spec allows (int->long, float->double, decimal widening,
     date->timestamp) keeps the order of values and of the transforms over them
