@@ -260,6 +260,11 @@ def azure_catalog(azure_catalog_config: tuple[SqlCatalog, dict[str, str]]) -> Sq
     return azure_catalog_config[0]
 
 
+def oauth2_server_uri(catalog_uri: str) -> str:
+    """The catalog's own token endpoint, named: pyiceberg warns that its fallback to it will go away."""
+    return f"{catalog_uri.rstrip('/')}/v1/oauth/tokens"
+
+
 def rest_properties(bucket: str, **extra: str) -> dict[str, str]:
     """pyiceberg properties of SeaweedFS's REST catalog on table bucket ``bucket`` (also a connection's extra).
 
@@ -267,12 +272,14 @@ def rest_properties(bucket: str, **extra: str) -> dict[str, str]:
     """
     key_id = os.environ.get("TEST_SEAWEED_ACCESS_KEY_ID", "admin")
     secret = os.environ.get("TEST_SEAWEED_SECRET_ACCESS_KEY", "secretkey")
+    uri = _service("TEST_REST_URI")
     return {
         "type": "rest",
-        "uri": _service("TEST_REST_URI"),
+        "uri": uri,
         # Each table bucket is a catalog of its own; the warehouse names it.
         "warehouse": f"s3://{bucket}/",
         "credential": f"{key_id}:{secret}",
+        "oauth2-server-uri": oauth2_server_uri(uri),
         "s3.endpoint": _service("TEST_SEAWEED_S3_ENDPOINT"),
         "s3.access-key-id": key_id,
         "s3.secret-access-key": secret,

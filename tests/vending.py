@@ -33,6 +33,7 @@ import boto3
 import botocore.exceptions
 from pyiceberg.catalog import Catalog, load_catalog
 
+from tests.conftest import oauth2_server_uri
 from tests.orphans.scenario import SCHEMA, rows
 
 ROLE_ARN = "arn:aws:iam::role/IcebergVendedRole"
@@ -111,6 +112,7 @@ class VendingServer:
             "uri": self.rest_uri,
             "warehouse": f"s3://{bucket}/",
             "credential": ":".join(ADMIN),
+            "oauth2-server-uri": oauth2_server_uri(self.rest_uri),
             "s3.endpoint": self.s3_endpoint,
             "s3.region": "us-east-1",
         }
