@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/expire.py                  # 1,000 snapshots x 100 files; expire the 900 oldest
     .venv/bin/python bench/expire.py --without-naive  # leave out the pyiceberg-only scan (about 12 s a repetition)
+    scripts/services.sh run -- .venv/bin/python bench/expire.py --s3 moto --snapshots 300 --expire 270
+                                                      # on a local S3-protocol server, requests counted: expire_s3.py
 
 The table is the orphan bench's (built once by ``bench/orphans.py``'s builder, without planted
 orphans: 1,000 fast appends of 100 files). Once built, the orphans its build left (metadata
@@ -72,17 +74,18 @@ def prepare(work: Path, snapshots: int, per_snapshot: int) -> Path:
     if not marker.exists():
         shutil.rmtree(pristine, ignore_errors=True)
         build(live, snapshots, per_snapshot, 0)
-        in_child(_prepare, live)
+        in_child(prepare_table, lambda: load(live))
         _copy(live, pristine)
         marker.touch()
     return live
 
 
-def _prepare(live: Path) -> None:
+def prepare_table(load_table: Callable[[], Table]) -> None:
     """Keep every metadata file in the log, then remove the orphans the build left (in a child: pyiceberg's threads)."""
-    with load(live).transaction() as tx:
+    with load_table().transaction() as tx:
         tx.set_properties({TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: KEEP_METADATA_LOG})
-    removed = remove_orphan_files(load(live), OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
+    options = OrphanOptions(older_than=datetime.now(UTC))
+    removed = remove_orphan_files(load_table(), options, sources=[INDEX_FILES])
     print(f"  prepared: removed {removed.deleted_file_count} orphans the build left", file=sys.stderr)
 
 
@@ -149,12 +152,53 @@ def naive_baseline(table: Table, cutoff: datetime, parts: dict[str, float]) -> t
     return expired, found
 
 
-def _way(work: Path, fn: Callable[..., tuple[set[int], set[str]]], *args: Any) -> dict[str, Any]:
-    """In a forked child: load the fresh copy, then time ``fn(table, *args)``."""
-    table = load(work)
+def run_way(
+    load_table: Callable[[], Table], fn: Callable[..., tuple[set[int], set[str]]], *args: Any
+) -> dict[str, Any]:
+    """In a forked child: load the table, then time ``fn(table, *args)``."""
+    table = load_table()
     parts: dict[str, float] = {}
     seconds, cpu, (expired, deleted) = timed(lambda: fn(table, *args, parts))
     return {"seconds": seconds, "cpu": cpu, "expired": expired, "deleted": deleted, "parts": parts}
+
+
+Results = dict[str, dict[str, Any]]
+
+
+def measure(
+    ways: dict[str, Callable[[], dict[str, Any]]], reset: Callable[[dict[str, Any] | None], object], repeat: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]], Results]:
+    """Each way ``repeat`` times, interleaved, ``reset(the previous way's result)`` before each.
+
+    Returns the seconds, CPU seconds and parts ("way.part") of each repetition, and each way's
+    last result (``"last"``: the last way's, for the final reset).
+    """
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
+    parts: dict[str, list[float]] = {}
+    results: Results = {}
+    for repetition in range(repeat):
+        for name, fn in ways.items():
+            reset(results.get("last"))
+            results[name] = results["last"] = fn()
+            times[name].append(results[name]["seconds"])
+            cpu[name].append(results[name]["cpu"])
+            for part, seconds in results[name].get("parts", {}).items():
+                parts.setdefault(f"{name}.{part}", []).append(seconds)
+        done = ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items())
+        print(f"  repetition {repetition + 1}/{repeat}: {done}", file=sys.stderr)
+    return times, cpu, parts, results
+
+
+def same_sets(results: Results, expire: int, others: tuple[str, ...]) -> str | None:
+    """What is wrong, if the other ways did not expire and delete what ours did, or ours not ``expire`` snapshots."""
+    expired, deleted = results["ours"]["expired"], results["ours"]["deleted"]
+    for name in others:
+        if name in results and (results[name]["expired"], results[name]["deleted"]) != (expired, deleted):
+            return f"ours and {name} expired or deleted different sets"
+    if len(expired) != expire:
+        return f"{len(expired)} snapshots expired, expected {expire}"
+    return None
 
 
 def main() -> int:
@@ -167,7 +211,16 @@ def main() -> int:
     parser.add_argument(
         "--without-naive", action="store_true", help="leave out pyiceberg's expiry + the naive orphan scan"
     )
+    parser.add_argument(
+        "--s3",
+        choices=("moto", "seaweed"),
+        help="the table on the services script's S3 server (TEST_S3_ENDPOINT) or SeaweedFS's: bench/expire_s3.py",
+    )
     args = parser.parse_args()
+    if args.s3:
+        from expire_s3 import main_s3
+
+        return main_s3(args)
     work = args.work.resolve()
 
     print(f"preparing: {args.snapshots} snapshots x {args.files_per_snapshot} files", file=sys.stderr)
@@ -177,37 +230,22 @@ def main() -> int:
     cutoff = cutoff_for(table, args.expire)
     manifest_lists = [s.manifest_list for s in table.metadata.snapshots]
     manifests = unique_manifest_paths(table.io, manifest_lists)
+    load_live = lambda: load(live)  # noqa: E731
     ways: dict[str, Callable[[], dict[str, Any]]] = {
-        "floor": lambda: in_child(_floor, live, manifest_lists, manifests),
-        "ours": lambda: in_child(_way, live, ours, cutoff),
-        "baseline": lambda: in_child(_way, live, baseline, cutoff),
-        "baseline_workers": lambda: in_child(_way, live, baseline_workers, cutoff),
-        "naive": lambda: in_child(_way, live, naive_baseline, cutoff),
+        "floor": lambda: in_child(floor_way, load_live, manifest_lists, manifests),
+        "ours": lambda: in_child(run_way, load_live, ours, cutoff),
+        "baseline": lambda: in_child(run_way, load_live, baseline, cutoff),
+        "baseline_workers": lambda: in_child(run_way, load_live, baseline_workers, cutoff),
+        "naive": lambda: in_child(run_way, load_live, naive_baseline, cutoff),
     }
     if args.without_naive:
         del ways["naive"]
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    cpu: dict[str, list[float]] = {name: [] for name in ways}
-    parts: dict[str, list[float]] = {}  # "way.part": seconds of each repetition
-    results: dict[str, dict[str, Any]] = {}
-    for repetition in range(args.repeat):
-        for name, fn in ways.items():
-            fresh_copy(work)
-            results[name] = fn()
-            times[name].append(results[name]["seconds"])
-            cpu[name].append(results[name]["cpu"])
-            for part, seconds in results[name].get("parts", {}).items():
-                parts.setdefault(f"{name}.{part}", []).append(seconds)
-        done = ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items())
-        print(f"  repetition {repetition + 1}/{args.repeat}: {done}", file=sys.stderr)
-    expired, deleted = results["ours"]["expired"], results["ours"]["deleted"]
-    for name in ("baseline", "baseline_workers", "naive"):
-        if name in results and (results[name]["expired"], results[name]["deleted"]) != (expired, deleted):
-            print(f"MISMATCH: ours and {name} expired or deleted different sets", file=sys.stderr)
-            return 1
-    if len(expired) != args.expire:
-        print(f"MISMATCH: {len(expired)} snapshots expired, expected {args.expire}", file=sys.stderr)
+    times, cpu, parts, results = measure(ways, lambda _: fresh_copy(work), args.repeat)
+    problem = same_sets(results, args.expire, ("baseline", "baseline_workers", "naive"))
+    if problem:
+        print(f"MISMATCH: {problem}", file=sys.stderr)
         return 1
+    expired, deleted = results["ours"]["expired"], results["ours"]["deleted"]
     median = {k: statistics.median(v) for k, v in times.items()}
     median_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     summary: dict[str, Any] = {
@@ -243,8 +281,8 @@ def main() -> int:
     return 0
 
 
-def _floor(live: Path, manifest_lists: list[str], manifests: list[str]) -> dict[str, Any]:
-    table = load(live)
+def floor_way(load_table: Callable[[], Table], manifest_lists: list[str], manifests: list[str]) -> dict[str, Any]:
+    table = load_table()
     seconds, cpu, _ = timed(lambda: floor(table, manifest_lists, manifests, listing=False))
     return {"seconds": seconds, "cpu": cpu}
 

@@ -286,22 +286,46 @@ def s3_delete_requests(orphans: int) -> dict[str, int]:
 S3_BUCKET = "bench-scan"
 
 
-def _s3_props(endpoint: str) -> dict[str, str]:
-    return {"s3.endpoint": endpoint, "s3.access-key-id": "k", "s3.secret-access-key": "s", "s3.region": "us-east-1"}
+def s3_keys(endpoint: str) -> tuple[str, str]:
+    """The key pair for ``endpoint``: SeaweedFS's from the services script, else any (moto takes every pair)."""
+    if endpoint == os.environ.get("TEST_SEAWEED_S3_ENDPOINT"):
+        return os.environ["TEST_SEAWEED_ACCESS_KEY_ID"], os.environ["TEST_SEAWEED_SECRET_ACCESS_KEY"]
+    return "k", "s"
 
 
-def _s3_client(endpoint: str) -> Any:
+def _s3_props(endpoint: str, keys: tuple[str, str] | None = None) -> dict[str, str]:
+    key_id, secret = keys or s3_keys(endpoint)
+    return {
+        "s3.endpoint": endpoint,
+        "s3.access-key-id": key_id,
+        "s3.secret-access-key": secret,
+        "s3.region": "us-east-1",
+    }
+
+
+def s3_client(endpoint: str) -> Any:
     import boto3
     from botocore.config import Config
 
+    key_id, secret = s3_keys(endpoint)
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
         region_name="us-east-1",
         config=Config(max_pool_connections=32),
     )
+
+
+def s3_catalog_db(work: Path, endpoint: str) -> Path:
+    """The SQLite catalog of ``build_s3``'s table on ``endpoint``."""
+    return work / f"s3-catalog-{endpoint.rsplit(':', 1)[-1]}.db"
+
+
+def load_s3(db: Path, endpoint: str, keys: tuple[str, str] | None = None) -> Table:
+    """``build_s3``'s table, read through ``endpoint`` (the server or a proxy before it; ``keys``: the server's)."""
+    return SqlCatalog("s3scan", uri=f"sqlite:///{db}", **_s3_props(endpoint, keys)).load_table("db.t")
 
 
 def build_s3(endpoint: str, work: Path, files: int, prefixes: int, orphans: int, per_snapshot: int = 1000) -> Table:
@@ -310,12 +334,12 @@ def build_s3(endpoint: str, work: Path, files: int, prefixes: int, orphans: int,
     Objects are PUT directly (16 at a time) and registered by fast appends of ``per_snapshot``
     files, not written through pyiceberg. Built once per server: a marker object says so.
     """
-    s3 = _s3_client(endpoint)
+    s3 = s3_client(endpoint)
     marker = f"built-{files}-{prefixes}-{orphans}"
-    db = work / f"s3-catalog-{endpoint.rsplit(':', 1)[-1]}.db"
+    db = s3_catalog_db(work, endpoint)
     buckets = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
     if S3_BUCKET in buckets and db.exists() and s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=marker).get("KeyCount"):
-        return SqlCatalog("s3scan", uri=f"sqlite:///{db}", **_s3_props(endpoint)).load_table("db.t")
+        return load_s3(db, endpoint)
     if S3_BUCKET in buckets:  # a build from another run that did not finish: start over
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET):
             objects = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -367,7 +391,7 @@ def build_s3(endpoint: str, work: Path, files: int, prefixes: int, orphans: int,
 
 def s3_list_floor(endpoint: str, table: Table, prefixes: int) -> int:
     """Parallel LIST calls alone: every leaf prefix (known up front) listed flat, 8 at a time, keys counted."""
-    s3 = _s3_client(endpoint)
+    s3 = s3_client(endpoint)
     base = table.location().split(f"s3://{S3_BUCKET}/", 1)[1]
     leaves = [f"{base}/metadata/"] + [f"{base}/data/p={i:04d}/" for i in range(prefixes)]
 
