@@ -197,6 +197,10 @@ def plan_sharded_scan(
     started = time.perf_counter()
     if not 1 <= shards <= MAX_SHARDS:
         raise InvalidInputError(f"shards {shards}: expected 1 to {MAX_SHARDS}")
+    if options.listing is not None:  # the shards list their own folders; an inventory is read by one task
+        raise InvalidInputError(
+            f"listing {options.listing}: a sharded scan lists storage; read an inventory in one task"
+        )
     now = now or datetime.now(UTC)
     setup = scan_setup(table, options, now)
     _refuse_unsafe_scratch(scratch, table.metadata.location)
