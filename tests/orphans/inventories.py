@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
+import boto3
 import pyarrow as pa
 from pyarrow import csv, orc
 from pyarrow import parquet as pq
@@ -31,6 +32,25 @@ ORC_SCHEMA = (
     "struct<bucket:string,key:string,version_id:string,is_latest:boolean,is_delete_marker:boolean,"
     "size:bigint,last_modified_date:timestamp,e_tag:string,storage_class:string>"
 )
+
+
+def s3_client_of(table: Any) -> Any:
+    """A plain boto3 client with the table's S3 settings."""
+    props = table.io.properties
+    return boto3.client(
+        "s3",
+        endpoint_url=props["s3.endpoint"],
+        aws_access_key_id=props["s3.access-key-id"],
+        aws_secret_access_key=props["s3.secret-access-key"],
+        region_name=props.get("s3.region", "us-east-1"),
+    )
+
+
+def inventory_time() -> datetime:
+    """An inventory's time taken now, in milliseconds as its manifest holds it: after every write so far
+    (S3 times are whole seconds)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 def bucket_objects(s3: Any, bucket: str, prefix: str = "") -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -18,21 +17,10 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.orphans.inventories import bucket_objects, write_plain, write_s3_inventory
+from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_plain, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 FORMATS = ["CSV", "Parquet", "ORC"]
-
-
-def _client(table):
-    props = table.io.properties
-    return boto3.client(
-        "s3",
-        endpoint_url=props["s3.endpoint"],
-        aws_access_key_id=props["s3.access-key-id"],
-        aws_secret_access_key=props["s3.secret-access-key"],
-        region_name=props.get("s3.region", "us-east-1"),
-    )
 
 
 def _scene(catalog, bucket):
@@ -56,12 +44,6 @@ def _scene(catalog, bucket):
     return table, orphans, outside
 
 
-def _after_writes() -> datetime:
-    # The inventory's time, in milliseconds as its manifest holds it: after every write (S3 times are whole seconds).
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
-
-
 def _dry(table, cutoff, listing=None):
     options = OrphanOptions(older_than=cutoff, dry_run=True, listing=listing, only_this_table=True)
     return remove_orphan_files(table, options, sources=[INDEX_FILES])
@@ -70,13 +52,13 @@ def _dry(table, cutoff, listing=None):
 @pytest.mark.parametrize("file_format", FORMATS)
 def test_an_s3_inventory_gives_the_listed_result(s3_catalog, s3_bucket, file_format):
     table, orphans, outside = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
+    s3 = s3_client_of(table)
     objects = bucket_objects(s3, s3_bucket)
     # Rows an inventory of every version holds: a delete marker and an older version of a gone key.
     gone = "warehouse/db/inv/data/deleted-since.parquet"
     marker = {"Key": gone, "Size": 0, "LastModified": objects[0]["LastModified"], "IsDeleteMarker": True}
     older = {"Key": gone, "Size": 3, "LastModified": objects[0]["LastModified"], "IsLatest": False, "VersionId": "v1"}
-    created = _after_writes()
+    created = inventory_time()
     manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, [*objects, marker, older], file_format, created, per_file=7)
     cutoff = created
 
@@ -101,11 +83,11 @@ def test_an_s3_inventory_gives_the_listed_result(s3_catalog, s3_bucket, file_for
 
 def test_a_file_missing_from_the_inventory_is_kept(s3_catalog, s3_bucket):
     table, orphans, _ = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
+    s3 = s3_client_of(table)
     objects = bucket_objects(s3, s3_bucket)
     left_out = f"{table.location()}/data/orphan-1.parquet"
     objects = [o for o in objects if not left_out.endswith("/" + o["Key"])]
-    created = _after_writes()
+    created = inventory_time()
     manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, objects, "CSV", created)
     report = remove_orphan_files(
         table, OrphanOptions(older_than=created, listing=manifest, only_this_table=True), sources=[INDEX_FILES]
@@ -116,8 +98,8 @@ def test_a_file_missing_from_the_inventory_is_kept(s3_catalog, s3_bucket):
 
 def test_a_listed_file_gone_when_deleting_counts_as_deleted(s3_catalog, s3_bucket):
     table, orphans, _ = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
-    created = _after_writes()
+    s3 = s3_client_of(table)
+    created = inventory_time()
     manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, bucket_objects(s3, s3_bucket), "Parquet", created)
     gone = f"{table.location()}/data/orphan-1.parquet"
     s3.delete_object(Bucket=s3_bucket, Key=gone.split(f"{s3_bucket}/", 1)[1])
@@ -130,8 +112,8 @@ def test_a_listed_file_gone_when_deleting_counts_as_deleted(s3_catalog, s3_bucke
 
 def test_a_file_committed_after_the_inventory_is_kept(s3_catalog, s3_bucket):
     table, orphans, _ = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
-    created = _after_writes()
+    s3 = s3_client_of(table)
+    created = inventory_time()
     manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, bucket_objects(s3, s3_bucket), "CSV", created)
     table.append(rows(100, 1))  # its manifests and data are not in the inventory: never candidates
     before = table.inspect.files().column("file_path").to_pylist()
@@ -148,7 +130,7 @@ def test_a_file_committed_after_the_inventory_is_kept(s3_catalog, s3_bucket):
 @pytest.mark.parametrize("suffix", ["parquet", "csv"])
 def test_a_plain_file_of_path_size_time_gives_the_listed_result(s3_catalog, s3_bucket, tmp_path, suffix):
     table, orphans, outside = _scene(s3_catalog, s3_bucket)
-    objects = bucket_objects(_client(table), s3_bucket)
+    objects = bucket_objects(s3_client_of(table), s3_bucket)
     # s3a:// spells the same objects; another bucket's file is outside the scan location.
     plain = [(f"s3a://{s3_bucket}/{o['Key']}", o["Size"], o["LastModified"]) for o in objects]
     plain.append(("s3://other-bucket/warehouse/db/inv/data/orphan-1.parquet", 1, objects[0]["LastModified"]))
@@ -164,8 +146,8 @@ def test_a_plain_file_of_path_size_time_gives_the_listed_result(s3_catalog, s3_b
 
 def test_a_cutoff_later_than_the_inventory_is_refused_and_nothing_changes(s3_catalog, s3_bucket):
     table, orphans, _ = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
-    created = _after_writes() - timedelta(days=5)
+    s3 = s3_client_of(table)
+    created = inventory_time() - timedelta(days=5)
     manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, bucket_objects(s3, s3_bucket), "CSV", created)
     with pytest.raises(InvalidInputError, match=r"listing s3://.*manifest\.json: taken at .* before the cutoff"):
         remove_orphan_files(table, OrphanOptions(listing=manifest, older_than_days=3), sources=[INDEX_FILES])
@@ -180,7 +162,7 @@ def test_a_cutoff_later_than_the_inventory_is_refused_and_nothing_changes(s3_cat
 
 def test_bad_listings_are_refused_naming_the_input(s3_catalog, s3_bucket, tmp_path):
     table, orphans, _ = _scene(s3_catalog, s3_bucket)
-    s3 = _client(table)
+    s3 = s3_client_of(table)
     now = datetime.now(UTC)
 
     def refused(listing, match, on=table):
