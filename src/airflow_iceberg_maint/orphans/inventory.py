@@ -3,8 +3,7 @@
 The source is an S3 Inventory report (its ``manifest.json``: ``s3_inventory``) or a plain
 Parquet or CSV file with the columns ``path``, ``size``, ``last_modified`` (a CSV file with a
 header naming them). ``InventoryListing.list_files`` yields the records a storage listing
-yields (``FileInfo``), so the scan is otherwise the same (docs/safety.md, "Listing from an
-inventory"):
+yields (``FileInfo``), so the scan is otherwise the same (S17 of docs/safety.md):
 
 - a file it names outside the scan location, or below a hidden folder, is ignored as a storage
   listing would skip it; a file missing from it is never a candidate, so it is kept;
