@@ -164,9 +164,7 @@ def _content_body(body: Any, allowed: frozenset[str], what: str) -> Mapping[str,
 
 def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
     """Parse and validate the content of an orphan-file removal policy."""
-    body = _content_body(
-        body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles", "listing"}), what
-    )
+    body = _content_body(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles", "listing"}), what)
     location = _optional_string(body.get("location"), f"{what} content.location")
     if location is not None and not location.strip():
         raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
