@@ -43,7 +43,14 @@ from tests.reliability.fault_proxy import FaultProxy, Request
 
 BUCKET, SCRATCH = "scale", "scale-scratch"
 INVENTORY_PATH = f"/{SCRATCH}/inventory/"  # the S3 Inventory of the table's bucket, in the scratch bucket
-CREDS = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+CREDS = {
+    "s3.access-key-id": "testing",
+    "s3.secret-access-key": "testing",
+    "s3.region": "us-east-1",
+    # pyarrow's filesystem (the commits' existence checks, an inventory's reads) gives up on a reply
+    # slower than its default; moto's LIST at 10^6 keys on a loaded machine is slower.
+    "s3.request-timeout": "600",
+}
 DIRS = 100
 
 

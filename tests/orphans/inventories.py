@@ -22,6 +22,8 @@ from pyarrow import csv, orc
 from pyarrow import parquet as pq
 
 CSV_SCHEMA = "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag, StorageClass"
+#: The columns of an inventory of current versions only: no version fields.
+CSV_CURRENT_SCHEMA = "Bucket, Key, Size, LastModifiedDate, ETag, StorageClass"
 PARQUET_SCHEMA = (
     "message s3.inventory { required binary bucket (UTF8); required binary key (UTF8); "
     "optional binary version_id (UTF8); optional boolean is_latest; optional boolean is_delete_marker; "
@@ -77,22 +79,22 @@ def _rows(bucket: str, objects: Sequence[dict[str, Any]]) -> dict[str, list[Any]
     }
 
 
-def _csv(bucket: str, objects: Sequence[dict[str, Any]]) -> bytes:
+def _csv(bucket: str, objects: Sequence[dict[str, Any]], schema: str) -> bytes:
     lines = []
     for o in objects:
         modified = o["LastModified"].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + "000Z"
-        fields = [
-            bucket,
-            quote_plus(o["Key"], safe="/"),
-            o.get("VersionId") or "",
-            "true" if o.get("IsLatest", True) else "false",
-            "true" if o.get("IsDeleteMarker", False) else "false",
-            "" if o.get("IsDeleteMarker") else str(o["Size"]),
-            modified,
-            o.get("ETag", ""),
-            "STANDARD",
-        ]
-        lines.append(",".join(f'"{f}"' for f in fields))
+        fields = {
+            "Bucket": bucket,
+            "Key": quote_plus(o["Key"], safe="/"),
+            "VersionId": o.get("VersionId") or "",
+            "IsLatest": "true" if o.get("IsLatest", True) else "false",
+            "IsDeleteMarker": "true" if o.get("IsDeleteMarker", False) else "false",
+            "Size": "" if o.get("IsDeleteMarker") else str(o["Size"]),
+            "LastModifiedDate": modified,
+            "ETag": o.get("ETag", ""),
+            "StorageClass": "STANDARD",
+        }
+        lines.append(",".join(f'"{fields[name.strip()]}"' for name in schema.split(",")))
     return gzip.compress(("\n".join(lines) + "\n").encode())
 
 
@@ -123,13 +125,14 @@ def write_s3_inventory(
     *,
     prefix: str = "inventory",
     per_file: int = 1000,
+    csv_schema: str = CSV_SCHEMA,
 ) -> str:
     """Write an inventory of ``objects`` (of bucket ``source``) into bucket ``destination``; its manifest's URI."""
     config = f"{prefix}/{source}/daily"
     files = []
     for n, start in enumerate(range(0, max(len(objects), 1), per_file)):
         part = objects[start : start + per_file]
-        body = _csv(source, part) if file_format == "CSV" else _columnar(file_format, source, part)
+        body = _csv(source, part, csv_schema) if file_format == "CSV" else _columnar(file_format, source, part)
         key = f"{config}/data/{n:04d}.{EXTENSIONS[file_format]}"
         s3.put_object(Bucket=destination, Key=key, Body=body)
         files.append({"key": key, "size": len(body), "MD5checksum": ""})
@@ -139,7 +142,7 @@ def write_s3_inventory(
         "version": "2016-11-30",
         "creationTimestamp": str(int(created.timestamp() * 1000)),
         "fileFormat": file_format,
-        "fileSchema": SCHEMAS[file_format],
+        "fileSchema": csv_schema if file_format == "CSV" else SCHEMAS[file_format],
         "files": files,
     }
     key = f"{config}/{created.strftime('%Y-%m-%dT%H-%MZ')}/manifest.json"

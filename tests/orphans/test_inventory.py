@@ -17,7 +17,14 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_plain, write_s3_inventory
+from tests.orphans.inventories import (
+    CSV_CURRENT_SCHEMA,
+    bucket_objects,
+    inventory_time,
+    s3_client_of,
+    write_plain,
+    write_s3_inventory,
+)
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 FORMATS = ["CSV", "Parquet", "ORC"]
@@ -79,6 +86,21 @@ def test_an_s3_inventory_gives_the_listed_result(s3_catalog, s3_bucket, file_for
     assert not any(files.exists(o) for o in orphans)
     assert files.exists(outside) and files.exists(f"{table.location()}/data/_temporary/hidden.parquet")
     assert len(s3_catalog.load_table("db.inv").scan().to_arrow()) == 25
+
+
+def test_a_copy_on_local_disk_of_an_inventory_of_current_versions(s3_catalog, s3_bucket, tmp_path):
+    """A report copied down as it lies in the bucket: ``<config>/<date>/manifest.json`` beside ``<config>/data/``."""
+    table, orphans, _ = _scene(s3_catalog, s3_bucket)
+    s3 = s3_client_of(table)
+    created = inventory_time()
+    objects = bucket_objects(s3, s3_bucket)
+    manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, objects, "CSV", created, csv_schema=CSV_CURRENT_SCHEMA)
+    for o in bucket_objects(s3, s3_bucket, "inventory/"):
+        local = tmp_path / "copy" / o["Key"]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(s3.get_object(Bucket=s3_bucket, Key=o["Key"])["Body"].read())
+    copied = str(tmp_path / "copy" / manifest.split(f"s3://{s3_bucket}/", 1)[1])
+    assert set(_dry(table, created, copied).orphan_files) == orphans
 
 
 def test_a_file_missing_from_the_inventory_is_kept(s3_catalog, s3_bucket):

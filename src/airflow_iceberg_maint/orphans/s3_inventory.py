@@ -85,7 +85,7 @@ def _data_location(manifest_uri: str, destination: str, key: str, local_dir: str
             "beside a manifest on local disk"
         )
     name = tail if sep else key.removeprefix("data/")
-    return str(PurePosixPath(local_dir).parent.parent / "data" / name)
+    return str(PurePosixPath(local_dir).parent / "data" / name)
 
 
 def parse_manifest(text: bytes, manifest_uri: str, local_dir: str | None) -> Manifest:
