@@ -7,16 +7,19 @@ taken at that moment would.
 
 from __future__ import annotations
 
+import io
 import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pyarrow import parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from tests.orphans import sources
 from tests.orphans.inventories import (
     CSV_CURRENT_SCHEMA,
     bucket_objects,
@@ -147,6 +150,26 @@ def test_a_file_committed_after_the_inventory_is_kept(s3_catalog, s3_bucket):
     assert set(report.orphan_files) == orphans
     assert all(Files(table).exists(p) for p in before)
     assert len(s3_catalog.load_table("db.inv").scan().to_arrow()) == 26
+
+
+def test_a_listed_file_a_commit_during_the_scan_references_is_kept_by_the_re_check(s3_catalog, s3_bucket):
+    table, orphans, _ = _scene(s3_catalog, s3_bucket)
+    late = f"{table.location()}/data/late.parquet"  # the name sources.COMMIT_LATE_FILE commits
+    sink = io.BytesIO()
+    pq.write_table(rows(100, 5).cast(SCHEMA.as_arrow()), sink)
+    Files(table).put(late, sink.getvalue())
+    s3 = s3_client_of(table)
+    created = inventory_time()
+    manifest = write_s3_inventory(s3, s3_bucket, s3_bucket, bucket_objects(s3, s3_bucket), "Parquet", created)
+    report = remove_orphan_files(
+        table,
+        OrphanOptions(older_than=created, listing=manifest, only_this_table=True),
+        sources=[INDEX_FILES, sources.COMMIT_LATE_FILE],
+    )
+    assert report.kept_by_recheck == 1
+    assert set(report.orphan_files) == orphans and report.deleted_file_count == len(orphans)
+    assert Files(table).exists(late)
+    assert len(s3_catalog.load_table("db.inv").scan().to_arrow()) == 30
 
 
 @pytest.mark.parametrize("suffix", ["parquet", "csv"])
