@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import boto3
@@ -37,11 +37,20 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.orphans.inventories import bucket_objects, inventory_time, write_s3_inventory
 from tests.reliability import fault_proxy
 from tests.reliability.fault_proxy import FaultProxy, Request
 
 BUCKET, SCRATCH = "scale", "scale-scratch"
-CREDS = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+INVENTORY_PATH = f"/{SCRATCH}/inventory/"  # the S3 Inventory of the table's bucket, in the scratch bucket
+CREDS = {
+    "s3.access-key-id": "testing",
+    "s3.secret-access-key": "testing",
+    "s3.region": "us-east-1",
+    # pyarrow's filesystem (the commits' existence checks, an inventory's reads) gives up on a reply
+    # slower than its default; moto's LIST at 10^6 keys on a loaded machine is slower.
+    "s3.request-timeout": "600",
+}
 DIRS = 100
 
 
@@ -53,7 +62,13 @@ class CountingProxy(FaultProxy):
         self.kinds: Counter[str] = Counter()
 
     def _choose(self, request: Request) -> tuple[str, str | None]:
-        scratch = request.path.startswith(f"/{SCRATCH}")
+        place = (
+            "inventory"
+            if request.path.startswith(INVENTORY_PATH)
+            else "scratch"
+            if request.path.startswith(f"/{SCRATCH}")
+            else "table"
+        )
         if request.method == "GET" and request.query.get("list-type") == ["2"]:
             kind = "LIST"
         elif request.method == "POST" and "delete" in request.query:
@@ -61,7 +76,7 @@ class CountingProxy(FaultProxy):
         else:
             kind = request.method
         with self._lock:
-            self.kinds[f"{kind} {'scratch' if scratch else 'table'}"] += 1
+            self.kinds[f"{kind} {place}"] += 1
         return super()._choose(request)
 
 
@@ -173,6 +188,24 @@ def serve(args: argparse.Namespace) -> None:
     threading.Event().wait()
 
 
+def write_inventory(work: Path, endpoint: str, files: int, orphans: int, taken: datetime) -> str:
+    """An S3 Inventory (Parquet, 100,000 objects a file) of the table's bucket, as AWS would deliver it; its manifest.
+
+    Written straight to the server, not through the counting proxy: the inventory is AWS's work,
+    not the scan's. Its rows are the objects the build made, named as ``build`` names them (listing
+    10^6 keys from moto would take 20 minutes, ``docs/benchmarks.md``), each with the build marker's
+    time, which is later than every one of them, and the table's metadata folder as listed.
+    """
+    s3 = _s3(endpoint)
+    loc = catalog(work, endpoint).load_table("db.t").location().rstrip("/").split("/", 3)[3]
+    built = max(o["LastModified"] for o in bucket_objects(s3, BUCKET, "built-"))
+    keys = [f"{loc}/data/p={i % DIRS:03d}/f-{i:08d}.parquet" for i in range(files)]
+    keys += [f"{loc}/data/p={i % DIRS:03d}/orphan-{i:08d}.parquet" for i in range(orphans)]
+    objects = [{"Key": key, "Size": 1, "LastModified": built} for key in keys]
+    objects += bucket_objects(s3, BUCKET, f"{loc}/metadata/")
+    return write_s3_inventory(s3, SCRATCH, BUCKET, objects, "Parquet", taken, per_file=100_000)
+
+
 def step(args: argparse.Namespace) -> None:
     """One task, in this process (run by the parent under wait4)."""
     from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
@@ -185,9 +218,11 @@ def step(args: argparse.Namespace) -> None:
     table = catalog(Path(args.work), args.endpoint).load_table("db.t")
     io = dict(table.io.properties)
     scratch = f"s3://{SCRATCH}/{args.run}"
-    options = OrphanOptions(older_than=datetime.fromisoformat(args.cutoff), dry_run=not args.real, only_this_table=True)
+    listing = args.listing if args.step == "inventory" else None
+    cutoff = datetime.fromisoformat(args.cutoff)
+    options = OrphanOptions(older_than=cutoff, dry_run=not args.real, only_this_table=True, listing=listing)
     out: dict = {}
-    if args.step == "single":
+    if args.step in ("single", "inventory"):
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])
         out = {"orphans": report.orphan_file_count, "listed": report.files_listed}
     elif args.step == "plan":
@@ -224,6 +259,7 @@ def measure(args: argparse.Namespace, proxy: CountingProxy, name: str, *extra: s
         str(args.shards),
         "--step",
         name,
+        *(["--listing", args.listing] if args.listing else []),
         *(["--real"] if args.real else []),
         *extra,
     ]
@@ -253,7 +289,10 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--endpoint", help="a running server (one started by --serve keeps the table between runs)")
     parser.add_argument("--serve", type=int, metavar="PORT", help="build the table in moto in this process and serve")
-    parser.add_argument("--runs", default="single,sharded", help="single and/or sharded, comma-separated")
+    parser.add_argument(
+        "--runs", default="single,sharded", help="single, sharded and/or inventory (one task reading an S3 Inventory)"
+    )
+    parser.add_argument("--listing", help=argparse.SUPPRESS)  # the inventory's manifest, for the inventory step
     parser.add_argument("--real", action="store_true", help="delete (the table must then be built again)")
     parser.add_argument("--work", default=".bench-scale")
     parser.add_argument("--step")
@@ -284,11 +323,17 @@ def main() -> None:
     fault_proxy.UPSTREAM_SECONDS = 600.0  # moto reads every key of the bucket for each LIST: seconds at 10^5 keys
     try:
         args.work = str(Path(args.work).absolute())
-        args.cutoff = datetime.now(UTC).isoformat()
+        args.cutoff = inventory_time().isoformat()  # whole milliseconds, as an inventory's time
         args.run = f"run-{int(time.time())}"
         runs = args.runs.split(",")
         steps = []
+        if "inventory" in runs:
+            args.listing = write_inventory(
+                Path(args.work), args.endpoint, args.files, args.orphans, datetime.fromisoformat(args.cutoff)
+            )
         with CountingProxy(args.endpoint) as proxy:
+            if "inventory" in runs:
+                steps.append(measure(args, proxy, "inventory"))
             if "single" in runs:
                 steps.append(measure(args, proxy, "single"))
             if "sharded" in runs:
@@ -299,14 +344,16 @@ def main() -> None:
         if args.real:  # the orphans are gone: the next run builds again
             _s3(args.endpoint).delete_object(Bucket=BUCKET, Key=f"built-{args.files}-{args.orphans}-{args.snapshots}")
         summary: dict = {"files": args.files, "orphans": args.orphans, "shards": args.shards, "real": args.real}
-        single = [s for s in steps if s["step"] == "single"]
-        if single:
-            summary.update(
-                single_seconds=single[0]["seconds"],
-                single_peak_rss_mb=single[0]["peak_rss_mb"],
-                single_requests=single[0]["requests"],
-            )
-        sharded = [s for s in steps if s["step"] != "single"]
+        for one in ("single", "inventory"):
+            for s in (s for s in steps if s["step"] == one):
+                summary.update(
+                    {
+                        f"{one}_seconds": s["seconds"],
+                        f"{one}_peak_rss_mb": s["peak_rss_mb"],
+                        f"{one}_requests": s["requests"],
+                    }
+                )
+        sharded = [s for s in steps if s["step"] not in ("single", "inventory")]
         if sharded:
             names = ("plan", "shard", "match", "finish")
             by = {name: [s for s in sharded if s["step"].startswith(name)] for name in names}

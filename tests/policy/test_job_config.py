@@ -78,6 +78,13 @@ def test_engine_options_carry_the_job(table_location: str) -> None:
     assert options.prefix_mismatch_mode == "ignore" and options.max_concurrent_deletes == 2
 
 
+def test_the_listing_reaches_the_engine_and_the_job_json(table_location: str) -> None:
+    job = build_orphan_job("db.t", table_location, OrphanRemovalContent(listing="/inv/listing.parquet"), NOW)
+    assert job.to_options().listing == "/inv/listing.parquet"
+    assert job.to_json()["listing"] == "/inv/listing.parquet"
+    assert "listing" not in build_orphan_job("db.t", table_location, OrphanRemovalContent(), NOW).to_json()
+
+
 def test_naive_now_is_refused(table_location: str) -> None:
     with pytest.raises(InvalidInputError, match="timezone-aware"):
         build_orphan_job("db.t", table_location, OrphanRemovalContent(), datetime(2026, 1, 1))

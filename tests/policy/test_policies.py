@@ -69,6 +69,13 @@ def test_zero_interval_is_allowed_and_zero_days_needs_allow_recent_files() -> No
     ).content.to_json() == {"olderThanDays": 1.0, "location": None, "dryRun": False}
 
 
+def test_listing_is_carried_and_shown_only_when_set() -> None:
+    source = "s3://inventory/wh/daily/2026-12-01T00-00Z/manifest.json"
+    policy = parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": {"listing": source}})
+    assert policy.content.listing == source
+    assert policy.content.to_json() == {"olderThanDays": 3.0, "location": None, "dryRun": False, "listing": source}
+
+
 @pytest.mark.parametrize(("days", "shown"), [(0, "0"), (0.5, "0.5"), (0.999, "0.999")])
 def test_days_under_one_are_refused_without_allow_recent_files(days: float, shown: str) -> None:
     for content in ({"olderThanDays": days}, {"olderThanDays": days, "allowRecentFiles": False}):
@@ -100,6 +107,8 @@ def test_days_under_one_are_refused_without_allow_recent_files(days: float, show
         ),
         ({**SPEC_EXAMPLE, "content": {"location": 7}}, "content.location: expected a string"),
         ({**SPEC_EXAMPLE, "content": {"location": " "}}, "content.location: must not be empty"),
+        ({**SPEC_EXAMPLE, "content": {"listing": ["a"]}}, "content.listing: expected a string, got ['a']"),
+        ({**SPEC_EXAMPLE, "content": {"listing": ""}}, "content.listing: must not be empty (omit it to list storage)"),
         ({**SPEC_EXAMPLE, "minIntervalDays": -0.5}, "minIntervalDays: must be a finite number >= 0"),
         ({**SPEC_EXAMPLE, "enabled": "true"}, ".enabled: expected true or false"),
         ({**SPEC_EXAMPLE, "tables": "sales.*"}, ".tables: expected a list"),

@@ -51,6 +51,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="the location holds this table only: skip the catalog pass that finds other tables nested under it",
     )
+    parser.add_argument(
+        "--listing",
+        metavar="SOURCE",
+        help="read the listing from an inventory instead of listing storage: an S3 Inventory manifest.json, "
+        "or a Parquet or CSV file of path, size, last_modified",
+    )
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -86,6 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         equal_authorities=args.equal_authorities,
         max_concurrent_deletes=args.max_concurrent_deletes,
         only_this_table=args.only_this_table,
+        listing=args.listing,
     )
     try:
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])

@@ -32,6 +32,8 @@ class OrphanOptions:
     # The user's word that the location holds this table only: no catalog pass (the metadata
     # folders of other tables found in the listing are still kept whole).
     only_this_table: bool = False
+    # An inventory to read the listing from instead of listing storage (``inventory``); None: list storage.
+    listing: str | None = None
 
 
 def check_options(options: OrphanOptions) -> None:
@@ -39,5 +41,7 @@ def check_options(options: OrphanOptions) -> None:
         raise InvalidInputError(
             f"prefix_mismatch_mode {options.prefix_mismatch_mode!r}: expected one of {', '.join(PREFIX_MISMATCH_MODES)}"
         )
+    if options.listing is not None and not options.listing.strip():
+        raise InvalidInputError("listing: must not be empty (omit it to list storage)")
     if options.max_concurrent_deletes < 1:
         raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")

@@ -1,11 +1,12 @@
 """Orphan-file removal in one task: list the table location, subtract every referenced file, delete the rest.
 
-The rules S1 to S12 cited here are those of ``docs/safety.md``.
+The rules (S1 to S17) cited here are those of ``docs/safety.md``.
 
 Pipeline (the dry run runs all of it but the last step), each step in its own module:
 1. ``setup``: refuse ``gc.enabled=false`` (S12), resolve the cutoff (``cutoff``, S7), validate the
    location (S3), and find the other tables of the catalog that write under it (S8);
-2. ``listing`` lists storage while ``referenced`` collects the referenced set, concurrently (S1, S2);
+2. ``listing`` lists storage (or reads an inventory: ``inventory``) while ``referenced`` collects the
+   referenced set, concurrently (S1, S2);
 3. ``matching``: an exact path match is referenced; a normalised match, or on local storage the
    same file under any spelling, is kept or is a conflict (S4); a name that is not UTF-8 is kept;
    other tables' locations found by the catalog or by their metadata in the listing are kept whole (S8);
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.orphans.inventory import listing_source
 from airflow_iceberg_maint.orphans.listing import hidden_filter, list_candidates, older_objects_frozen
 from airflow_iceberg_maint.orphans.matching import match_candidates, protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
@@ -57,6 +59,7 @@ def remove_orphan_files(
     report = OrphanReport(table_name(table), str(table.metadata.table_uuid), root, setup.cutoff, options.dry_run)
     phases = Phases(report)
     storage = storage_for(root, table.io.properties)
+    source = listing_source(options.listing, storage, root, table.io.properties, setup.cutoff)
     log.info(
         "table %s: scanning %s for files older than %s%s",
         report.table,
@@ -70,7 +73,7 @@ def remove_orphan_files(
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.
             listing = lister.submit(
-                copy_context().run, list_candidates, storage, root, hidden_filter(table), setup.cutoff, freeze
+                copy_context().run, list_candidates, source, root, hidden_filter(table), setup.cutoff, freeze
             )
             collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, listed_under=root)
             listed = listing.result()
@@ -80,7 +83,7 @@ def remove_orphan_files(
                 "%d referenced paths under %s are not listed files: their identities were read on disk", stated, root
             )
         candidates, report.files_listed = listed.candidates, listed.listed
-        report.list_calls = storage.list_calls
+        report.list_calls = source.list_calls
         report.referenced_files = len(refs)
         log.info(
             "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "

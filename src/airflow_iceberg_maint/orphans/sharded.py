@@ -1,6 +1,6 @@
 """One table's orphan scan spread over shards: plan, scan shards, match buckets, then one final step.
 
-The same rules as the single-task run (``removal.py``; S1 to S12 of ``docs/safety.md``) hold;
+The same rules as the single-task run (``removal.py``; the rules of ``docs/safety.md``) hold;
 the steps exchange hashes through a scratch location outside the table (``shard_files``):
 
 1. ``plan_sharded_scan``: the checks of every run (S3, S7, S8, S12); list the first levels of
@@ -197,6 +197,10 @@ def plan_sharded_scan(
     started = time.perf_counter()
     if not 1 <= shards <= MAX_SHARDS:
         raise InvalidInputError(f"shards {shards}: expected 1 to {MAX_SHARDS}")
+    if options.listing is not None:  # the shards list their own folders; an inventory is read by one task
+        raise InvalidInputError(
+            f"listing {options.listing}: a sharded scan lists storage; read an inventory in one task"
+        )
     now = now or datetime.now(UTC)
     setup = scan_setup(table, options, now)
     _refuse_unsafe_scratch(scratch, table.metadata.location)

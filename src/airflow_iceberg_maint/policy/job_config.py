@@ -47,18 +47,22 @@ class OrphanJobConfig:
     older_than: datetime
     location: str
     dry_run: bool
+    listing: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "table": self.table,
             "older_than": self.older_than.isoformat(),
             "location": self.location,
             "dry_run": self.dry_run,
         }
+        return body if self.listing is None else {**body, "listing": self.listing}
 
     def to_options(self, **engine: Any) -> OrphanOptions:
         """Engine options for this job; ``engine`` adds the tuning knobs (prefix mismatch mode, ...)."""
-        return OrphanOptions(older_than=self.older_than, location=self.location, dry_run=self.dry_run, **engine)
+        return OrphanOptions(
+            older_than=self.older_than, location=self.location, dry_run=self.dry_run, listing=self.listing, **engine
+        )
 
 
 def build_orphan_job(
@@ -79,6 +83,7 @@ def build_orphan_job(
         older_than=resolve_cutoff(content.older_than_days, older_than, now).astimezone(UTC),
         location=validate_location(content.location, table_location, equivalence),
         dry_run=content.dry_run,
+        listing=content.listing,
     )
 
 

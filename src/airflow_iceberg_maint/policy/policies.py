@@ -49,6 +49,7 @@ class OrphanRemovalContent:
     location: str | None = None
     dry_run: bool = False
     allow_recent_files: bool = False
+    listing: str | None = None  # an inventory to read the listing from (orphans.inventory); None: list storage
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -59,6 +60,8 @@ class OrphanRemovalContent:
         # Shown only when set, so the output for every policy that does not opt in stays as it was.
         if self.allow_recent_files:
             body["allowRecentFiles"] = True
+        if self.listing is not None:
+            body["listing"] = self.listing
         return body
 
 
@@ -161,10 +164,13 @@ def _content_body(body: Any, allowed: frozenset[str], what: str) -> Mapping[str,
 
 def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
     """Parse and validate the content of an orphan-file removal policy."""
-    body = _content_body(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles"}), what)
+    body = _content_body(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles", "listing"}), what)
     location = _optional_string(body.get("location"), f"{what} content.location")
     if location is not None and not location.strip():
         raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
+    listing = _optional_string(body.get("listing"), f"{what} content.listing")
+    if listing is not None and not listing.strip():
+        raise InvalidInputError(f"{what} content.listing: must not be empty (omit it to list storage)")
     days = _number(body.get("olderThanDays", DEFAULT_OLDER_THAN_DAYS), f"{what} content.olderThanDays")
     allow_recent_files = _boolean(body.get("allowRecentFiles", False), f"{what} content.allowRecentFiles")
     if days < RECENT_FILES_FLOOR_DAYS and not allow_recent_files:
@@ -177,6 +183,7 @@ def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
         location=location,
         dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
         allow_recent_files=allow_recent_files,
+        listing=listing,
     )
 
 

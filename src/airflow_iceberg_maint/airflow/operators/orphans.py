@@ -143,6 +143,9 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
     :param other_tables_uri: a catalog pass saved by the planning task of the same run; only the
         tables created since are loaded. Unreadable: this task makes a whole pass of its own.
     :param enabled: False skips the task: the planning step's verdict for a table not due for orphan removal.
+    :param listing: read the listing from an inventory instead of listing storage: an S3 Inventory
+        ``manifest.json`` or a Parquet or CSV file of ``path, size, last_modified`` (docs/safety.md). A
+        cutoff later than the inventory's time fails the task; the sharded scan refuses it.
     """
 
     maintenance = "orphan removal"
@@ -163,6 +166,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         "only_this_table",
         "other_tables_uri",
         "enabled",
+        "listing",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"equal_schemes": "json", "equal_authorities": "json"}
     ui_color = "#d4e8f7"
@@ -187,6 +191,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         only_this_table: bool | str = False,
         other_tables_uri: str | None = None,
         enabled: bool | str = True,
+        listing: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -208,6 +213,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         self.only_this_table = only_this_table
         self.other_tables_uri = other_tables_uri
         self.enabled = enabled
+        self.listing = listing
 
     def _job(self, table_name: str, table: Table, now: datetime) -> OrphanJobConfig:
         allow_recent_files = arguments.boolean(self.allow_recent_files, "allow_recent_files")
@@ -215,6 +221,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             "location": arguments.optional_str(self.location, "location"),
             "dryRun": arguments.boolean(self.is_dry_run, "dry_run"),
             "allowRecentFiles": allow_recent_files,
+            "listing": arguments.optional_str(self.listing, "listing"),
         }
         # Both cutoffs are checked against the floor here, with errors naming this operator's arguments.
         days = arguments.older_than_days(self.older_than_days, allow_recent_files, now)
