@@ -88,7 +88,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from index_queries import bench_many
+from index_queries import bench_many, many_keys_on_s3
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
@@ -546,6 +546,7 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
                 "page_and_dictionary_bytes": page_bytes + dictionary_bytes,
             }
         )
+    many = many_keys_on_s3(through_proxy, keys, args.keys[0], proxy.requests)
     proxy.shutdown()
 
     def median(name: str) -> float:
@@ -576,6 +577,7 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
             max(p["data_bytes"] / p["page_and_dictionary_bytes"] for p in per_lookup), 2
         ),
         "column_chunk_bytes_payload": _chunk_bytes(through_proxy, locations[values[0]], "payload"),
+        f"many_keys_{args.keys[0]}": many,
     }
 
 

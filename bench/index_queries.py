@@ -167,3 +167,30 @@ def bench_many(
             repeat,
         )
     return report
+
+
+def many_keys_on_s3(
+    table: Table, keys: pa.ChunkedArray, count: int, requests: list[tuple[str, str, int]]
+) -> dict[str, Any]:
+    """GET requests and bytes of ``lookup_keys`` of ``count`` keys, split into data and index files
+    (``requests``: the counting proxy's log of method, path and reply bytes), cold then warm,
+    against the bytes of the pages holding the rows."""
+    ids = pc.unique(keys.combine_chunks())
+    step = max(1, len(ids) // count)
+    wanted = ids.take(pa.array(range(1, step * count, step), type=pa.int64()))  # not the single lookups' keys
+    report: dict[str, Any] = {"keys": count}
+    for run in ("cold", "warm"):
+        requests.clear()
+        seconds, _, found = _timed(lambda: lookup_keys(table, "by_id", wanted))
+        gets = [(path, size) for method, path, size in requests if method == "GET" and "list-type" not in path]
+        data = [size for path, size in gets if "/index/" not in path]
+        report[run] = {
+            "seconds": round(seconds, 3),
+            "rows": found.num_rows,
+            "requests": len(requests),
+            "gets": len(gets),
+            "get_bytes": sum(size for _, size in gets),
+            "data_file_gets": len(data),
+            "data_file_bytes": sum(data),
+        }
+    return {**report, **_where(table, plan_keys(table, "by_id", wanted))}
