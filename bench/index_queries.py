@@ -85,7 +85,7 @@ def _against_scan(query: Callable[[], pa.Table], scan: Callable[[], pa.Table], r
 
 def _where(table: Table, plan: QueryPlan) -> dict[str, Any]:
     """Data files and pages of the fetched columns holding the planned rows, against all their pages."""
-    held = total = held_bytes = total_bytes = 0
+    held = total = held_bytes = total_bytes = dictionary_bytes = 0
     for planned in plan.files:
         with opened_parquet(table.io, planned.path) as handle:
             layout = page_reads._layout(handle, planned.path)
@@ -100,12 +100,18 @@ def _where(table: Table, plan: QueryPlan) -> dict[str, Any]:
                     held, total = held + len(hit), total + len(pages.sizes)
                     held_bytes += sum(pages.sizes[p] for p in hit)
                     total_bytes += sum(pages.sizes)
+                    if hit:  # what precedes the first data page: the dictionary page, if any
+                        metadata = chunk.meta_data
+                        start = metadata.dictionary_page_offset
+                        start = metadata.data_page_offset if start is None else start
+                        dictionary_bytes += pages.offsets[0] - min(start, pages.offsets[0])
     return {
         "data_files": len(plan.files),
         "pages_holding_rows": held,
         "pages_of_the_fetched_columns": total,
         "page_bytes_holding_rows": held_bytes,
         "page_bytes_of_the_fetched_columns": total_bytes,
+        "dictionary_page_bytes_of_those_column_chunks": dictionary_bytes,
     }
 
 
