@@ -139,6 +139,7 @@ def make_table(
     row_group_rows: int,
     warehouse: str | None = None,
     properties: dict[str, str] | None = None,
+    sorted_files: bool = False,
 ) -> Table:
     root = root.resolve()  # a relative path would make a ``file://`` URI whose first part is a host
     shutil.rmtree(root, ignore_errors=True)
@@ -151,7 +152,8 @@ def make_table(
         "db.events", schema=SCHEMA, properties={"write.parquet.row-group-limit": str(row_group_rows)}
     )
     for i in range(files):
-        table.append(_batch(rows // files, seed_offset=i + 1))
+        batch = _batch(rows // files, seed_offset=i + 1)
+        table.append(batch.sort_by("id") if sorted_files else batch)
     return table
 
 
@@ -638,6 +640,11 @@ def main(argv: list[str] | None = None) -> int:
         help="row groups of this many MiB of Arrow data instead of --row-group-rows",
     )
     parser.add_argument("--no-page-index", action="store_true", help="data files without the Parquet page index")
+    parser.add_argument(
+        "--sorted-files",
+        action="store_true",
+        help="each data file's rows sorted by id (the keys still spread over every file): clustered rows",
+    )
     parser.add_argument("--s3", action="store_true", help="lookups on the local S3 server instead (TEST_S3_ENDPOINT)")
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
     parser.add_argument("--refresh", action="store_true", help="benchmark the incremental refresh instead")
@@ -661,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.root, ignore_errors=True)
         return 0
     started = time.perf_counter()
-    table = make_table(args.root, args.rows, args.files, group_rows)
+    table = make_table(args.root, args.rows, args.files, group_rows, sorted_files=args.sorted_files)
     setup_seconds = time.perf_counter() - started
     if args.refresh:
         refresh = bench_refresh(table, args.rows, args.append_fraction)
