@@ -7,7 +7,8 @@
   ``write.parquet.row-group-limit`` = ``--row-group-rows`` (pyiceberg's default is 1M rows), or
   the rows that make ``--row-group-mb`` of Arrow data (Spark's default is 128 MB). pyiceberg
   writes no Parquet page index; the bench turns it on in pyiceberg's writer (``write_page_index``,
-  as parquet-mr has by default since 1.11) unless ``--no-page-index``;
+  as parquet-mr has by default since 1.11) unless ``--no-page-index``; ``--sorted-files`` sorts
+  each file's rows by ``id`` (clustered rows; the keys still spread over every file);
 - build: ``refresh_full`` of an index ordered by ``id`` with ``_file``/``_pos`` (read, apply
   deletes, sort, cut, write region files and the tracking file, commit), in entries per second,
   against the floor: ``pyarrow.compute.sort_indices`` of the same keys already in memory;
