@@ -308,6 +308,8 @@ def test_sorted_matches_find_each_run_and_refuse_what_they_cannot_search() -> No
     assert _search(pa.chunked_array([[2, 1]]), [1, 2]) is None  # not ascending
     assert _search(pa.chunked_array([[0.0, 1.0]]), [0.0, 1.0]) is None  # floats: -0.0, NaN
     assert _search(column, [3]) is None  # one key: the mask is as cheap
+    intervals = pa.chunked_array([pa.array([(1, 2, 3), (1, 2, 4)], pa.month_day_nano_interval())])
+    assert _search(intervals, [(1, 2, 3), (1, 2, 4)]) is None  # temporal, but with no NumPy form
     dates = pa.chunked_array([[date(2000, 1, 1), date(2000, 1, 2), date(2000, 1, 2)]])
     assert _search(dates, [date(2000, 1, 2), date(1999, 1, 1)]) == [1, 2]
 

@@ -224,9 +224,9 @@ def _sorted_matches(column: pa.ChunkedArray, values: Sequence[Any]) -> pa.Array 
         return None  # nulls are not all first
     try:
         wanted = np.unique(pa.array([v for v in values if v is not None], type=kind).to_numpy(zero_copy_only=False))
+        keys = column.slice(nulls).combine_chunks().to_numpy(zero_copy_only=False)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None  # a value of another type: the mask compares it as Arrow does
-    keys = column.slice(nulls).combine_chunks().to_numpy(zero_copy_only=False)
+        return None  # a value of another type (the mask compares it as Arrow does), or no NumPy form
     if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
         return None
     starts = np.searchsorted(keys, wanted, side="left")
