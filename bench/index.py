@@ -7,7 +7,8 @@
   ``write.parquet.row-group-limit`` = ``--row-group-rows`` (pyiceberg's default is 1M rows), or
   the rows that make ``--row-group-mb`` of Arrow data (Spark's default is 128 MB). pyiceberg
   writes no Parquet page index; the bench turns it on in pyiceberg's writer (``write_page_index``,
-  as parquet-mr has by default since 1.11) unless ``--no-page-index``;
+  as parquet-mr has by default since 1.11) unless ``--no-page-index``; ``--sorted-files`` sorts
+  each file's rows by ``id`` (clustered rows; the keys still spread over every file);
 - build: ``refresh_full`` of an index ordered by ``id`` with ``_file``/``_pos`` (read, apply
   deletes, sort, cut, write region files and the tracking file, commit), in entries per second,
   against the floor: ``pyarrow.compute.sort_indices`` of the same keys already in memory;
@@ -45,12 +46,11 @@
     .venv/bin/python bench/index.py --many --row-group-rows 1048576   # many keys and a range
 
 - many keys and ranges (``--many``, instead of the lookups above; ``index/query.py``): the same
-  table and index; ``lookup_keys`` of ``--keys`` (10,000) present keys against
-  ``table.scan(row_filter=In("id", keys))``, and ``lookup_range`` of a range holding 0.1% of the
-  rows against ``table.scan`` with the same bounds; one cold run each (a fresh process: no
-  cache filled), then one warm run, each checked to return the scan's rows. The scan of the
-  same filter is timed in the same run, before and after, and the faster of its two runs is
-  the baseline. Ratios are scan / query.
+  table and index; ``lookup_keys`` of each of ``--keys`` (10,000) present keys against
+  ``table.scan(row_filter=In("id", keys))``, and ``lookup_range`` of ranges holding
+  ``--range-fractions`` (0.1%) of the rows against ``table.scan`` with the same bounds; a cold
+  query, then ``--repeat`` rounds of scan and query (medians), each checked to return the scan's
+  rows; with the pages holding the rows and a fetch floor. See ``bench/index_queries.py``.
 
     .venv/bin/python bench/index.py --dictionaries --rows 1000000 --row-group-rows 1048576
 
@@ -89,8 +89,9 @@ import boto3
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from index_queries import bench_many, many_keys_on_s3
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThanOrEqual
+from pyiceberg.expressions import EqualTo
 from pyiceberg.io import pyarrow as pyiceberg_pyarrow
 from pyiceberg.table import Table
 
@@ -98,7 +99,6 @@ from airflow_iceberg_maint.index.format.extract_files import read_tracking_file
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
-from airflow_iceberg_maint.index.read.query import lookup_keys, lookup_range
 from airflow_iceberg_maint.index.source import dictionary_pages, page_reads
 from airflow_iceberg_maint.index.source.parquet_files import opened_parquet
 from airflow_iceberg_maint.index.write.incremental import refresh_index
@@ -140,6 +140,7 @@ def make_table(
     row_group_rows: int,
     warehouse: str | None = None,
     properties: dict[str, str] | None = None,
+    sorted_files: bool = False,
 ) -> Table:
     root = root.resolve()  # a relative path would make a ``file://`` URI whose first part is a host
     shutil.rmtree(root, ignore_errors=True)
@@ -152,7 +153,8 @@ def make_table(
         "db.events", schema=SCHEMA, properties={"write.parquet.row-group-limit": str(row_group_rows)}
     )
     for i in range(files):
-        table.append(_batch(rows // files, seed_offset=i + 1))
+        batch = _batch(rows // files, seed_offset=i + 1)
+        table.append(batch.sort_by("id") if sorted_files else batch)
     return table
 
 
@@ -547,6 +549,7 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
                 "page_and_dictionary_bytes": page_bytes + dictionary_bytes,
             }
         )
+    many = many_keys_on_s3(through_proxy, keys, args.keys[0], proxy.requests)
     proxy.shutdown()
 
     def median(name: str) -> float:
@@ -577,6 +580,7 @@ def bench_s3(args: argparse.Namespace, group_rows: int) -> dict[str, Any]:
             max(p["data_bytes"] / p["page_and_dictionary_bytes"] for p in per_lookup), 2
         ),
         "column_chunk_bytes_payload": _chunk_bytes(through_proxy, locations[values[0]], "payload"),
+        f"many_keys_{args.keys[0]}": many,
     }
 
 
@@ -584,46 +588,6 @@ def _timed(run: Any) -> tuple[float, Any]:
     started = time.perf_counter()
     result = run()
     return time.perf_counter() - started, result
-
-
-def _against_scan(query: Any, scan: Any) -> dict[str, Any]:
-    """Scan, query cold, query warm, scan again: seconds of each, and scan / query ratios."""
-    scan_first, scanned = _timed(scan)
-    cold, found = _timed(query)
-    warm, _ = _timed(query)
-    scan_again, _ = _timed(scan)
-    if sorted(found.column("id").to_pylist()) != sorted(scanned.column("id").to_pylist()):
-        raise AssertionError("the query and the scan returned different rows")
-    baseline = min(scan_first, scan_again)
-    return {
-        "rows_returned": found.num_rows,
-        "scan_seconds": [round(scan_first, 3), round(scan_again, 3)],
-        "query_cold_seconds": round(cold, 3),
-        "query_warm_seconds": round(warm, 3),
-        "speedup_cold": round(baseline / cold, 1),
-        "speedup_warm": round(baseline / warm, 1),
-    }
-
-
-def bench_many(table: Table, keys: pa.ChunkedArray, count: int) -> dict[str, Any]:
-    """``--in-file``-style many keys and a 0.1% range, each against a pyiceberg scan of the same filter."""
-    ids = pc.unique(keys.combine_chunks())
-    step = max(1, len(ids) // count)
-    wanted = ids.take(pa.array(range(0, step * count, step), type=pa.int64()))
-    ordered = pc.sort_indices(ids)
-    low_at = len(ids) // 2
-    low, high = ids[ordered[low_at].as_py()].as_py(), ids[ordered[low_at + len(ids) // 1000].as_py()].as_py()
-    values = wanted.to_pylist()
-    bounds = And(GreaterThanOrEqual("id", low), LessThanOrEqual("id", high))
-    return {
-        "keys": len(values),
-        "many_keys": _against_scan(
-            lambda: lookup_keys(table, "by_id", wanted), lambda: table.scan(row_filter=In("id", values)).to_arrow()
-        ),
-        "range_0.1%": _against_scan(
-            lambda: lookup_range(table, "by_id", low, high), lambda: table.scan(row_filter=bounds).to_arrow()
-        ),
-    }
 
 
 def bench_dictionaries(table: Table, keys: pa.ChunkedArray, probes: int) -> dict[str, Any]:
@@ -652,6 +616,10 @@ def bench_dictionaries(table: Table, keys: pa.ChunkedArray, probes: int) -> dict
     }
 
 
+def _numbers(kind: Any) -> Any:
+    return lambda text: [kind(part) for part in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--build" in argv:
@@ -673,12 +641,23 @@ def main(argv: list[str] | None = None) -> int:
         help="row groups of this many MiB of Arrow data instead of --row-group-rows",
     )
     parser.add_argument("--no-page-index", action="store_true", help="data files without the Parquet page index")
+    parser.add_argument(
+        "--sorted-files",
+        action="store_true",
+        help="each data file's rows sorted by id (the keys still spread over every file): clustered rows",
+    )
     parser.add_argument("--s3", action="store_true", help="lookups on the local S3 server instead (TEST_S3_ENDPOINT)")
     parser.add_argument("--root", type=Path, default=Path(".bench/index"))
     parser.add_argument("--refresh", action="store_true", help="benchmark the incremental refresh instead")
     parser.add_argument("--append-fraction", type=float, default=0.01)
     parser.add_argument("--many", action="store_true", help="many keys and a range instead of single lookups")
-    parser.add_argument("--keys", type=int, default=10_000, help="keys of the --many bench")
+    parser.add_argument(
+        "--keys", type=_numbers(int), default=[10_000], help="key counts of the --many bench (comma-separated)"
+    )
+    parser.add_argument(
+        "--range-fractions", type=_numbers(float), default=[0.001], help="fractions of the rows the --many ranges hold"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of scan and query of each --many case")
     parser.add_argument("--dictionaries", action="store_true", help="single lookups with and without kept dictionaries")
     args = parser.parse_args(argv)
 
@@ -690,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.root, ignore_errors=True)
         return 0
     started = time.perf_counter()
-    table = make_table(args.root, args.rows, args.files, group_rows)
+    table = make_table(args.root, args.rows, args.files, group_rows, sorted_files=args.sorted_files)
     setup_seconds = time.perf_counter() - started
     if args.refresh:
         refresh = bench_refresh(table, args.rows, args.append_fraction)
@@ -707,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.root, ignore_errors=True)
         return 0
     if args.many:
-        many = bench_many(table.refresh(), keys, args.keys)
+        many = bench_many(table.refresh(), keys, args.keys, args.range_fractions, args.repeat)
         _report({"rows": args.rows, "data_files": args.files, "data_row_group_rows": group_rows, **build, **many})
         shutil.rmtree(args.root, ignore_errors=True)
         return 0

@@ -89,6 +89,23 @@ def test_pages_give_exactly_the_rows_of_a_whole_read(tmp_path: Path, compression
     assert rows.to_pylist() == pq.read_table(path).take(POSITIONS).to_pylist()
 
 
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_row_groups_whose_every_page_holds_a_row_are_read_whole_with_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    path = _write(tmp_path / "f.parquet", data_page_version=version)
+    copied: list[int] = []
+    real = page_reads._decode
+    monkeypatch.setattr(page_reads, "_decode", lambda *a: copied.append(1) or real(*a))
+    # Every 7th row: a row in each page of row groups 0 and 1; one row of row group 2.
+    positions = [*range(0, 2000, 7), 2500]
+    rows = _read(path, positions, _data().column_names)
+    assert rows is not None and rows.schema == pq.read_schema(path)
+    assert rows.to_pylist() == pq.read_table(path).take(positions).to_pylist()
+    # Only row group 2's page went through a small file (once per column, or twice for a kept dictionary).
+    assert 0 < len(copied) <= 2 * len(_data().column_names)
+
+
 def test_a_column_subset_and_a_single_row(tmp_path: Path) -> None:
     path = _write(tmp_path / "f.parquet")
     rows = _read(path, [1234], ["unique", "maybe"])

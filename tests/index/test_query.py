@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from datetime import date, datetime
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from pyiceberg.expressions import (
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.index.format import extract_files
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.store import IndexStore
@@ -38,6 +40,7 @@ from airflow_iceberg_maint.index.read.query import (
     query_keys,
     query_range,
 )
+from airflow_iceberg_maint.index.source import parquet_files
 from airflow_iceberg_maint.index.source.live_rows import read_rows
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from tests.index.oracle_table import ABSENT, OracleTable, multiset
@@ -263,3 +266,119 @@ def test_empty_and_inverted_ranges_return_no_rows(sqlite_catalog: Catalog) -> No
     assert lookup_range(oracle.table, "ix", 4, 4).num_rows == 0  # a value no row has
     only = lookup_range(oracle.table, "ix", 5, 5, columns=["rid"])
     assert sorted(only.column("rid").to_pylist()) == sorted(r["rid"] for r in oracle.rows.values() if r["k_int"] == 5)
+
+
+@pytest.mark.parametrize(("ordering", "searched"), [("k_long", True), ("bucket(8, k_long), k_long", False)])
+def test_sorted_key_columns_are_searched_and_others_masked_with_the_same_rows(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, ordering: str, searched: bool
+) -> None:
+    oracle = _history(sqlite_catalog, 61, ordering, equality=False)
+    keys = [*oracle.probes("k_long", 8), *ABSENT["k_long"]]
+    answers: list[tuple[int, bool]] = []  # per region read: keys, and whether it was searched
+    search = region_reads._sorted_matches
+
+    def spy(column: pa.ChunkedArray, values: list[Any]) -> pa.Array | None:
+        found = search(column, values)
+        answers.append((len(values), found is not None))
+        return found
+
+    monkeypatch.setattr(region_reads, "_sorted_matches", spy)
+    result = query_keys(oracle.table, "ix", pa.array(keys))
+    scanned = oracle.table.scan(row_filter=_in_filter("k_long", keys)).to_arrow()
+    assert multiset(result.rows.to_pylist()) == multiset(scanned.to_pylist())
+    # Regions of an index ordered by the key column are searched (one key: masked, as cheap).
+    # Ordered by a bucket first, a region spanning several buckets is not sorted by the key, and
+    # the check sees it (a region within one bucket is, and may be searched).
+    several = [s for n, s in answers if n > 1]
+    assert several and all(several) == searched
+
+
+def _search(column: pa.ChunkedArray, values: list[Any]) -> list[int] | None:
+    found = region_reads._sorted_matches(column, values)
+    return None if found is None else found.to_pylist()
+
+
+def test_sorted_matches_find_each_run_and_refuse_what_they_cannot_search() -> None:
+    column = pa.chunked_array([[None, None, 1, 3, 3], [3, 7, 9, 9]], type=pa.int64())
+    assert _search(column, [9, 3, 4, 3]) == [3, 4, 5, 7, 8]
+    assert _search(column, [None, 1]) == [0, 1, 2]
+    assert _search(column, [None, 100]) == [0, 1]
+    assert _search(column, [2**70, 1]) is None  # not an int64: the mask compares it
+    assert _search(pa.chunked_array([[1, None, 2]]), [1, 2]) is None  # a null after values
+    assert _search(pa.chunked_array([[2, 1]]), [1, 2]) is None  # not ascending
+    assert _search(pa.chunked_array([[0.0, 1.0]]), [0.0, 1.0]) is None  # floats: -0.0, NaN
+    assert _search(column, [3]) is None  # one key: the mask is as cheap
+    intervals = pa.chunked_array([pa.array([(1, 2, 3), (1, 2, 4)], pa.month_day_nano_interval())])
+    assert _search(intervals, [(1, 2, 3), (1, 2, 4)]) is None  # temporal, but with no NumPy form
+    dates = pa.chunked_array([[date(2000, 1, 1), date(2000, 1, 2), date(2000, 1, 2)]])
+    assert _search(dates, [date(2000, 1, 2), date(1999, 1, 1)]) == [1, 2]
+
+
+class _CountingFile:
+    """A local file counting the reads pyarrow makes through it."""
+
+    def __init__(self, path: str, reads: list[int]) -> None:
+        self.file = open(path, "rb")  # noqa: SIM115 - closed by pyarrow through close()
+        self.reads = reads
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file.read(size)
+        self.reads.append(len(data))
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def close(self) -> None:
+        self.closed = True
+        self.file.close()
+
+
+def test_a_region_file_of_many_wanted_row_groups_is_read_in_one_coalesced_read(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", 16)
+    oracle = OracleTable.create(sqlite_catalog, "t", seed=67)
+    for _ in range(2):
+        oracle.append(150)
+    IndexStore(oracle.table).create(new_index_metadata(oracle.table, "ix", ["k_long"], [], True, {}), "ix")
+    refresh_full(oracle.table, "ix")
+    reads: dict[str, list[int]] = {}  # per region file: the size of each read
+    opening: dict[str, int] = {}  # per region file: the reads that opened it (its footer)
+    sources: list[pa.PythonFile] = []
+    real_open = parquet_files._open
+
+    def counting_open(io: Any, path: str) -> Any:
+        if "/index/" not in path:
+            return real_open(io, path)
+        sizes = reads.setdefault(path, [])
+        sources.append(pa.PythonFile(_CountingFile(path.removeprefix("file://"), sizes), mode="r"))
+        parquet = pa.parquet.ParquetFile(sources[-1], pre_buffer=False)
+        opening[path] = len(sizes)
+        groups = parquet.metadata.num_row_groups
+        starts = [0, *accumulate(parquet.metadata.row_group(i).num_rows for i in range(groups))]
+        return parquet_files.ParquetHandle(parquet, sources[-1], starts)
+
+    monkeypatch.setattr(parquet_files, "_handles", parquet_files.LRUCache(maxsize=parquet_files.OPEN_FILES))
+    monkeypatch.setattr(parquet_files, "_open", counting_open)
+    keys = sorted({r["k_long"] for r in oracle.rows.values()}, key=lambda v: (v is not None, v))
+    try:
+        result = query_keys(oracle.table, "ix", pa.array(keys))
+    finally:
+        for source in sources:
+            source.close()
+    assert multiset(result.rows.to_pylist()) == multiset(oracle.rows.values())
+    [(path, sizes)] = reads.items()
+    assert pa.parquet.ParquetFile(path.removeprefix("file://")).metadata.num_row_groups >= 16
+    # After the footer, one read of every column chunk of the wanted row groups (every one
+    # here): three columns a row group were read one by one before.
+    assert len(sizes) == opening[path] + 1
+
+
+def test_short_gaps_between_wanted_row_groups_are_read_too() -> None:
+    assert region_reads._gaps_filled([1, 3, 7, 8, 11]) == [1, 2, 3, 7, 8, 9, 10, 11]
+    assert region_reads._gaps_filled([0, 4]) == [0, 4]  # a gap of three: two reads

@@ -33,6 +33,10 @@ from airflow_iceberg_maint.index.source.live_rows import (
     plan_schema,
     read_rows,
 )
+from airflow_iceberg_maint.index.source.threads import ordered_map
+
+#: Data files a query fetches from at once.
+FETCH_THREADS = 4
 
 
 def by_data_file(entries: pa.Table) -> dict[str, tuple[list[int], list[int]]]:
@@ -92,26 +96,32 @@ def fetch_rows(
     assert plan.source is None or not stored
     from_entries = {field_id: 2 + i for i, field_id in enumerate(stored)}
     read_schema = _other_columns(output, frozenset(from_entries))
-    parts = []
-    for path, (positions, entry_rows) in sorted(by_data_file(entries).items()):
-        if path not in plan.target.data_files or path in plan.rescan:
-            continue  # removed since the extract, or scanned instead
+    files = [
+        (path, at)
+        for path, at in sorted(by_data_file(entries).items())
+        if path in plan.target.data_files and path not in plan.rescan  # else removed since the extract, or scanned
+    ]
+
+    def rows_of(file: tuple[str, tuple[list[int], list[int]]]) -> pa.Table:
+        path, (positions, entry_rows) = file
         if read_schema.fields:
             rows = read_rows(table, plan.target.data_files[path].data_file, read_schema, positions)
             if plan.source is not None:
                 rows = _apply_new_deletes(table, plan, path, rows, read_schema)
-        parts.append(
-            pa.Table.from_arrays(
-                [
-                    entries.column(from_entries[f.field_id]).take(entry_rows)
-                    if f.field_id in from_entries
-                    else rows.column(f.name)
-                    for f in output.fields
-                ],
-                names=[f.name for f in output.fields],
-            )
+        return pa.Table.from_arrays(
+            [
+                entries.column(from_entries[f.field_id]).take(entry_rows)
+                if f.field_id in from_entries
+                else rows.column(f.name)
+                for f in output.fields
+            ],
+            names=[f.name for f in output.fields],
         )
-    return parts
+
+    # Files are fetched side by side: decoding pages runs outside the GIL, and on object stores
+    # the reads of one file wait on the network while another's decode.
+    workers = min(FETCH_THREADS, len(files)) if read_schema.fields else 1
+    return list(ordered_map(rows_of, files, workers))
 
 
 def _other_columns(schema: Schema, excluded: frozenset[int]) -> Schema:

@@ -34,8 +34,11 @@ from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, POS
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.read.key_scan import KeyRange, Probe
 from airflow_iceberg_maint.index.read.region_reads import read_region_matches, read_region_range
+from airflow_iceberg_maint.index.source.threads import ordered_map
 
 log = logging.getLogger(__name__)
+#: Region files a query reads at once.
+READ_THREADS = 4
 
 
 @lru_cache(maxsize=64)
@@ -222,7 +225,12 @@ def _read_entries(
     output_ids = [file_id, pos_id, *stored_ids]
     names = [f"c{i}" for i in range(len(output_ids))]
     order = {e.file_path: i for i, e in enumerate(tracking.entries)}  # regions in index order
-    parts = [readers[path](output_ids).rename_columns(names) for path in sorted(readers, key=order.__getitem__)]
+    paths = sorted(readers, key=order.__getitem__)
+    # Region files are read side by side (their decoding runs outside the GIL).
+    read = ordered_map(
+        lambda path: readers[path](output_ids).rename_columns(names), paths, min(READ_THREADS, len(paths))
+    )
+    parts = list(read)
     if not parts:
         types = dict(
             zip(

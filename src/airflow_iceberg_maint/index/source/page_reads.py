@@ -160,13 +160,13 @@ def _column(
     for group, local in sorted(wanted.items()):
         chunk = layout.footer.row_groups[group].columns[leaf]
         pieces.extend(_column_rows(handle, path, layout, group, leaf, element, chunk, local))
-    column = pa.chunked_array(pieces, type=pieces[0].type).combine_chunks()
-    if column.type == arrow_type:
-        return column
     try:
-        return column.cast(arrow_type)
+        # Pieces decoded from a small file have the Parquet schema's own types; a chunk read whole
+        # has the file's Arrow types already.
+        pieces = [piece if piece.type == arrow_type else piece.cast(arrow_type) for piece in pieces]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _Unreadable from exc  # a type only the whole file's Arrow schema gives
+    return pa.chunked_array(pieces, type=arrow_type).combine_chunks()
 
 
 def _column_rows(
@@ -184,6 +184,12 @@ def _column_rows(
     pages = _pages(handle, path, chunk, group, leaf)
     group_rows = layout.footer.row_groups[group].num_rows
     needed = sorted({bisect_right(pages.first_rows, row) - 1 for row in local})
+    if len(needed) == len(pages.offsets) > 1:
+        # Every page holds a row (many keys, a wide range): pyarrow reads the chunk itself, without
+        # copying its pages into a small file first.
+        name = layout.footer.schema[element].name.decode()
+        whole = handle.file.read_row_group(group, columns=[name], use_threads=False).column(0)
+        return [whole.take(pa.array(local, type=pa.int64())).combine_chunks()]
     runs: list[list[int]] = []
     for page in needed:
         if runs and runs[-1][-1] == page - 1:

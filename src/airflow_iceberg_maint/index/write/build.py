@@ -13,9 +13,7 @@ merged stream into regions exactly where ``cut_regions`` would cut all entries a
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
@@ -34,6 +32,7 @@ from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, MET
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.index.source.threads import ordered_map
 from airflow_iceberg_maint.index.write.sorted_runs import Sorted, SortedRuns, joined, release_unused, sort_table
 from airflow_iceberg_maint.progress import Phase
 
@@ -160,20 +159,9 @@ def entries_by_file(
 
 
 def in_order(function: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
-    """``function`` of each item on ``IO_THREADS`` threads, results in item order, few held at once.
-
-    Unlike ``ThreadPoolExecutor.map``, items are submitted only as results are taken, so a slow
-    consumer does not let every result pile up in memory; and the next item is drawn only once a
-    thread is free for it, so at most ``IO_THREADS`` items (regions to write) are held at once.
-    """
-    with ThreadPoolExecutor(max_workers=IO_THREADS) as pool:
-        pending: deque[Future[_R]] = deque()
-        for item in items:
-            pending.append(pool.submit(function, item))
-            if len(pending) >= IO_THREADS:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+    """``function`` of each item on ``IO_THREADS`` threads, results in item order, so that at
+    most ``IO_THREADS`` items (regions to write) are held at once (``ordered_map``)."""
+    return ordered_map(function, items, IO_THREADS)
 
 
 def _entries_of_rows(rows: pa.Table, read_schema: Schema, layout: EntryLayout) -> pa.Table:
