@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from itertools import chain, compress
 from operator import attrgetter, not_
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows, comparable, file_infos_of
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -31,15 +33,6 @@ MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
 _PATH = attrgetter("path")
 
 
-def _comparable(path: str) -> bool:
-    """Whether a listed name can be compared exactly with metadata, which holds UTF-8 only."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:  # a surrogate-escaped byte of a local name that is not UTF-8
-        return False
-    return True
-
-
 def match_candidates(
     candidates: list[FileInfo], refs: ReferencedSet, hashes: Sequence[int] | None = None
 ) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
@@ -53,7 +46,7 @@ def match_candidates(
     paths = list(map(_PATH, candidates))
     if hashes is None:
         hashes = path_hashes128(paths)[0]
-    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not _comparable(c.path)]
+    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not comparable(c.path)]
     if undecodable:
         kept = {id(c) for c in undecodable}
         hashes = [h for c, h in zip(candidates, hashes, strict=True) if id(c) not in kept]
@@ -72,6 +65,36 @@ def match_candidates(
             else:
                 equivalent += 1
     return orphans, conflicts, equivalent, undecodable
+
+
+def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
+    """``match_candidates`` of a listing's candidates held as ``ListedRows``, with the same result.
+
+    Only the hashes take part in the exact match; the rows of a batch are read back (from disk,
+    when spilled) only for the candidates that match no referenced hash, and only those become
+    listed files again.
+    """
+    orphans: list[FileInfo] = []
+    conflicts: list[FileInfo] = []
+    equivalent = 0
+    undecodable = set(rows.undecodable)
+    for number, start in rows.chunks():
+        end = start + rows.batch_rows(number)
+        exact = refs.contains_hashes(rows.hashes[start:end])
+        wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
+        if not wanted:
+            continue
+        unmatched = file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64())))
+        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
+        for info in unmatched:
+            verdict = verdicts.get(info.path)
+            if verdict is None:
+                orphans.append(info)
+            elif verdict == "conflict":
+                conflicts.append(info)
+            else:
+                equivalent += 1
+    return orphans, conflicts, equivalent, rows.rows(rows.undecodable)
 
 
 def conflict_pairs(
@@ -116,7 +139,7 @@ def protected_locations(
     a subset of the referenced set only makes more metadata files read, never fewer locations kept."""
     uuid, location = str(table.metadata.table_uuid), table.metadata.location
     found = catalog_protections(others, uuid, table_name(table), root, equivalence)
-    metadata_files = [p for p in listed_metadata_files if _comparable(p)]
+    metadata_files = [p for p in listed_metadata_files if comparable(p)]
     referenced = _referenced(metadata_files, refs)
     found += listed_table_protections(metadata_files, referenced, table.io, uuid, location, equivalence)
     return outermost(found)
