@@ -14,7 +14,7 @@ from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
-from airflow_iceberg_maint.orphans.options import PREFIX_MISMATCH_MODES, OrphanOptions
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES, OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
@@ -51,6 +51,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="the location holds this table only: skip the catalog pass that finds other tables nested under it",
     )
+    parser.add_argument(
+        "--memory-budget-mb",
+        type=_positive,
+        default=DEFAULT_MEMORY_BUDGET_MB,
+        help="listed files and referenced paths past this many MB go to local disk (TMPDIR)",
+    )
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -86,6 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         equal_authorities=args.equal_authorities,
         max_concurrent_deletes=args.max_concurrent_deletes,
         only_this_table=args.only_this_table,
+        memory_budget_mb=args.memory_budget_mb,
     )
     try:
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])

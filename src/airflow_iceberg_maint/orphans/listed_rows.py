@@ -20,7 +20,7 @@ import logging
 import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
@@ -75,12 +75,17 @@ def rows_of(files: Sequence[FileInfo]) -> pa.RecordBatch:
 def file_infos_of(rows: pa.RecordBatch | pa.Table) -> list[FileInfo]:
     """The listed files a batch holds, as the listing gave them."""
     paths = [p.decode("utf-8", "surrogateescape") for p in rows.column("path").to_pylist()]
-    mtimes = [m.astimezone(UTC) if m is not None else None for m in rows.column("mtime").to_pylist()]
+    mtimes = list(map(_from_micros, rows.column("mtime").cast(pa.int64()).to_pylist()))
     devices, inodes = rows.column("device").to_pylist(), rows.column("inode").to_pylist()
     return [
         FileInfo(p, s, m, None if d is None else (d, i))
         for p, s, m, d, i in zip(paths, rows.column("size").to_pylist(), mtimes, devices, inodes, strict=True)
     ]
+
+
+def _from_micros(micros: int | None) -> datetime | None:
+    # Through float seconds, in C: fromtimestamp rounds to the nearest microsecond, which is exact.
+    return None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
 
 
 class ListedRows:

@@ -78,9 +78,11 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo],
     conflicts: list[FileInfo] = []
     equivalent = 0
     undecodable = set(rows.undecodable)
+    # One membership test of every hash: the referenced set's hash table is built once, not a batch at a time.
+    referenced = refs.referenced_mask(rows.hashes)
     for number, start in rows.chunks():
         end = start + rows.batch_rows(number)
-        exact = refs.contains_hashes(rows.hashes[start:end])
+        exact = referenced.slice(start, end - start).to_pylist()
         wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
         if not wanted:
             continue

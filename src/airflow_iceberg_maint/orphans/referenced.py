@@ -148,6 +148,10 @@ class ReferencedSet:
         """``contains_exact`` of paths already hashed with ``path_hash``."""
         return cast("list[bool]", pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist())
 
+    def referenced_mask(self, hashes: Sequence[int]) -> pa.Array:
+        """``contains_hashes`` as an Arrow boolean array (a bit a hash), for many hashes."""
+        return pc.is_in(int64_array(hashes), value_set=self._freeze()[0])
+
     def classify_unmatched(
         self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None
     ) -> dict[str, str]:
