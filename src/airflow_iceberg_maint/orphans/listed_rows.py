@@ -175,7 +175,7 @@ class ListedRows:
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """Each batch's number and first row number, in listing order."""
-        return enumerate([0, *self._ends[:-1]])
+        return enumerate([0, *self._ends[:-1]] if self._ends else [])
 
     def batch_rows(self, number: int) -> int:
         return self._ends[number] - (self._ends[number - 1] if number else 0)

@@ -54,17 +54,25 @@ def match_candidates(
     for start in range(0, len(candidates), MATCH_CHUNK):
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_hashes(hashes[start : start + MATCH_CHUNK])
-        unmatched = list(compress(chunk, map(not_, exact)))
-        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
-        for info in unmatched:
-            verdict = verdicts.get(info.path)
-            if verdict is None:
-                orphans.append(info)
-            elif verdict == "conflict":
-                conflicts.append(info)
-            else:
-                equivalent += 1
+        equivalent += _classify(list(compress(chunk, map(not_, exact))), refs, orphans, conflicts)
     return orphans, conflicts, equivalent, undecodable
+
+
+def _classify(
+    unmatched: list[FileInfo], refs: ReferencedSet, orphans: list[FileInfo], conflicts: list[FileInfo]
+) -> int:
+    """Add files no referenced hash matched to ``orphans`` or ``conflicts``; returns how many are equivalent."""
+    verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
+    equivalent = 0
+    for info in unmatched:
+        verdict = verdicts.get(info.path)
+        if verdict is None:
+            orphans.append(info)
+        elif verdict == "conflict":
+            conflicts.append(info)
+        else:
+            equivalent += 1
+    return equivalent
 
 
 def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
@@ -78,6 +86,7 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo],
     conflicts: list[FileInfo] = []
     equivalent = 0
     undecodable = set(rows.undecodable)
+    pending: list[FileInfo] = []
     # One membership test of every hash: the referenced set's hash table is built once, not a batch at a time.
     referenced = refs.referenced_mask(rows.hashes)
     for number, start in rows.chunks():
@@ -86,16 +95,12 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo],
         wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
         if not wanted:
             continue
-        unmatched = file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64())))
-        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
-        for info in unmatched:
-            verdict = verdicts.get(info.path)
-            if verdict is None:
-                orphans.append(info)
-            elif verdict == "conflict":
-                conflicts.append(info)
-            else:
-                equivalent += 1
+        # Classified MATCH_CHUNK at a time: each call scans the referenced keys and hashes the identities.
+        pending.extend(file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64()))))
+        if len(pending) >= MATCH_CHUNK:
+            equivalent += _classify(pending, refs, orphans, conflicts)
+            pending = []
+    equivalent += _classify(pending, refs, orphans, conflicts)
     return orphans, conflicts, equivalent, rows.rows(rows.undecodable)
 
 
