@@ -86,16 +86,20 @@ def _rss_mb(field: str) -> float:
 
 
 class _Spilled(logging.Handler):
-    """Reads the scan's ``spilled N bytes`` log lines."""
+    """Reads the scan's ``spilled N bytes`` log lines, and the peak RSS when listing and referencing end."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.bytes = 0
+        self.peak_before_match = 0.0
 
     def emit(self, record: logging.LogRecord) -> None:
-        found = _SPILLED.search(record.getMessage())
+        message = record.getMessage()
+        found = _SPILLED.search(message)
         if found:
             self.bytes += int(found.group(1))
+        if "older than the cutoff" in message:  # the log line that closes the list_and_reference phase
+            self.peak_before_match = _rss_mb("VmHWM")
 
 
 def step(args: argparse.Namespace) -> None:
@@ -110,9 +114,7 @@ def step(args: argparse.Namespace) -> None:
     table = catalog(Path(args.work)).load_table("db.t")
     baseline = _rss_mb("VmRSS")
     extra = {"memory_budget_mb": args.budget_mb} if args.budget_mb else {}
-    options = OrphanOptions(
-        older_than=datetime.fromisoformat(args.cutoff), dry_run=True, only_this_table=True, **extra
-    )
+    options = OrphanOptions(older_than=datetime.fromisoformat(args.cutoff), dry_run=True, only_this_table=True, **extra)
     started = time.perf_counter()
     report = remove_orphan_files(table, options, sources=[INDEX_FILES])
     seconds = time.perf_counter() - started
@@ -125,6 +127,7 @@ def step(args: argparse.Namespace) -> None:
         "phase_seconds": report.phase_seconds,
         "baseline_rss_mb": round(baseline),
         "peak_rss_mb": round(peak),
+        "peak_rss_before_match_mb": round(spilled.peak_before_match),
         "bytes_per_listed_file": round((peak - baseline) * 2**20 / max(report.files_listed, 1)),
         "spilled_mb": round(spilled.bytes / 2**20, 1),
         "budget_mb": args.budget_mb or "default",

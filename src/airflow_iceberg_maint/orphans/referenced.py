@@ -75,7 +75,8 @@ class ReferencedSet:
         """Add hashed paths; a batch with DEFERRED identities needs ``reread`` and a ``resolve`` before use."""
         if batch.num_rows:
             if reread is not None:
-                deferred = batch.filter(pc.equal(batch["identity"], DEFERRED))
+                # Only the two hash halves: ``resolve`` needs no more, and on local storage every row is deferred.
+                deferred = batch.select(["exact", "check"]).filter(pc.equal(batch["identity"], DEFERRED))
                 if deferred.num_rows:
                     self._deferred.append((deferred, reread))
             self._batches.append(batch)  # merged with what is frozen already at the next freeze
