@@ -88,16 +88,24 @@ _LISTED = st.tuples(st.sampled_from(["s3://bucket", "s3a://bucket", "s3://other"
 def test_spilled_and_in_memory_matching_are_equal(
     tmp_path: Path, referenced: set[str], listed: list[tuple[str, str]], undecodable: list[int], step: int
 ) -> None:
+    paths = sorted(f"s3://bucket/wh/db/t/{n}" for n in referenced)
     refs = ReferencedSet(PathEquivalence({"s3a": "s3"}))
-    refs.add(sorted(f"s3://bucket/wh/db/t/{n}" for n in referenced))
+    refs.add(paths)
     files = [FileInfo(f"{head}/wh/db/t/{name}", i, OLD) for i, (head, name) in enumerate(listed)]
     for i in undecodable:
         files.insert(min(i, len(files)), FileInfo(f"{ROOT}/data/\udcff-{i}.parquet", 1, OLD))
     expected = match_candidates(list(files), refs)
-    for budget in (1, 10**9):  # every batch spilled; none
-        with _rows(files, budget, tmp_path, step) as rows:
-            assert rows.spilled == (budget == 1 and bool(files))
-            assert match_listed(rows, refs) == expected
+    for refs_budget in (1, None):  # the referenced set in sorted runs on disk (a run every few paths); in memory
+        with ReferencedSet(PathEquivalence({"s3a": "s3"}), refs_budget, str(tmp_path)) as both:
+            for start in range(0, len(paths), step):
+                both.add(paths[start : start + step])
+            assert (both.spilled is not None) == (refs_budget == 1 and bool(paths))
+            assert len(both) == len(refs)
+            for budget in (1, 10**9):  # every batch spilled; none
+                with _rows(files, budget, tmp_path, step) as rows:
+                    assert rows.spilled == (budget == 1 and bool(files))
+                    assert match_listed(rows, both) == expected
+        assert list(tmp_path.iterdir()) == []
 
 
 def _local_table(catalog: SqlCatalog, referenced: int, orphans: int) -> tuple[Table, list[str]]:
@@ -127,9 +135,9 @@ def _local_table(catalog: SqlCatalog, referenced: int, orphans: int) -> tuple[Ta
 def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
     sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A whole dry run with 1 MB of budget (a quarter for listed rows: 3,000 rows spill) reports what it reports
-    with the default, and leaves no spilled file behind."""
-    table, orphans = _local_table(sqlite_catalog, 2_500, 500)
+    """A whole dry run with 1 MB of budget reports what it reports with the default, and leaves no spilled file
+    behind: a quarter for listed rows (12,500 spill), half for the referenced set (12,000 paths in sorted runs)."""
+    table, orphans = _local_table(sqlite_catalog, 12_000, 500)
     spill = tmp_path / "spill"
     spill.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spill))  # the system temporary directory, for this test
@@ -140,10 +148,11 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
         with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
             options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
             report = remove_orphan_files(table, options, sources=[INDEX_FILES])
-        spilled = [r for r in caplog.records if "spilled" in r.getMessage()]
-        assert bool(spilled) == (budget == 1)
+        spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
+        assert spilled == (["listed files", "referenced paths"] if budget == 1 else [])
         assert list(spill.iterdir()) == []
         reports.append({k: v for k, v in report.to_json().items() if k != "phase_seconds"})
     assert reports[0] == reports[1]
     assert sorted(reports[0]["orphan_files"]) == sorted(orphans)
     assert reports[0]["orphan_file_count"] == 500
+    assert reports[0]["referenced_files"] > 12_000

@@ -95,12 +95,12 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo],
         wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
         if not wanted:
             continue
-        # Classified MATCH_CHUNK at a time: each call scans the referenced keys and hashes the identities.
         pending.extend(file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64()))))
-        if len(pending) >= MATCH_CHUNK:
-            equivalent += _classify(pending, refs, orphans, conflicts)
-            pending = []
-    equivalent += _classify(pending, refs, orphans, conflicts)
+    # A spilled referenced set answers for these files through a small set of the rows that concern them.
+    narrowed = refs.narrowed_for([c.path for c in pending], [c.inode for c in pending])
+    # Classified MATCH_CHUNK at a time: each call scans the referenced keys and hashes the identities.
+    for start in range(0, len(pending), MATCH_CHUNK):
+        equivalent += _classify(pending[start : start + MATCH_CHUNK], narrowed, orphans, conflicts)
     return orphans, conflicts, equivalent, rows.rows(rows.undecodable)
 
 
@@ -129,6 +129,7 @@ def conflict_pairs(
 
 def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
     """Whether each path is referenced exactly or is the same file under another spelling."""
+    refs = refs.narrowed_for(paths)
     exact = refs.contains_exact(paths)
     others = refs.classify_unmatched([p for p, hit in zip(paths, exact, strict=True) if not hit])
     return [hit or others.get(p) == "equivalent" for p, hit in zip(paths, exact, strict=True)]

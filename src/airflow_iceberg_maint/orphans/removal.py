@@ -65,7 +65,7 @@ def remove_orphan_files(
         " (dry run)" if options.dry_run else "",
     )
 
-    refs = ReferencedSet(setup.equivalence)
+    refs = ReferencedSet(setup.equivalence, refs_budget(options))
     walk = ReferenceWalk(table, setup.equivalence, options.reader_processes)
     with older_objects_frozen() as freeze, walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
@@ -82,14 +82,18 @@ def remove_orphan_files(
             )
             try:
                 collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, listed_under=root)
+                listed = listing.result()
             except BaseException:
                 listing.add_done_callback(_close_rows)  # its spilled rows, once the listing ends
+                refs.close()
                 raise
-            listed = listing.result()
         report.list_calls = storage.list_calls
         run = ScanRun(report, options, storage, walk, sources, phases, on_stage=on_stage)
-        with listed.rows:
-            unmatched = _matched(run, setup, listed, refs)
+        try:
+            with listed.rows:
+                unmatched = _matched(run, setup, listed, refs)
+        finally:
+            refs.close()  # its sorted runs, if it spilled
         del listed, refs
         settle(run, unmatched)
     return report
@@ -103,6 +107,11 @@ def _close_rows(listing: Future[Listing]) -> None:
 def rows_budget(options: OrphanOptions) -> int:
     """The share of the memory budget the listed rows may hold before they are spilled: a quarter."""
     return options.memory_budget_mb * 2**20 // 4
+
+
+def refs_budget(options: OrphanOptions) -> int:
+    """The share the referenced set's hashed paths may hold before they go to sorted runs: a half."""
+    return options.memory_budget_mb * 2**20 // 2
 
 
 def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSet) -> Unmatched:

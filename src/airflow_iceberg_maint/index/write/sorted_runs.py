@@ -64,9 +64,15 @@ class SortedRuns:
     """
 
     def __init__(
-        self, keys_of: KeysOf, budget_bytes: int, spill_dir: str | None = None, reserved_bytes: int = 0
+        self,
+        keys_of: KeysOf,
+        budget_bytes: int,
+        spill_dir: str | None = None,
+        reserved_bytes: int = 0,
+        dir_prefix: str = _DIR_PREFIX,
     ) -> None:
         self.keys_of = keys_of
+        self.dir_prefix = dir_prefix
         self.run_bytes = max(max(budget_bytes - reserved_bytes, budget_bytes // 2) // _RUN_SHARE, 1)
         # The merge holds the batches in hand and a sorted copy of them: together about a run,
         # however many runs there are (so 10^9 entries merge in the memory of 10^8).
@@ -136,7 +142,7 @@ class SortedRuns:
 
     def _run_directory(self) -> str:
         if self._directory is None:
-            self._directory = private_directory(self.spill_dir, _DIR_PREFIX)
+            self._directory = private_directory(self.spill_dir, self.dir_prefix)
         return self._directory.name
 
     def sorted(self) -> Iterator[Sorted]:
