@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_iceberg_maint.index.write.sorted_runs import SortedRuns
 from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA
@@ -63,18 +62,29 @@ class SpilledReferences:
         ordered = np.sort(hashes)
         found: list[np.ndarray] = []
         for _, exact in self._sorted():
-            if len(ordered) and len(exact):
-                at = np.minimum(np.searchsorted(ordered, exact), len(ordered) - 1)
-                found.append(exact[ordered[at] == exact])
+            found.append(exact[_member(exact, ordered)])
         del ordered
         held = np.concatenate(found) if found else np.empty(0, np.int64)
         return pa.array(np.isin(hashes, held))
 
     def rows_for(self, exact: pa.Array, keys: pa.Array, identities: pa.Array) -> Iterator[pa.RecordBatch]:
         """Every row whose exact hash, path key or file identity is one of those given."""
+        wanted = [(name, np.unique(np.asarray(values, np.int64))) for name, values in _columns(exact, keys, identities)]
         for entries, _ in self._sorted():
-            wanted = pc.or_(
-                pc.or_(pc.is_in(entries["exact"], value_set=exact), pc.is_in(entries["key"], value_set=keys)),
-                pc.is_in(entries["identity"], value_set=identities),
-            )
-            yield from entries.filter(wanted).to_batches()
+            # Searched in sorted copies made once: ``pc.is_in`` would hash its value set again for every piece.
+            mask = np.zeros(entries.num_rows, np.bool_)
+            for name, values in wanted:
+                mask |= _member(np.asarray(entries[name].combine_chunks()), values)
+            yield from entries.filter(pa.array(mask)).to_batches()
+
+
+def _columns(exact: pa.Array, keys: pa.Array, identities: pa.Array) -> list[tuple[str, pa.Array]]:
+    return [("exact", exact), ("key", keys), ("identity", identities)]
+
+
+def _member(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """Whether each value is in ``ordered`` (sorted)."""
+    if not len(ordered):
+        return np.zeros(len(values), np.bool_)
+    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return np.asarray(ordered[at] == values)
