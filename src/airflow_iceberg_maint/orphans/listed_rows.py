@@ -27,8 +27,8 @@ from types import TracebackType
 import pyarrow as pa
 
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.index.write.sorted_runs import private_directory, release_unused
 from airflow_iceberg_maint.orphans.path_hashes import exact_bytes
+from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release_unused
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_iceberg_maint.index.format.ordering import comparable, sort_indices
+from airflow_iceberg_maint.sorting.ordering import comparable, sort_indices
 
 #: Entries per IPC batch of a run; the merge reads a run some batches at a time (see ``merge_bytes``).
 RUN_BATCH_ROWS = 8_192
