@@ -103,7 +103,6 @@ def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tupl
     import duckdb
 
     from airflow_iceberg_maint.index.format.extract_files import write_tracking_file
-    from airflow_iceberg_maint.index.format.ordering import sortable
     from airflow_iceberg_maint.index.metadata.builders import with_extract_schema_for
     from airflow_iceberg_maint.index.metadata.store import IndexStore
     from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
@@ -118,6 +117,7 @@ def _duckdb_build(table: Any, name: str, budget: int | None, root: Path) -> tupl
         write_region,
     )
     from airflow_iceberg_maint.index.write.refresh import tracking_file_location
+    from airflow_iceberg_maint.sorting.ordering import sortable
 
     metadata, _, _ = IndexStore(table).load(name)
     snapshot = table.current_snapshot()

@@ -19,12 +19,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.index.format.extract_files import read_region_file, read_tracking_file, region_stats
-from airflow_iceberg_maint.index.format.ordering import sort_indices
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
-from airflow_iceberg_maint.index.write import sorted_runs
 from airflow_iceberg_maint.index.write.build import (
     cut_regions,
     entries_for_files,
@@ -34,7 +32,9 @@ from airflow_iceberg_maint.index.write.build import (
     target_rows,
 )
 from airflow_iceberg_maint.index.write.refresh import refresh_full
-from airflow_iceberg_maint.index.write.sorted_runs import SortedRuns
+from airflow_iceberg_maint.sorting import sorted_runs
+from airflow_iceberg_maint.sorting.ordering import sort_indices
+from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 SCHEMA = pa.schema([("k_long", pa.int64()), ("k_str", pa.string()), ("k_float", pa.float64())])
 _FLOATS = [None, 0.0, -0.0, math.nan, -math.nan, math.inf, -math.inf, 1.5, -2.5, 1e-300]

@@ -25,7 +25,6 @@ from airflow_iceberg_maint.index.format.extract_files import (
     read_tracking_file,
     region_file_paths,
 )
-from airflow_iceberg_maint.index.format.ordering import comparable, key_changes, sort_indices
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import Apply, Reference, split_expression_list
 from airflow_iceberg_maint.index.metadata.model import StatsField
@@ -34,6 +33,7 @@ from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file, plan
 from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.write.build import cut_regions, entry_layout
 from airflow_iceberg_maint.index.write.refresh import refresh_full
+from airflow_iceberg_maint.sorting.ordering import comparable, key_changes, sort_indices
 from tests.index.oracle_table import OracleTable
 
 

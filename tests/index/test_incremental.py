@@ -20,7 +20,6 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.index.format.extract_files import read_region_file, read_tracking_file, region_stats
-from airflow_iceberg_maint.index.format.ordering import comparable
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.model import Extract
@@ -30,6 +29,7 @@ from airflow_iceberg_maint.index.source.snapshot_files import plan_snapshot
 from airflow_iceberg_maint.index.write.build import entry_layout, ordering_columns
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.index.write.refresh import RefreshResult
+from airflow_iceberg_maint.sorting.ordering import comparable
 from tests.index.oracle_table import POOLS, SCHEMA, OracleTable, multiset
 
 SMALL_REGIONS = {"write.region.target-file-size-bytes": "500"}

@@ -14,7 +14,7 @@ from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
-from airflow_iceberg_maint.orphans.options import PREFIX_MISMATCH_MODES, OrphanOptions
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES, OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
         help="read the listing from an inventory instead of listing storage: an S3 Inventory manifest.json, "
         "or a Parquet or CSV file of path, size, last_modified",
     )
+    parser.add_argument(
+        "--memory-budget-mb",
+        type=_positive,
+        default=DEFAULT_MEMORY_BUDGET_MB,
+        help="listed files and referenced paths past this many MB go to local disk (TMPDIR)",
+    )
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -93,6 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         max_concurrent_deletes=args.max_concurrent_deletes,
         only_this_table=args.only_this_table,
         listing=args.listing,
+        memory_budget_mb=args.memory_budget_mb,
     )
     try:
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])

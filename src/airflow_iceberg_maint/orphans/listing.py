@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows
 from airflow_iceberg_maint.orphans.other_tables import listed_metadata_files
 from airflow_iceberg_maint.orphans.path_hashes import LISTED_SCHEMA, inode_identities, int64_array, path_hashes128
 from airflow_iceberg_maint.progress import Phase
@@ -48,13 +49,26 @@ def keep_filter(partition_fields: Sequence[str]) -> KeepComponent:
     return keep
 
 
+#: The listed rows held in memory before they are spilled, when the caller gives no budget.
+DEFAULT_ROWS_BUDGET = 256 * 2**20
+
+
 @dataclass
 class Listing:
-    candidates: list[FileInfo]  # strictly older than the cutoff; a file with no modification time never is
-    candidate_hashes: array[int]  # ``path_hash`` of each candidate, computed here, beside the reads
+    rows: ListedRows  # candidates: strictly older than the cutoff; a file with no modification time never is
     listed: int
     metadata_files: list[str]  # table metadata files in any ``metadata`` folder, whatever their age
     on_disk: pa.Table  # 128-bit hash and identity of every listed local file (LISTED_SCHEMA)
+
+    @property
+    def candidates(self) -> list[FileInfo]:
+        """Every candidate as a listed file (read back from disk if spilled): for small listings and tests."""
+        return self.rows.all()
+
+    @property
+    def candidate_hashes(self) -> array[int]:
+        """``path_hash`` of each candidate, computed by the listing beside the reads."""
+        return self.rows.hashes
 
 
 _PATH, _MTIME, _INODE = attrgetter("path"), attrgetter("mtime"), attrgetter("inode")
@@ -67,9 +81,8 @@ def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: Listing, on_d
     mtimes = list(map(_MTIME, chunk))
     # ``cutoff > m`` is ``m < cutoff``; a file with no modification time is never a candidate.
     old = list(map(cutoff.__gt__, mtimes)) if None not in mtimes else [m is not None and m < cutoff for m in mtimes]
-    listing.candidates.extend(compress(chunk, old))
     first, second = path_hashes128(paths)
-    listing.candidate_hashes.extend(compress(first, old))
+    listing.rows.add(list(compress(chunk, old)), array("q", compress(first, old)))
     listing.metadata_files.extend(listed_metadata_files(paths))
     inodes = list(map(_INODE, chunk))
     if None in inodes:  # only files on local disks have one
@@ -82,19 +95,34 @@ def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: Listing, on_d
 
 
 def list_candidates(
-    storage: Any, root: str, keep: KeepComponent, cutoff: datetime, after_chunk: Callable[[], None] = lambda: None
+    storage: Any,
+    root: str,
+    keep: KeepComponent,
+    cutoff: datetime,
+    after_chunk: Callable[[], None] = lambda: None,
+    rows_budget: int = DEFAULT_ROWS_BUDGET,
+    spill_dir: str | None = None,
 ) -> Listing:
-    """List ``root``; ``after_chunk`` runs after each chunk of listed files is taken."""
-    result = Listing([], array("q"), 0, [], LISTED_SCHEMA.empty_table())
+    """List ``root``; ``after_chunk`` runs after each chunk of listed files is taken.
+
+    The candidates' rows past ``rows_budget`` bytes go to ``spill_dir`` (``ListedRows``): the
+    caller closes ``Listing.rows`` when done with them.
+    """
+    result = Listing(ListedRows(rows_budget, spill_dir), 0, [], LISTED_SCHEMA.empty_table())
     on_disk: list[pa.Table] = []
-    files = storage.list_files(root, keep)
-    with Phase("listing") as listing:
-        for chunk in iter(lambda: list(islice(files, LIST_STEP)), []):
-            _take_listed(chunk, cutoff, result, on_disk)
-            after_chunk()
-            listing.advance(len(chunk))
-            if result.listed % 100_000 < LIST_STEP:
-                log.info("listed %d files under %s", result.listed, root)
+    try:
+        files = storage.list_files(root, keep)
+        with Phase("listing") as listing:
+            for chunk in iter(lambda: list(islice(files, LIST_STEP)), []):
+                _take_listed(chunk, cutoff, result, on_disk)
+                after_chunk()
+                listing.advance(len(chunk))
+                if result.listed % 100_000 < LIST_STEP:
+                    log.info("listed %d files under %s", result.listed, root)
+        result.rows.finish()
+    except BaseException:
+        result.rows.close()
+        raise
     if on_disk:
         result.on_disk = pa.concat_tables(on_disk)
     return result

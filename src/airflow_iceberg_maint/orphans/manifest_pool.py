@@ -123,5 +123,9 @@ class ManifestPool:
                 for chunk in _chunks(new, parts):
                     hashing.append((chunk, self._executor.submit(_hash_manifests, self.spec, chunk, hasher)))
                 yield new, None
-        for chunk, future in hashing:
+        hashing.reverse()
+        while hashing:
+            # Popped, not iterated: a future kept in the list would keep its hashes in memory
+            # after the caller has taken them (spilled them, once past the budget) until the walk ends.
+            chunk, future = hashing.pop()
             yield chunk, future.result()

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from itertools import chain, compress
 from operator import attrgetter, not_
 
+import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows, comparable, file_infos_of
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -31,15 +33,6 @@ MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
 _PATH = attrgetter("path")
 
 
-def _comparable(path: str) -> bool:
-    """Whether a listed name can be compared exactly with metadata, which holds UTF-8 only."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:  # a surrogate-escaped byte of a local name that is not UTF-8
-        return False
-    return True
-
-
 def match_candidates(
     candidates: list[FileInfo], refs: ReferencedSet, hashes: Sequence[int] | None = None
 ) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
@@ -53,7 +46,7 @@ def match_candidates(
     paths = list(map(_PATH, candidates))
     if hashes is None:
         hashes = path_hashes128(paths)[0]
-    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not _comparable(c.path)]
+    undecodable = [] if all(map(str.isascii, paths)) else [c for c in candidates if not comparable(c.path)]
     if undecodable:
         kept = {id(c) for c in undecodable}
         hashes = [h for c, h in zip(candidates, hashes, strict=True) if id(c) not in kept]
@@ -61,17 +54,54 @@ def match_candidates(
     for start in range(0, len(candidates), MATCH_CHUNK):
         chunk = candidates[start : start + MATCH_CHUNK]
         exact = refs.contains_hashes(hashes[start : start + MATCH_CHUNK])
-        unmatched = list(compress(chunk, map(not_, exact)))
-        verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
-        for info in unmatched:
-            verdict = verdicts.get(info.path)
-            if verdict is None:
-                orphans.append(info)
-            elif verdict == "conflict":
-                conflicts.append(info)
-            else:
-                equivalent += 1
+        equivalent += _classify(list(compress(chunk, map(not_, exact))), refs, orphans, conflicts)
     return orphans, conflicts, equivalent, undecodable
+
+
+def _classify(
+    unmatched: list[FileInfo], refs: ReferencedSet, orphans: list[FileInfo], conflicts: list[FileInfo]
+) -> int:
+    """Add files no referenced hash matched to ``orphans`` or ``conflicts``; returns how many are equivalent."""
+    verdicts = refs.classify_unmatched([c.path for c in unmatched], [c.inode for c in unmatched])
+    equivalent = 0
+    for info in unmatched:
+        verdict = verdicts.get(info.path)
+        if verdict is None:
+            orphans.append(info)
+        elif verdict == "conflict":
+            conflicts.append(info)
+        else:
+            equivalent += 1
+    return equivalent
+
+
+def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
+    """``match_candidates`` of a listing's candidates held as ``ListedRows``, with the same result.
+
+    Only the hashes take part in the exact match; the rows of a batch are read back (from disk,
+    when spilled) only for the candidates that match no referenced hash, and only those become
+    listed files again.
+    """
+    orphans: list[FileInfo] = []
+    conflicts: list[FileInfo] = []
+    equivalent = 0
+    undecodable = set(rows.undecodable)
+    pending: list[FileInfo] = []
+    # One membership test of every hash: the referenced set's hash table is built once, not a batch at a time.
+    referenced = refs.referenced_mask(rows.hashes)
+    for number, start in rows.chunks():
+        end = start + rows.batch_rows(number)
+        exact = referenced.slice(start, end - start).to_pylist()
+        wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
+        if not wanted:
+            continue
+        pending.extend(file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64()))))
+    # A spilled referenced set answers for these files through a small set of the rows that concern them.
+    narrowed = refs.narrowed_for([c.path for c in pending], [c.inode for c in pending])
+    # Classified MATCH_CHUNK at a time: each call scans the referenced keys and hashes the identities.
+    for start in range(0, len(pending), MATCH_CHUNK):
+        equivalent += _classify(pending[start : start + MATCH_CHUNK], narrowed, orphans, conflicts)
+    return orphans, conflicts, equivalent, rows.rows(rows.undecodable)
 
 
 def conflict_pairs(
@@ -99,6 +129,7 @@ def conflict_pairs(
 
 def _referenced(paths: list[str], refs: ReferencedSet) -> list[bool]:
     """Whether each path is referenced exactly or is the same file under another spelling."""
+    refs = refs.narrowed_for(paths)
     exact = refs.contains_exact(paths)
     others = refs.classify_unmatched([p for p, hit in zip(paths, exact, strict=True) if not hit])
     return [hit or others.get(p) == "equivalent" for p, hit in zip(paths, exact, strict=True)]
@@ -116,7 +147,7 @@ def protected_locations(
     a subset of the referenced set only makes more metadata files read, never fewer locations kept."""
     uuid, location = str(table.metadata.table_uuid), table.metadata.location
     found = catalog_protections(others, uuid, table_name(table), root, equivalence)
-    metadata_files = [p for p in listed_metadata_files if _comparable(p)]
+    metadata_files = [p for p in listed_metadata_files if comparable(p)]
     referenced = _referenced(metadata_files, refs)
     found += listed_table_protections(metadata_files, referenced, table.io, uuid, location, equivalence)
     return outermost(found)

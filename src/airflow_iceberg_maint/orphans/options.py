@@ -11,6 +11,8 @@ from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.orphans.other_tables import TablePaths
 
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
+#: The memory a scan holds its listed files and referenced set in, beyond the hashes (see docs/safety.md).
+DEFAULT_MEMORY_BUDGET_MB = 512
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class OrphanOptions:
     only_this_table: bool = False
     # An inventory to read the listing from instead of listing storage (``inventory``); None: list storage.
     listing: str | None = None
+    # Listed files and referenced paths held in memory past this many MB go to local disk (``TMPDIR``).
+    memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB
 
 
 def check_options(options: OrphanOptions) -> None:
@@ -43,5 +47,7 @@ def check_options(options: OrphanOptions) -> None:
         )
     if options.listing is not None and not options.listing.strip():
         raise InvalidInputError("listing: must not be empty (omit it to list storage)")
+    if options.memory_budget_mb < 1:
+        raise InvalidInputError(f"memory_budget_mb {options.memory_budget_mb}: expected at least 1")
     if options.max_concurrent_deletes < 1:
         raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, TypeVar, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.io import FileIO
@@ -39,6 +40,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
+from airflow_iceberg_maint.orphans.referenced_runs import SpilledReferences
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 from airflow_iceberg_maint.progress import Phase
 
@@ -60,9 +62,15 @@ def _reread(io: FileIO, manifests: list[str]) -> Reread:
 class ReferencedSet:
     """Hashes of referenced paths: exact strings, path keys with their scheme and authority, file identities."""
 
-    def __init__(self, equivalence: PathEquivalence) -> None:
+    def __init__(
+        self, equivalence: PathEquivalence, budget_bytes: int | None = None, spill_dir: str | None = None
+    ) -> None:
+        """``budget_bytes``: hashed paths held before they all go to sorted runs on disk (None: never)."""
         self.hasher = PathHasher(equivalence)
+        self.budget_bytes, self.spill_dir = budget_bytes, spill_dir
+        self.spilled: SpilledReferences | None = None
         self._batches: list[pa.RecordBatch] = []
+        self._batched_bytes = 0
         self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
         self._deferred: list[tuple[pa.RecordBatch, Reread]] = []  # batches with DEFERRED identities
         self._resolved: list[pa.Array] = []  # their identities, once resolved
@@ -75,10 +83,61 @@ class ReferencedSet:
         """Add hashed paths; a batch with DEFERRED identities needs ``reread`` and a ``resolve`` before use."""
         if batch.num_rows:
             if reread is not None:
-                deferred = batch.filter(pc.equal(batch["identity"], DEFERRED))
+                # Only the two hash halves: ``resolve`` needs no more, and on local storage every row is deferred.
+                deferred = batch.select(["exact", "check"]).filter(pc.equal(batch["identity"], DEFERRED))
                 if deferred.num_rows:
                     self._deferred.append((deferred, reread))
             self._batches.append(batch)  # merged with what is frozen already at the next freeze
+            self._batched_bytes += batch.nbytes
+            if self.spilled is not None or (self.budget_bytes is not None and self._batched_bytes > self.budget_bytes):
+                self._spill()
+
+    def _spill(self) -> None:
+        """Move the batches held to sorted runs on disk; everything added later goes there too."""
+        if self._frozen is not None:  # only a set never queried spills: a frozen one stays whole in memory
+            return
+        if self.spilled is None:
+            assert self.budget_bytes is not None
+            self.spilled = SpilledReferences(self.budget_bytes, self.spill_dir)
+        self.spilled.add(self._batches)
+        self._batches, self._batched_bytes = [], 0
+
+    def close(self) -> None:
+        """Remove the sorted runs, if any."""
+        if self.spilled is not None:
+            log.info("referenced paths: spilled %d bytes to local disk as sorted runs", self.spilled.spilled_bytes)
+            self.spilled.close()
+            self.spilled = None
+
+    def __enter__(self) -> ReferencedSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def narrowed_for(
+        self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None
+    ) -> ReferencedSet:
+        """A set that answers ``contains_exact`` and ``classify_unmatched`` for ``paths`` exactly as this one.
+
+        In memory, this set itself. Spilled: an in-memory set of the rows that share an exact
+        hash, a path key or (on local storage) a file identity with one of the paths; no other
+        row can change an answer about them.
+        """
+        if self.spilled is None:
+            return self
+        if self._deferred:
+            raise RuntimeError("referenced paths with deferred identities were not resolved")
+        keys, on_local = self.hasher.key_hashes(paths)
+        local = [i for i, is_local in enumerate(on_local) if is_local]
+        given = [inodes[i] for i in local] if inodes is not None else None
+        identities = self._listed_identities([paths[i] for i in local], given)
+        narrowed = ReferencedSet(self.hasher.equivalence)
+        for batch in self.spilled.rows_for(int64_array(path_hashes128(paths)[0]), int64_array(keys), identities):
+            narrowed.add_hashes(batch)
+        resolved = [r.filter(pc.is_in(r, value_set=identities)) for r in self._resolved]
+        narrowed._resolved = [r for r in resolved if len(r)]
+        return narrowed
 
     def resolve(self, listed: pa.Table) -> int:
         """Find the identities of deferred paths; returns how many had to be ``stat``-ed here.
@@ -113,6 +172,8 @@ class ReferencedSet:
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
+        if self.spilled is not None:  # fail closed (S2): a question only the whole set can answer
+            raise RuntimeError("the referenced set is spilled to disk: query it through narrowed_for")
         if self._frozen is None or self._batches or self._resolved:
             added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
             if self._deferred:
@@ -134,7 +195,7 @@ class ReferencedSet:
         return self._frozen
 
     def __len__(self) -> int:
-        return len(self._freeze()[0])
+        return self.spilled.count() if self.spilled is not None else len(self._freeze()[0])
 
     @property
     def nbytes(self) -> int:
@@ -147,6 +208,12 @@ class ReferencedSet:
     def contains_hashes(self, hashes: Sequence[int]) -> list[bool]:
         """``contains_exact`` of paths already hashed with ``path_hash``."""
         return cast("list[bool]", pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist())
+
+    def referenced_mask(self, hashes: Sequence[int]) -> pa.Array:
+        """``contains_hashes`` as an Arrow boolean array (a bit a hash), for many hashes."""
+        if self.spilled is not None:
+            return self.spilled.exact_mask(np.asarray(hashes, dtype=np.int64))
+        return pc.is_in(int64_array(hashes), value_set=self._freeze()[0])
 
     def classify_unmatched(
         self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None

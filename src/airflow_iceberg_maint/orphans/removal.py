@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import copy_context
 from datetime import UTC, datetime
 
@@ -26,13 +26,13 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.orphans.inventory import listing_source
-from airflow_iceberg_maint.orphans.listing import hidden_filter, list_candidates, older_objects_frozen
-from airflow_iceberg_maint.orphans.matching import match_candidates, protected_locations
+from airflow_iceberg_maint.orphans.listing import Listing, hidden_filter, list_candidates, older_objects_frozen
+from airflow_iceberg_maint.orphans.matching import match_listed, protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
-from airflow_iceberg_maint.orphans.setup import scan_setup, table_name
+from airflow_iceberg_maint.orphans.setup import ScanSetup, scan_setup, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def remove_orphan_files(
     options = options or OrphanOptions()
     now = now or datetime.now(UTC)
     setup = scan_setup(table, options, now)
-    root, equivalence = setup.root, setup.equivalence
+    root = setup.root
     report = OrphanReport(table_name(table), str(table.metadata.table_uuid), root, setup.cutoff, options.dry_run)
     phases = Phases(report)
     storage = storage_for(root, table.io.properties)
@@ -68,41 +68,76 @@ def remove_orphan_files(
         " (dry run)" if options.dry_run else "",
     )
 
-    refs = ReferencedSet(equivalence)
-    with older_objects_frozen() as freeze, ReferenceWalk(table, equivalence, options.reader_processes) as walk:
+    refs = ReferencedSet(setup.equivalence, refs_budget(options))
+    walk = ReferenceWalk(table, setup.equivalence, options.reader_processes)
+    with older_objects_frozen() as freeze, walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.
             listing = lister.submit(
-                copy_context().run, list_candidates, source, root, hidden_filter(table), setup.cutoff, freeze
+                copy_context().run,
+                list_candidates,
+                source,
+                root,
+                hidden_filter(table),
+                setup.cutoff,
+                freeze,
+                rows_budget(options),
             )
-            collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, listed_under=root)
-            listed = listing.result()
-        stated = refs.resolve(listed.on_disk)
-        if stated:
-            log.info(
-                "%d referenced paths under %s are not listed files: their identities were read on disk", stated, root
-            )
-        candidates, report.files_listed = listed.candidates, listed.listed
+            try:
+                collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, listed_under=root)
+                listed = listing.result()
+            except BaseException:
+                listing.add_done_callback(_close_rows)  # its spilled rows, once the listing ends
+                refs.close()
+                raise
         report.list_calls = source.list_calls
-        report.referenced_files = len(refs)
-        log.info(
-            "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
-            "snapshots, %d manifests",
-            report.files_listed,
-            len(candidates),
-            report.list_calls,
-            report.referenced_files,
-            walk.snapshots,
-            walk.manifests_read,
-        )
-        phases.done("list_and_reference")
-
-        orphans, conflicts, report.kept_equivalent, undecodable = match_candidates(
-            candidates, refs, listed.candidate_hashes
-        )
-        report_undecodable(report, [u.path for u in undecodable])
-        protected = protected_locations(table, root, listed.metadata_files, refs, setup.others, equivalence)
-        del candidates, refs
         run = ScanRun(report, options, storage, walk, sources, phases, on_stage=on_stage)
-        settle(run, Unmatched(orphans, conflicts, protected))
+        try:
+            with listed.rows:
+                unmatched = _matched(run, setup, listed, refs)
+        finally:
+            refs.close()  # its sorted runs, if it spilled
+        del listed, refs
+        settle(run, unmatched)
     return report
+
+
+def _close_rows(listing: Future[Listing]) -> None:
+    if listing.exception() is None:
+        listing.result().rows.close()
+
+
+def rows_budget(options: OrphanOptions) -> int:
+    """The share of the memory budget the listed rows may hold before they are spilled: a quarter."""
+    return options.memory_budget_mb * 2**20 // 4
+
+
+def refs_budget(options: OrphanOptions) -> int:
+    """The share the referenced set's hashed paths may hold before they go to sorted runs: a half."""
+    return options.memory_budget_mb * 2**20 // 2
+
+
+def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSet) -> Unmatched:
+    """Match the listing against the referenced set, and find other tables' locations under the root."""
+    report, walk, root = run.report, run.walk, setup.root
+    stated = refs.resolve(listed.on_disk)
+    if stated:
+        log.info("%d referenced paths under %s are not listed files: their identities were read on disk", stated, root)
+    report.files_listed = listed.listed
+    report.referenced_files = len(refs)
+    log.info(
+        "listed %d files (%d older than the cutoff) in %d list calls; %d referenced files from %d "
+        "snapshots, %d manifests",
+        report.files_listed,
+        len(listed.rows),
+        report.list_calls,
+        report.referenced_files,
+        walk.snapshots,
+        walk.manifests_read,
+    )
+    run.phases.done("list_and_reference")
+
+    orphans, conflicts, report.kept_equivalent, undecodable = match_listed(listed.rows, refs)
+    report_undecodable(report, [u.path for u in undecodable])
+    protected = protected_locations(walk.table, root, listed.metadata_files, refs, setup.others, setup.equivalence)
+    return Unmatched(orphans, conflicts, protected)

@@ -32,7 +32,7 @@ from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, 
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.maintenance.status_records import last_attempt
-from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
@@ -133,6 +133,8 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
     :param equal_schemes: scheme aliases, e.g. ``{"s3a": "s3"}`` or ``"s3a=s3,s3n=s3"``.
     :param equal_authorities: authority aliases.
     :param max_concurrent_deletes: parallel delete requests.
+    :param memory_budget_mb: listed files and referenced paths held in memory past this many MB go to
+        the worker's local disk (``TMPDIR``); the result is the same.
     :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
         option, else ``$AIRFLOW_HOME/iceberg_maint/reports``). Refused inside any location of the table
         or of the other tables the run knows of. The report is written before anything is deleted.
@@ -161,6 +163,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         "equal_schemes",
         "equal_authorities",
         "max_concurrent_deletes",
+        "memory_budget_mb",
         "report_location",
         "policy",
         "only_this_table",
@@ -185,6 +188,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         equal_schemes: Mapping[str, str] | str | None = None,
         equal_authorities: Mapping[str, str] | str | None = None,
         max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
+        memory_budget_mb: int | str = DEFAULT_MEMORY_BUDGET_MB,
         report_location: str | None = None,
         state_url: str | None = None,
         policy: str | None = None,
@@ -207,6 +211,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         self.equal_schemes = equal_schemes
         self.equal_authorities = equal_authorities
         self.max_concurrent_deletes = max_concurrent_deletes
+        self.memory_budget_mb = memory_budget_mb
         self.report_location = report_location
         self.state_url = state_url
         self.policy = policy
@@ -264,6 +269,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+            memory_budget_mb=arguments.positive_int(self.memory_budget_mb, "memory_budget_mb"),
             only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
             other_tables=other_tables,
         )

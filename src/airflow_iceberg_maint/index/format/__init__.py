@@ -1,2 +1,2 @@
-"""The data files of an extract: region and tracking files (``extract_files``) and the index order of
-their keys (``ordering``)."""
+"""The data files of an extract: region and tracking files (``extract_files``); the index order of
+their keys is ``airflow_iceberg_maint.sorting.ordering``."""

@@ -23,7 +23,6 @@ from cachetools.keys import hashkey
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.index.format.ordering import sortable
 from airflow_iceberg_maint.index.metadata.spec import (
     GROUP_MAX_VALUE,
     LOWER_BOUND,
@@ -31,6 +30,7 @@ from airflow_iceberg_maint.index.metadata.spec import (
     UPPER_BOUND,
     stats_base_id,
 )
+from airflow_iceberg_maint.sorting.ordering import sortable
 
 FIELD_ID = b"PARQUET:field_id"
 FILE_PATH_ID, FILE_FORMAT_ID, RECORD_COUNT_ID, FILE_SIZE_ID, CONTENT_STATS_ID = 100, 101, 103, 104, 146

@@ -19,7 +19,6 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.format.ordering import sort_indices
 from airflow_iceberg_maint.index.metadata.expressions import Apply
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
@@ -28,6 +27,7 @@ from airflow_iceberg_maint.index.read.key_scan import KeyFilter, KeyRange, Probe
 from airflow_iceberg_maint.index.read.keys import checked_probes, key_columns
 from airflow_iceberg_maint.index.read.lookup import Located, LookupResult, locate, read_located
 from airflow_iceberg_maint.index.read.plan import current_metadata
+from airflow_iceberg_maint.sorting.ordering import sort_indices
 
 #: Keys: one value per row for an index on one column, or a table with a column per key column.
 Keys: TypeAlias = pa.Array | pa.ChunkedArray | pa.Table

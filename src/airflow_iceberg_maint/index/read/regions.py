@@ -29,12 +29,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField
 
 from airflow_iceberg_maint.index.format.extract_files import FieldStats, RegionEntry, read_tracking_file
-from airflow_iceberg_maint.index.format.ordering import comparable
 from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.read.key_scan import KeyRange, Probe
 from airflow_iceberg_maint.index.read.region_reads import read_region_matches, read_region_range
 from airflow_iceberg_maint.index.source.threads import ordered_map
+from airflow_iceberg_maint.sorting.ordering import comparable
 
 log = logging.getLogger(__name__)
 #: Region files a query reads at once.

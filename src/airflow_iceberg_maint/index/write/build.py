@@ -27,14 +27,14 @@ from pyiceberg.schema import Schema, prune_columns
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.index.format.extract_files import RegionEntry, StatsColumn, region_stats, write_region_file
-from airflow_iceberg_maint.index.format.ordering import key_changes
 from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, METADATA_COLUMNS
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, OrderingField
 from airflow_iceberg_maint.index.source.live_rows import live_rows_of_file, plan_schema
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.index.source.threads import ordered_map
-from airflow_iceberg_maint.index.write.sorted_runs import Sorted, SortedRuns, joined, release_unused, sort_table
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.sorting.ordering import key_changes
+from airflow_iceberg_maint.sorting.sorted_runs import Sorted, SortedRuns, joined, release_unused, sort_table
 
 #: Threads reading data files and writing region files (Parquet work runs outside the GIL).
 IO_THREADS = 2

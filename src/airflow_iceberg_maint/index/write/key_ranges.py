@@ -30,11 +30,11 @@ from pyiceberg.table import Table
 from pyiceberg.types import PrimitiveType
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.index.format.ordering import comparable, sort_indices, sortable
 from airflow_iceberg_maint.index.metadata.expressions import METADATA_COLUMNS, Reference
 from airflow_iceberg_maint.index.source.live_rows import plan_schema
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.index.write.build import EntryLayout, entries_for_files, ordering_columns
+from airflow_iceberg_maint.sorting.ordering import comparable, sort_indices, sortable
 
 #: Data files whose entries form the sample, at least (more with more shards: ``4 * shards``).
 MIN_SAMPLE_FILES = 16

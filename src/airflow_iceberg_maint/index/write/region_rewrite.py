@@ -33,7 +33,6 @@ from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.format.extract_files import FieldStats, RegionEntry, StatsColumn, read_region_file
-from airflow_iceberg_maint.index.format.ordering import comparable
 from airflow_iceberg_maint.index.metadata.expressions import FILE_COLUMN_ID, POS_COLUMN_ID
 from airflow_iceberg_maint.index.write.build import (
     EntryLayout,
@@ -43,6 +42,7 @@ from airflow_iceberg_maint.index.write.build import (
     write_sorted_regions,
 )
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.sorting.ordering import comparable
 
 #: Positions are packed with the file's dictionary index into one int64 (``index << 40 | pos``).
 _POS_BITS = 40

@@ -37,7 +37,6 @@ from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.format.extract_files import RegionEntry, read_tracking_file, write_tracking_file
-from airflow_iceberg_maint.index.format.ordering import comparable
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.metadata.store import CommitProgress, IndexStore
@@ -52,6 +51,7 @@ from airflow_iceberg_maint.index.write.refresh import (
     tracking_file_location,
 )
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.sorting.ordering import comparable
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_iceberg_maint.index.format.ordering import comparable, sort_indices
+from airflow_iceberg_maint.sorting.ordering import comparable, sort_indices
 
 #: Entries per IPC batch of a run; the merge reads a run some batches at a time (see ``merge_bytes``).
 RUN_BATCH_ROWS = 8_192
@@ -36,7 +36,7 @@ MERGE_ROWS = 65_536
 #: A run holds a third of the budget: sorting it needs the keys, 8-byte indices, and one column twice.
 _RUN_SHARE = 3
 _DIR_PREFIX = "iceberg-index-build-"
-_DIR_NAME = re.compile(re.escape(_DIR_PREFIX) + r"(\d+)-")
+_DIR_NAME = re.compile(r"(iceberg-[a-z-]+-)(\d+)-")  # this prefix or another user's (``private_directory``)
 
 KeysOf = Callable[[pa.Table], list[pa.Array]]
 Sorted = tuple[pa.Table, list[pa.Array]]
@@ -64,9 +64,15 @@ class SortedRuns:
     """
 
     def __init__(
-        self, keys_of: KeysOf, budget_bytes: int, spill_dir: str | None = None, reserved_bytes: int = 0
+        self,
+        keys_of: KeysOf,
+        budget_bytes: int,
+        spill_dir: str | None = None,
+        reserved_bytes: int = 0,
+        dir_prefix: str = _DIR_PREFIX,
     ) -> None:
         self.keys_of = keys_of
+        self.dir_prefix = dir_prefix
         self.run_bytes = max(max(budget_bytes - reserved_bytes, budget_bytes // 2) // _RUN_SHARE, 1)
         # The merge holds the batches in hand and a sorted copy of them: together about a run,
         # however many runs there are (so 10^9 entries merge in the memory of 10^8).
@@ -136,9 +142,7 @@ class SortedRuns:
 
     def _run_directory(self) -> str:
         if self._directory is None:
-            parent = self.spill_dir or tempfile.gettempdir()
-            remove_abandoned(parent)
-            self._directory = tempfile.TemporaryDirectory(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=parent)
+            self._directory = private_directory(self.spill_dir, self.dir_prefix)
         return self._directory.name
 
     def sorted(self) -> Iterator[Sorted]:
@@ -179,15 +183,26 @@ def release_unused() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def remove_abandoned(parent: str) -> None:
-    """Remove run directories under ``parent`` left by processes that no longer exist."""
+def private_directory(spill_dir: str | None, prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A new temporary directory for spilled files, named ``prefix`` (``iceberg-...-``) and this process's ID.
+
+    ``spill_dir``: its parent (default: the system temporary directory, ``TMPDIR``). Directories
+    of the same prefix left there by processes that no longer exist are removed first.
+    """
+    parent = spill_dir or tempfile.gettempdir()
+    remove_abandoned(parent, prefix)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+
+
+def remove_abandoned(parent: str, prefix: str = _DIR_PREFIX) -> None:
+    """Remove run directories of ``prefix`` under ``parent`` left by processes that no longer exist."""
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for name in names:
         match = _DIR_NAME.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and match.group(1) == prefix and not _alive(int(match.group(2))):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 

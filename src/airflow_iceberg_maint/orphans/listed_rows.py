@@ -1,0 +1,202 @@
+"""Listed candidates held as columns: their hashes in memory, their rows in Arrow, spilled to local disk past a share.
+
+A listed file costs about a kilobyte as a Python object (its path, its time, its inode tuple),
+so a scan of 10^8 files could not run on one worker. Here each chunk the listing takes becomes
+one Arrow record batch (the path's exact bytes, size, modification time, device and inode)
+and only its 64-bit exact hashes stay in a compact array, which is all matching needs. While
+the batches fit in ``budget_bytes`` they stay in memory; past it every batch is written to an
+Arrow IPC file in a private temporary directory, and matching reads back one batch at a time,
+keeping only the rows nothing references (the orphans, conflicts, and equivalent spellings).
+
+Names that are not UTF-8 (kept, never compared: S4) are rare: their row numbers are kept too.
+
+The directory is removed when the scan ends (``close``), whether it succeeded or failed; one left
+by a killed process is removed by the next scan that spills (``remove_abandoned``).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from array import array
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+
+import pyarrow as pa
+
+from airflow_iceberg_maint.fs.storage import FileInfo
+from airflow_iceberg_maint.orphans.path_hashes import exact_bytes
+from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release_unused
+
+log = logging.getLogger(__name__)
+
+ROWS_SCHEMA = pa.schema(
+    [
+        ("path", pa.binary()),  # the exact bytes: a local name need not be UTF-8
+        ("size", pa.int64()),
+        ("mtime", pa.timestamp("us", tz="UTC")),
+        ("device", pa.uint64()),  # null off local disks
+        ("inode", pa.uint64()),
+    ]
+)
+_DIR_PREFIX = "iceberg-orphan-scan-"
+
+
+def comparable(path: str) -> bool:
+    """Whether a listed name can be compared exactly with metadata, which holds UTF-8 only."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a surrogate-escaped byte of a local name that is not UTF-8
+        return False
+    return True
+
+
+def _path_column(paths: list[str]) -> pa.Array:
+    if all(map(str.isascii, paths)):
+        return pa.array(paths, pa.string()).view(pa.binary())  # the same bytes, converted in C
+    return pa.array(list(map(exact_bytes, paths)), pa.binary())
+
+
+def rows_of(files: Sequence[FileInfo]) -> pa.RecordBatch:
+    """Listed files as one batch of ``ROWS_SCHEMA``."""
+    inodes = [f.inode for f in files]
+    columns = [
+        _path_column([f.path for f in files]),
+        pa.array([f.size for f in files], pa.int64()),
+        pa.array([f.mtime for f in files], ROWS_SCHEMA.field("mtime").type),
+        pa.array([i[0] if i else None for i in inodes], pa.uint64()),
+        pa.array([i[1] if i else None for i in inodes], pa.uint64()),
+    ]
+    return pa.record_batch(columns, schema=ROWS_SCHEMA)
+
+
+def file_infos_of(rows: pa.RecordBatch | pa.Table) -> list[FileInfo]:
+    """The listed files a batch holds, as the listing gave them."""
+    paths = [p.decode("utf-8", "surrogateescape") for p in rows.column("path").to_pylist()]
+    mtimes = list(map(_from_micros, rows.column("mtime").cast(pa.int64()).to_pylist()))
+    devices, inodes = rows.column("device").to_pylist(), rows.column("inode").to_pylist()
+    return [
+        FileInfo(p, s, m, None if d is None else (d, i))
+        for p, s, m, d, i in zip(paths, rows.column("size").to_pylist(), mtimes, devices, inodes, strict=True)
+    ]
+
+
+def _from_micros(micros: int | None) -> datetime | None:
+    # Through float seconds, in C: fromtimestamp rounds to the nearest microsecond, which is exact.
+    return None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
+
+
+class ListedRows:
+    """The candidates of one listing, in listing order: hashes in memory, rows in memory or on local disk.
+
+    ``budget_bytes``: the rows held in memory before they are all written to disk.
+    ``spill_dir``: where (default: the system temporary directory, ``TMPDIR``).
+    """
+
+    def __init__(self, budget_bytes: int, spill_dir: str | None = None) -> None:
+        self.budget_bytes = budget_bytes
+        self.spill_dir = spill_dir
+        self.hashes: array[int] = array("q")  # ``path_hash`` of each candidate
+        self.undecodable: list[int] = []  # row numbers of names that are not UTF-8
+        self.spilled_bytes = 0
+        self._held: list[pa.RecordBatch] = []
+        self._held_bytes = 0
+        self._ends: list[int] = []  # rows up to the end of each batch
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+        self._reader: pa.ipc.RecordBatchFileReader | None = None
+
+    def __enter__(self) -> ListedRows:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    @property
+    def spilled(self) -> bool:
+        return self._directory is not None
+
+    def add(self, files: Sequence[FileInfo], hashes: Sequence[int]) -> None:
+        """Candidates next in listing order, with their ``path_hash``."""
+        if not files:
+            return
+        start = len(self.hashes)
+        self.hashes.extend(hashes)
+        paths = [f.path for f in files]
+        if not all(map(str.isascii, paths)):
+            self.undecodable.extend(start + i for i, p in enumerate(paths) if not comparable(p))
+        batch = rows_of(files)
+        self._ends.append(start + len(files))
+        if self._writer is not None:
+            self._write(batch)
+            return
+        self._held.append(batch)
+        self._held_bytes += batch.nbytes
+        if self._held_bytes > self.budget_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._directory = private_directory(self.spill_dir, _DIR_PREFIX)
+        path = Path(self._directory.name) / "listed.arrow"
+        self._writer = pa.ipc.new_file(str(path), ROWS_SCHEMA)
+        held, self._held, self._held_bytes = self._held, [], 0
+        for batch in held:
+            self._write(batch)
+        del held
+        release_unused()
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        assert self._writer is not None
+        self._writer.write_batch(batch)
+        self.spilled_bytes += batch.nbytes
+
+    def finish(self) -> None:
+        """No more candidates: the file, if any, is closed for reading."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            assert self._directory is not None
+            self._reader = pa.ipc.open_file(str(Path(self._directory.name) / "listed.arrow"))
+            log.info("listed files: spilled %d bytes to local disk (%d rows)", self.spilled_bytes, len(self))
+
+    def close(self) -> None:
+        self._held = []
+        self._writer = self._reader = None
+        if self._directory is not None:
+            self._directory.cleanup()
+            self._directory = None
+
+    def chunks(self) -> Iterator[tuple[int, int]]:
+        """Each batch's number and first row number, in listing order."""
+        return enumerate([0, *self._ends[:-1]] if self._ends else [])
+
+    def batch_rows(self, number: int) -> int:
+        return self._ends[number] - (self._ends[number - 1] if number else 0)
+
+    def batch(self, number: int) -> pa.RecordBatch:
+        """Batch ``number``, from memory or read back from disk."""
+        return self._held[number] if self._reader is None else self._reader.get_batch(number)
+
+    def rows(self, wanted: Sequence[int]) -> list[FileInfo]:
+        """The candidates at the given row numbers (ascending), read back a batch at a time."""
+        found: list[FileInfo] = []
+        position = 0
+        for number, start in self.chunks():
+            mine = []
+            while position < len(wanted) and wanted[position] < self._ends[number]:
+                mine.append(wanted[position] - start)
+                position += 1
+            if mine:
+                found.extend(file_infos_of(self.batch(number).take(pa.array(mine, pa.int64()))))
+        return found
+
+    def all(self) -> list[FileInfo]:
+        """Every candidate, as the listing gave them (for small listings and tests)."""
+        return self.rows(range(len(self)))
