@@ -60,6 +60,18 @@ from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 OLD = time.time() - 30 * 86400
 
 
+def placeholder_data_file(path: str, size: int = 1) -> DataFile:
+    """A data file entry for a file the benches only list and match, never read: one row, unpartitioned."""
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=1,
+        file_size_in_bytes=size,
+    )
+
+
 def _touch(path: str) -> None:
     with open(path, "wb") as fh:
         fh.write(b"x")
@@ -93,16 +105,7 @@ def _build(work: Path, snapshots: int, per_snapshot: int, orphans: int) -> None:
         for i in range(per_snapshot):
             path = f"{table.location()}/data/{s:05d}-{i:04d}-{uuid.uuid4()}.parquet"
             _touch(local_path(path))
-            files.append(
-                DataFile.from_args(
-                    content=DataFileContent.DATA,
-                    file_path=path,
-                    file_format=FileFormat.PARQUET,
-                    partition=Record(),
-                    record_count=1,
-                    file_size_in_bytes=1,
-                )
-            )
+            files.append(placeholder_data_file(path))
         with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)
@@ -363,16 +366,7 @@ def build_s3(endpoint: str, work: Path, files: int, prefixes: int, orphans: int,
             list(pool.map(lambda k: s3.put_object(Bucket=S3_BUCKET, Key=k, Body=b"x"), keys))
             with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
                 for key in keys:
-                    append.append_data_file(
-                        DataFile.from_args(
-                            content=DataFileContent.DATA,
-                            file_path=f"s3://{S3_BUCKET}/{key}",
-                            file_format=FileFormat.PARQUET,
-                            partition=Record(),
-                            record_count=1,
-                            file_size_in_bytes=1,
-                        )
-                    )
+                    append.append_data_file(placeholder_data_file(f"s3://{S3_BUCKET}/{key}"))
             print(
                 f"  s3: {min(files, (s + 1) * per_snapshot)}/{files} files ({time.perf_counter() - started:.0f} s)",
                 file=sys.stderr,

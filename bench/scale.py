@@ -30,10 +30,9 @@ from datetime import datetime
 from pathlib import Path
 
 import boto3
+from orphans import placeholder_data_file
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
-from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -125,16 +124,7 @@ def build(work: Path, endpoint: str, files: int, orphans: int, snapshots: int, f
     for s in range(snapshots):
         with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
             for path in keys[s * per : (s + 1) * per]:
-                append.append_data_file(
-                    DataFile.from_args(
-                        content=DataFileContent.DATA,
-                        file_path=path,
-                        file_format=FileFormat.PARQUET,
-                        partition=Record(),
-                        record_count=1,
-                        file_size_in_bytes=1,
-                    )
-                )
+                append.append_data_file(placeholder_data_file(path))
     s3.put_object(Bucket=BUCKET, Key=marker, Body=b"")
     (work / marker).touch()
     print(

@@ -24,10 +24,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from orphans import placeholder_data_file
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
-from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
 DIRS = 100
@@ -64,16 +63,7 @@ def build(work: Path, files: int, orphans: int, snapshots: int) -> None:
     for s in range(snapshots):
         with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
             for i in range(s * per, (s + 1) * per if s < snapshots - 1 else files):
-                append.append_data_file(
-                    DataFile.from_args(
-                        content=DataFileContent.DATA,
-                        file_path=f"{loc}/data/p={i % DIRS:03d}/f-{i:08d}.parquet",
-                        file_format=FileFormat.PARQUET,
-                        partition=Record(),
-                        record_count=1,
-                        file_size_in_bytes=0,
-                    )
-                )
+                append.append_data_file(placeholder_data_file(f"{loc}/data/p={i % DIRS:03d}/f-{i:08d}.parquet", size=0))
     marker.touch()
     build_out = {"files": files, "orphans": orphans, "snapshots": snapshots}
     build_out |= {"touch_seconds": round(touch_seconds, 1), "total_seconds": round(time.perf_counter() - started, 1)}
