@@ -20,6 +20,8 @@ from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 # Names without "%": a store decodes a path once, so "%" itself has no second spelling here.
 NAMES = st.text(alphabet="abcXYZ09=_- +.é", min_size=1, max_size=6).filter(lambda n: n not in (".", ".."))
 HEADS = {
+    # A local path: with the scheme, or unqualified as some writers record it (matches any head).
+    "local": ("file://", "file://", ""),
     "s3": ("s3://bucket", "s3a://bucket", "s3n://BUCKET"),
     "gs": ("gs://bucket", "gcs://bucket", "gs://Bucket"),
     "abfs": (
@@ -57,15 +59,19 @@ def classified(referenced: str, listed: str) -> str | None:
 
 @given(
     store=st.sampled_from(sorted(HEADS)),
+    role=st.sampled_from(["data", "metadata", "index"]),
     segments=st.lists(NAMES, min_size=1, max_size=4),
     data=st.data(),
 )
 def test_every_spelling_of_a_referenced_path_keeps_the_listed_file(
-    store: str, segments: list[str], data: st.DataObject
+    store: str, role: str, segments: list[str], data: st.DataObject
 ) -> None:
-    canonical = "/t/data/" + "/".join(segments)
+    """Any store, any role of the path (data and delete files, metadata, index files)."""
+    canonical = f"/t/{role}/" + "/".join(segments)
     head, other_head = data.draw(st.permutations(HEADS[store]))[:2]
-    spelled = data.draw(respelled(["t", "data", *segments]))
+    if not other_head:  # the listing always spells the scheme
+        head, other_head = other_head, head or "file://"
+    spelled = data.draw(respelled(["t", role, *segments]))
     for referenced, listed in ((head + spelled, other_head + canonical), (head + canonical, other_head + spelled)):
         if listed == referenced:
             continue
