@@ -41,6 +41,9 @@ SUMMARY_KEYS = {
     "kept_all_files",
     "committed",
     "phase_seconds",
+    "approved",
+    "not_approved_snapshot_count",
+    "not_approved_file_count",
     "report",
 }
 

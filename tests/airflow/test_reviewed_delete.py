@@ -1,10 +1,11 @@
-"""The reviewed removal's delete: only files of the approved list that a fresh check still finds orphaned (S16)."""
+"""The reviewed runs: only what the approved list holds and a fresh check still finds due goes (S16)."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,12 +14,22 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.reviewed import (
+    REVIEW_PATHS,
     IcebergDeleteApprovedOrphansOperator,
     load_review,
     orphan_review,
 )
+from airflow_iceberg_maint.airflow.operators.reviewed_expiry import (
+    IcebergExpireApprovedSnapshotsOperator,
+    expiry_markdown,
+    expiry_review,
+    load_expiry_review,
+)
 from tests.airflow.conftest import remover
+from tests.expiry.history import build_history
+from tests.orphans.scenario import rows
 
 TABLE = "demo.orders"
 
@@ -95,3 +106,73 @@ def test_a_report_that_is_not_a_dry_run_of_the_table_is_refused(
     with pytest.raises(AirflowFailException, match=r"approved_report .*: not a dry run of table demo\.orders"):
         delete.execute(context)
     assert demo_tables[TABLE]["old"].exists() and demo_tables["demo.events"]["old"].exists()
+
+
+def test_the_approved_expiry_expires_only_the_reviewed_snapshots_and_files(
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    catalog.create_namespace("db")
+    history = build_history(catalog)
+    ids = history.ids
+    cutoff = datetime.now(UTC).isoformat()
+    dry = IcebergExpireSnapshotsOperator(
+        task_id="expire_dry_run",
+        table="db.events",
+        older_than=cutoff,
+        retain_last=1,
+        dry_run=True,
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/reports",
+    ).execute(context)
+    reviewed = json.loads(Path(dry["report"].removeprefix("file://")).read_text())
+    review = load_expiry_review(dry["report"], "iceberg_default")
+    assert review == expiry_review(reviewed, dry["report"])
+    assert (review["expired_snapshot_count"], review["file_count"]) == (
+        len(reviewed["expired_snapshot_ids"]),
+        len(reviewed["deleted_files"]),
+    )
+    form = expiry_markdown(review)
+    assert f"**{review['expired_snapshot_count']} snapshots to expire**" in form
+    assert f"**{review['file_count']} files, {review['bytes']} bytes**" in form
+    assert all(f"`{p}`" in form for p in reviewed["deleted_files"][:REVIEW_PATHS])
+
+    catalog.load_table("db.events").append(rows(500, 3))  # main moves on: a4 becomes due, unreviewed
+    context["ti"].run_id = "manual__approved"
+    summary = IcebergExpireApprovedSnapshotsOperator(
+        task_id="expire_approved",
+        table="db.events",
+        approved_report=dry["report"],
+        older_than_days=0,  # ignored: the reviewed cutoff counts
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/reports",
+    ).execute(context)
+
+    after = catalog.load_table("db.events")
+    assert ids["a4"] in {s.snapshot_id for s in after.metadata.snapshots}
+    assert not {s.snapshot_id for s in after.metadata.snapshots} & set(reviewed["expired_snapshot_ids"])
+    assert (summary["approved"], summary["expired_snapshot_count"], summary["not_approved_snapshot_count"]) == (
+        True,
+        len(reviewed["expired_snapshot_ids"]),
+        1,
+    )
+    report = json.loads(Path(summary["report"].removeprefix("file://")).read_text())
+    assert report["deleted_files"] == sorted(reviewed["deleted_files"])
+    assert not any(Path(p.removeprefix("file://")).exists() for p in report["deleted_files"])
+    assert report["not_approved_snapshot_ids"] == [ids["a4"]]
+
+
+def test_an_approved_expiry_refuses_an_orphan_report(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    dry = remover(state_url, tmp_path, table=TABLE, dry_run=True).execute(context)
+    expire = IcebergExpireApprovedSnapshotsOperator(
+        task_id="expire_approved",
+        table=TABLE,
+        approved_report=dry["report"],
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/other",
+    )
+    before = demo_tables[TABLE]
+    with pytest.raises(AirflowFailException, match=r"approved_report .*: not an expiry dry run of table demo\.orders"):
+        expire.execute(context)
+    assert before["old"].exists()

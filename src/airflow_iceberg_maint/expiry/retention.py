@@ -11,6 +11,8 @@
 - A snapshot no staying ref reaches (staged, or of a removed ref) stays while not older than
   the run's cutoff.
 - ``pinned`` snapshots stay (the snapshot of each index's newest extract, S13).
+- With an ``approved`` list (a reviewed run, S16), only approved refs are removed and only
+  approved snapshots expire; the rest of the plan is kept and listed as not approved.
 
 Everything else expires. Pure: metadata in, a decision out.
 """
@@ -24,7 +26,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRef, SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 
-from airflow_iceberg_maint.expiry.settings import Settings
+from airflow_iceberg_maint.expiry.settings import Approval, Settings
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Retention:
     expired_snapshot_ids: list[int]  # ascending
     removed_refs: list[str]  # sorted
     kept_for_pins: dict[int, str] = field(default_factory=dict)  # snapshot -> pin, for those kept only by a pin
+    #: Due to expire or be removed, but not on the reviewer's approved list: kept.
+    not_approved_snapshot_ids: list[int] = field(default_factory=list)
+    not_approved_refs: list[str] = field(default_factory=list)
 
     @property
     def changes_anything(self) -> bool:
@@ -74,9 +79,15 @@ def branch_retained(metadata: TableMetadata, ref: SnapshotRef, settings: Setting
 
 
 def plan_retention(
-    metadata: TableMetadata, settings: Settings, now_ms: int, pinned: Mapping[int, str] | None = None
+    metadata: TableMetadata,
+    settings: Settings,
+    now_ms: int,
+    pinned: Mapping[int, str] | None = None,
+    approved: Approval | None = None,
 ) -> Retention:
-    removed = sorted(n for n, r in metadata.refs.items() if ref_expired(n, r, metadata, settings, now_ms))
+    due_refs = sorted(n for n, r in metadata.refs.items() if ref_expired(n, r, metadata, settings, now_ms))
+    # An unapproved ref stays, and so does what its retention keeps (computed below as for any ref).
+    removed = [n for n in due_refs if approved is None or n in approved.refs]
     staying = {n: r for n, r in metadata.refs.items() if n not in removed}
     kept: set[int] = set()
     reachable: set[int] = set()
@@ -93,5 +104,12 @@ def plan_retention(
     present = {s.snapshot_id for s in metadata.snapshots}
     by_pin = {sid: pin for sid, pin in (pinned or {}).items() if sid in present and sid not in kept}
     kept.update(by_pin)
-    expired = sorted(present - kept)
-    return Retention(expired, removed, by_pin)
+    due = sorted(present - kept)
+    expired = [s for s in due if approved is None or s in approved.snapshot_ids]
+    return Retention(
+        expired,
+        removed,
+        by_pin,
+        not_approved_snapshot_ids=sorted(set(due) - set(expired)),
+        not_approved_refs=sorted(set(due_refs) - set(removed)),
+    )

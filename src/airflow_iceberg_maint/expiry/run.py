@@ -67,6 +67,11 @@ class ExpiryReport:
     kept_all_files: str | None = None
     delete_requests: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    #: A reviewed run (``ExpireOptions.approved``): what the fresh plan found but nobody approved, kept.
+    approved: bool = False
+    not_approved_snapshot_ids: list[int] = field(default_factory=list)
+    not_approved_refs: list[str] = field(default_factory=list)
+    not_approved_files: list[str] = field(default_factory=list)
 
     @property
     def deleted_file_count(self) -> int:
@@ -93,6 +98,10 @@ class ExpiryReport:
             "kept_all_files": self.kept_all_files,
             "delete_requests": self.delete_requests,
             "phase_seconds": self.phase_seconds,
+            "approved": self.approved,
+            "not_approved_snapshot_ids": self.not_approved_snapshot_ids,
+            "not_approved_refs": self.not_approved_refs,
+            "not_approved_files": self.not_approved_files,
         }
 
 
@@ -120,8 +129,10 @@ def _plan_and_commit(
 ) -> _Committed:
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         before, before_location = table.metadata, table.metadata_location
-        retention = plan_retention(before, settings, now_ms, pinned_snapshots(table, pins))
+        retention = plan_retention(before, settings, now_ms, pinned_snapshots(table, pins), options.approved)
         report.expired_snapshot_ids, report.removed_refs = retention.expired_snapshot_ids, retention.removed_refs
+        report.not_approved_snapshot_ids = retention.not_approved_snapshot_ids
+        report.not_approved_refs = retention.not_approved_refs
         report.kept_for_pins = {str(k): v for k, v in sorted(retention.kept_for_pins.items())}
         report.commit_attempts = attempt
         if on_stage:
@@ -193,6 +204,7 @@ def expire_snapshots(
     refuse_gc_disabled(table)
     name = ".".join(table.name())
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
+    report.approved = options.approved is not None
     started = time.perf_counter()
     state = _plan_and_commit(table, settings, options, pins, report, on_stage, int(now.timestamp() * 1000))
     report.phase_seconds["commit"] = round(time.perf_counter() - started, 3)
@@ -215,6 +227,9 @@ def expire_snapshots(
     expired = set(state.retention.expired_snapshot_ids)
     with ReferenceWalk(table, PathEquivalence(), options.reader_processes) as walk:
         planned = deletable_files(walk, state.before, state.after, expired, sources)
+        if options.approved is not None:
+            report.not_approved_files = sorted(p for p in planned if p not in options.approved.files)
+            planned = {p: size for p, size in planned.items() if p in options.approved.files}
         report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
         report.phase_seconds["plan_files"] = round(time.perf_counter() - started, 3)
         if on_stage:

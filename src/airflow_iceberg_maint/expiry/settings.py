@@ -18,6 +18,16 @@ DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 
 
 @dataclass(frozen=True)
+class Approval:
+    """What a reviewer approved of a dry run (S16): only these snapshots may expire, only these refs
+    be removed and only these files be deleted, and each only if the fresh plan still says so."""
+
+    snapshot_ids: frozenset[int]
+    refs: frozenset[str]
+    files: frozenset[str]
+
+
+@dataclass(frozen=True)
 class ExpireOptions:
     """What to expire. ``older_than`` (absolute) wins over ``older_than_days``; None means the table's default."""
 
@@ -27,6 +37,7 @@ class ExpireOptions:
     dry_run: bool = False
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES
     reader_processes: int | None = None  # manifest-decoding workers; None: one a core for large local tables
+    approved: Approval | None = None  # a reviewed run: the fresh plan limited to what was approved
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,9 @@ def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None
         "kept_all_files": body["kept_all_files"] is not None,
         "committed": body["committed"],
         "phase_seconds": body["phase_seconds"],
+        "approved": body["approved"],
+        "not_approved_snapshot_count": len(body["not_approved_snapshot_ids"]),
+        "not_approved_file_count": len(body["not_approved_files"]),
         "report": report,
     }
 

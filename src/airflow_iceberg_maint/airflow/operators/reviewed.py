@@ -55,11 +55,15 @@ def orphan_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS
     }
 
 
+def read_reviewed(report: str, iceberg_conn_id: str) -> dict[str, Any]:
+    """The report at ``report``, read with the storage properties of the connection's catalog
+    (through the provider's hook, as the operators reach it)."""
+    return read_report(report, dict(IcebergMaintenanceHook(iceberg_conn_id).catalog.properties))
+
+
 def load_review(report: str, iceberg_conn_id: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
-    """``orphan_review`` of the report at ``report``, read with the storage properties of the
-    connection's catalog (through the provider's hook, as the operators reach it)."""
-    catalog = IcebergMaintenanceHook(iceberg_conn_id).catalog
-    return orphan_review(read_report(report, dict(catalog.properties)), report, paths)
+    """``orphan_review`` of the orphan dry run's report at ``report``."""
+    return orphan_review(read_reviewed(report, iceberg_conn_id), report, paths)
 
 
 def review_markdown(review: Mapping[str, Any]) -> str:
