@@ -63,7 +63,7 @@ def _trigger(airflow: Airflow) -> str:
 
 
 def _orders(airflow: Airflow) -> Table:
-    return SqlCatalog("ui", **airflow.catalog).load_table("sales.orders")
+    return SqlCatalog("iceberg_default", **airflow.catalog).load_table("sales.orders")
 
 
 def _append(airflow: Airflow, start: int) -> int:
