@@ -39,6 +39,24 @@ REVIEW_PATHS = 20
 REPORT_PAGE = "/iceberg-maint/report?uri="
 
 
+def shown_paths(files: Sequence[str], uri: str, paths: int) -> dict[str, Any]:
+    """The part of a review that lists files: the first ``paths`` of them, how many more, the full report."""
+    return {
+        "first_paths": list(files[:paths]),
+        "more_paths": max(0, len(files) - paths),
+        "report": uri,
+        "report_page": REPORT_PAGE + quote(uri, safe=""),
+    }
+
+
+def paths_markdown(review: Mapping[str, Any], link: str) -> list[str]:
+    """The lines of a form that list ``shown_paths`` and link to the full report as ``link``."""
+    lines = [f"- `{path}`" for path in review["first_paths"]]
+    if review["more_paths"]:
+        lines.append(f"- ... and {review['more_paths']} more")
+    return [*lines, "", f"[{link}]({review['report_page']})"]
+
+
 def orphan_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
     """What a reviewer sees of a dry run: the counts, bytes, the first paths and the full report's page."""
     files = list(report["orphan_files"])
@@ -48,10 +66,7 @@ def orphan_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS
         "older_than": report["older_than"],
         "orphan_file_count": len(files),
         "orphan_bytes": int(report["orphan_bytes"]),
-        "first_paths": files[:paths],
-        "more_paths": max(0, len(files) - paths),
-        "report": uri,
-        "report_page": REPORT_PAGE + quote(uri, safe=""),
+        **shown_paths(files, uri, paths),
     }
 
 
@@ -74,11 +89,8 @@ def review_markdown(review: Mapping[str, Any]) -> str:
         "",
         "Approving deletes only these files, and only those a fresh check still finds orphaned.",
         "",
-        *(f"- `{path}`" for path in review["first_paths"]),
+        *paths_markdown(review, "Full report"),
     ]
-    if review["more_paths"]:
-        lines.append(f"- ... and {review['more_paths']} more")
-    lines += ["", f"[Full report]({review['report_page']})"]
     return "\n".join(lines)
 
 

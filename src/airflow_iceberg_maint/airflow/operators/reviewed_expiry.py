@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
-from airflow_iceberg_maint.airflow.operators.reviewed import REPORT_PAGE, REVIEW_PATHS, read_reviewed
+from airflow_iceberg_maint.airflow.operators.reviewed import REVIEW_PATHS, paths_markdown, read_reviewed, shown_paths
 from airflow_iceberg_maint.airflow.reports import read_report
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.settings import Approval, ExpireOptions
@@ -35,10 +34,7 @@ def expiry_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS
         "removed_refs": list(report["removed_refs"]),
         "file_count": len(files),
         "bytes": int(report["deleted_bytes"]),
-        "first_paths": files[:paths],
-        "more_paths": max(0, len(files) - paths),
-        "report": uri,
-        "report_page": REPORT_PAGE + quote(uri, safe=""),
+        **shown_paths(files, uri, paths),
     }
 
 
@@ -60,11 +56,8 @@ def expiry_markdown(review: Mapping[str, Any]) -> str:
         "",
         f"**{review['file_count']} files, {review['bytes']} bytes** only they reach:",
         "",
-        *(f"- `{path}`" for path in review["first_paths"]),
+        *paths_markdown(review, "Full expiry report"),
     ]
-    if review["more_paths"]:
-        lines.append(f"- ... and {review['more_paths']} more")
-    lines += ["", f"[Full expiry report]({review['report_page']})"]
     return "\n".join(lines)
 
 
