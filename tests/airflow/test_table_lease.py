@@ -23,8 +23,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishOrphanShardsOperator
-from airflow_iceberg_maint.airflow.table_lease import Lease, SqlLeases, VariableLeases
+from airflow_iceberg_maint.airflow.table_lease import VariableLeases
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
+from airflow_iceberg_maint.policy.lease import Lease, SqlLeases
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
 
 TABLE = "demo.orders"
