@@ -202,3 +202,18 @@ def test_two_command_line_runs_never_overlap(tmp_path: Path, capsys, monkeypatch
     assert second.second is not None and second.second.returncode == EXIT_TABLE_BUSY
     assert f"another maintenance run holds its lease ({second.holder}, until " in second.second.stderr
     assert _store().holder("db.t") is None
+
+
+def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
+    _table_with_orphan(tmp_path)
+    env = _env(tmp_path)
+    until = _in_ten_minutes()
+    _task_holds("db.t", until)
+    files = _files(tmp_path / "wh")
+
+    create = _run(env, "index", "create", "db.t", "by_id", "--ordering", "id", "--json")
+
+    assert (create.returncode, create.stdout, create.stderr) == (EXIT_TABLE_BUSY, "", _busy("index", "db.t", until))
+    assert _files(tmp_path / "wh") == files
+    listed = _run(env, "index", "list", "db.t", "--json")  # reading takes no lease
+    assert listed.returncode == 0 and json.loads(listed.stdout)["indexes"] == []
