@@ -211,17 +211,21 @@ def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str,
     assert not any(planted["old"].exists() for planted in demo_tables.values())
 
 
-def test_a_policys_memory_budget_reaches_the_removal_run(
+def test_a_policys_memory_budget_and_listing_reach_the_removal_run(
     demo_tables: dict, state_url: str, tmp_path: Path, context: dict
 ) -> None:
-    policy_file = tmp_path / "policies.yaml"
-    policy_file.write_text(
-        "name: small\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\n"
-        "content: {olderThanDays: 3, memoryBudgetMb: 1}\n"
-    )
-    plan = {"task_id": "plan", "policy_file": str(policy_file), "state_url": state_url}
+    policy = "name: small\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\ncontent: {olderThanDays: 3, "
+    with_listing = tmp_path / "with-listing.yaml"  # planned only: a local table is never read from an inventory
+    with_listing.write_text(policy + "memoryBudgetMb: 1, listing: /inventories/listing.parquet}\n")
+    plan = {"task_id": "plan", "policy_file": str(with_listing), "state_url": state_url}
     items = IcebergMaintenancePlanOperator(**plan).execute(context)  # the scheduled maintenance flow's plan
-    assert sorted((i["table"], i["memory_budget_mb"]) for i in items) == [("demo.events", 1), ("demo.orders", 1)]
+    assert sorted((i["table"], i["memory_budget_mb"], i["listing"]) for i in items) == [
+        ("demo.events", 1, "/inventories/listing.parquet"),
+        ("demo.orders", 1, "/inventories/listing.parquet"),
+    ]
+    policy_file = tmp_path / "policies.yaml"
+    policy_file.write_text(policy + "memoryBudgetMb: 1}\n")
+    plan["policy_file"] = str(policy_file)
     jobs = IcebergOrphanPolicyExpansionOperator(**plan).execute(context)
     assert [job["memory_budget_mb"] for job in jobs] == [1, 1]
 
