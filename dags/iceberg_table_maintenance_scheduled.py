@@ -65,6 +65,8 @@ with DAG(
         policy: str | None,
         allow_recent_files: bool,
         other_tables_uri: str | None,
+        memory_budget_mb: int | None,
+        listing: str | None,
     ) -> None:
         expiry = IcebergExpireSnapshotsOperator(
             task_id="expire_snapshots",
@@ -87,6 +89,8 @@ with DAG(
             policy=policy,
             allow_recent_files=allow_recent_files,
             other_tables_uri=other_tables_uri,
+            memory_budget_mb=memory_budget_mb,
+            listing=listing,
             trigger_rule="none_failed",
             map_index_template="{{ task.table }}",
             **retried,

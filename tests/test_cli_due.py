@@ -243,3 +243,20 @@ def test_policy_validate_accepts_both_types(tmp_path: Path, capsys: pytest.Captu
         f"iceberg-maint policy: policy file {str(bad)!r}: policy 'expire_daily' content.retainLast: "
         "expected a whole number >= 1, got 0\n"
     )
+
+
+def test_policy_validate_checks_the_memory_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "policies.json"
+    good.write_text(json.dumps({**POLICY, "content": {**POLICY["content"], "memoryBudgetMb": 64}}))
+    assert main(["policy", "validate", str(good), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policies"][0]["content"]["memoryBudgetMb"] == 64
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**POLICY, "content": {"memoryBudgetMb": 0.5}}))
+    assert main(["policy", "validate", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"iceberg-maint policy: policy file {str(bad)!r}: policy 'weekly' content.memoryBudgetMb: "
+        "expected a whole number >= 1, got 0.5\n"
+    )

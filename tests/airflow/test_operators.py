@@ -15,6 +15,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.airflow.operators.maintenance_planning import IcebergMaintenancePlanOperator
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
@@ -207,6 +208,31 @@ def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str,
     summaries = [remover(state_url, tmp_path, **job).execute(context) for job in jobs]
     assert sorted(s["table"] for s in summaries) == ["demo.events", "demo.orders"]
     assert all(s["deleted_file_count"] == 1 and s["policy"] == "remove_orphans_weekly" for s in summaries)
+    assert not any(planted["old"].exists() for planted in demo_tables.values())
+
+
+def test_a_policys_memory_budget_and_listing_reach_the_removal_run(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    policy = "name: small\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\ncontent: {olderThanDays: 3, "
+    with_listing = tmp_path / "with-listing.yaml"  # planned only: a local table is never read from an inventory
+    with_listing.write_text(policy + "memoryBudgetMb: 1, listing: /inventories/listing.parquet}\n")
+    plan = {"task_id": "plan", "policy_file": str(with_listing), "state_url": state_url}
+    items = IcebergMaintenancePlanOperator(**plan).execute(context)  # the scheduled maintenance flow's plan
+    assert sorted((i["table"], i["memory_budget_mb"], i["listing"]) for i in items) == [
+        ("demo.events", 1, "/inventories/listing.parquet"),
+        ("demo.orders", 1, "/inventories/listing.parquet"),
+    ]
+    policy_file = tmp_path / "policies.yaml"
+    policy_file.write_text(policy + "memoryBudgetMb: 1}\n")
+    plan["policy_file"] = str(policy_file)
+    jobs = IcebergOrphanPolicyExpansionOperator(**plan).execute(context)
+    assert [job["memory_budget_mb"] for job in jobs] == [1, 1]
+
+    removers = [remover(state_url, tmp_path, **job) for job in jobs]
+    assert [r._prepare(context).options.memory_budget_mb for r in removers] == [1, 1]
+    summaries = [r.execute(context) for r in removers]  # a 1 MB budget: the same result
+    assert [s["deleted_file_count"] for s in summaries] == [1, 1]
     assert not any(planted["old"].exists() for planted in demo_tables.values())
 
 

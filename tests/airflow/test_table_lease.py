@@ -23,8 +23,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishOrphanShardsOperator
-from airflow_iceberg_maint.airflow.table_lease import Lease, SqlLeases, VariableLeases
+from airflow_iceberg_maint.airflow.table_lease import VariableLeases
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
+from airflow_iceberg_maint.cli import main
+from airflow_iceberg_maint.policy.lease import Lease, SqlLeases
+from airflow_iceberg_maint.progress import reporting
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
 
 TABLE = "demo.orders"
@@ -121,6 +124,43 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
         expirer(retain_last=0).execute({"ti": TaskContextTI()})
     assert store.holder(TABLE) is None
     assert lease_owner({"ti": TaskContextTI(map_index=3)}, "expire") == "unit/manual__unit/expire/3"  # type: ignore[typeddict-item]
+
+
+def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
+    demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The other way round from tests/test_cli_lease.py: a command-line run on the task's state_url holds it."""
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)
+    seen: dict[str, object] = {}
+
+    class TaskDuringTheRun:  # a progress reporter: at the run's first phase, a task tries the same table
+        def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+            if "holder" in seen:
+                return
+            seen["holder"] = SqlLeases(state_url).holder(TABLE)
+            expirer = IcebergExpireSnapshotsOperator(
+                task_id="expire",
+                table=TABLE,
+                state_url=state_url,
+                report_location=f"file://{tmp_path}/r",
+                lease_timeout=0,
+            )
+            try:
+                expirer.execute({"ti": TaskContextTI()})
+            except AirflowException as exc:
+                seen["task"] = str(exc)
+
+    with reporting(TaskDuringTheRun()):
+        status = main(["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--json"])
+
+    assert status == 0, capsys.readouterr().err
+    holder = seen["holder"]
+    assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
+    assert seen["task"] == (
+        f"table {TABLE}: another maintenance task holds its lease ({holder.owner}, until "
+        f"{holder.expires_at.isoformat()}); gave up after waiting 0 s (lease_timeout)"
+    )
+    assert SqlLeases(state_url).holder(TABLE) is None
 
 
 def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, state_url: str, tmp_path: Path) -> None:

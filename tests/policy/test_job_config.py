@@ -11,6 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB
 from airflow_iceberg_maint.policy.job_config import (
     ExpiryJobConfig,
     build_expiry_job,
@@ -83,6 +84,15 @@ def test_the_listing_reaches_the_engine_and_the_job_json(table_location: str) ->
     assert job.to_options().listing == "/inv/listing.parquet"
     assert job.to_json()["listing"] == "/inv/listing.parquet"
     assert "listing" not in build_orphan_job("db.t", table_location, OrphanRemovalContent(), NOW).to_json()
+
+
+def test_the_memory_budget_reaches_the_engine_and_the_job_json(table_location: str) -> None:
+    job = build_orphan_job("db.t", table_location, OrphanRemovalContent(memory_budget_mb=64), NOW)
+    assert job.to_options(max_concurrent_deletes=2).memory_budget_mb == 64
+    assert job.to_json()["memory_budget_mb"] == 64  # the removal operator's argument of that name
+    default = build_orphan_job("db.t", table_location, OrphanRemovalContent(), NOW)
+    assert default.to_options().memory_budget_mb == DEFAULT_MEMORY_BUDGET_MB
+    assert "memory_budget_mb" not in default.to_json()
 
 
 def test_naive_now_is_refused(table_location: str) -> None:

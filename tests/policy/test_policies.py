@@ -76,6 +76,18 @@ def test_listing_is_carried_and_shown_only_when_set() -> None:
     assert policy.content.to_json() == {"olderThanDays": 3.0, "location": None, "dryRun": False, "listing": source}
 
 
+def test_memory_budget_is_carried_and_shown_only_when_set() -> None:
+    policy = parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL, "content": {"memoryBudgetMb": 64}})
+    assert policy.content.memory_budget_mb == 64
+    assert policy.content.to_json() == {"olderThanDays": 3.0, "location": None, "dryRun": False, "memoryBudgetMb": 64}
+    assert parse_policy({"name": "p", "type": ORPHAN_FILE_REMOVAL}).content.memory_budget_mb is None
+    with pytest.raises(InvalidInputError) as caught:  # an orphan-removal key only
+        parse_policy({"name": "p", "type": SNAPSHOT_EXPIRY, "content": {"memoryBudgetMb": 64}}, source="p.yaml")
+    assert str(caught.value) == (
+        "p.yaml: policy 'p' content: unknown field 'memoryBudgetMb' (allowed: dryRun, olderThanDays, retainLast)"
+    )
+
+
 @pytest.mark.parametrize(("days", "shown"), [(0, "0"), (0.5, "0.5"), (0.999, "0.999")])
 def test_days_under_one_are_refused_without_allow_recent_files(days: float, shown: str) -> None:
     for content in ({"olderThanDays": days}, {"olderThanDays": days, "allowRecentFiles": False}):
@@ -109,6 +121,22 @@ def test_days_under_one_are_refused_without_allow_recent_files(days: float, show
         ({**SPEC_EXAMPLE, "content": {"location": " "}}, "content.location: must not be empty"),
         ({**SPEC_EXAMPLE, "content": {"listing": ["a"]}}, "content.listing: expected a string, got ['a']"),
         ({**SPEC_EXAMPLE, "content": {"listing": ""}}, "content.listing: must not be empty (omit it to list storage)"),
+        (
+            {**SPEC_EXAMPLE, "content": {"memoryBudgetMb": 0}},
+            "content.memoryBudgetMb: expected a whole number >= 1, got 0",
+        ),
+        (
+            {**SPEC_EXAMPLE, "content": {"memoryBudgetMb": 256.0}},
+            "content.memoryBudgetMb: expected a whole number >= 1, got 256.0",
+        ),
+        (
+            {**SPEC_EXAMPLE, "content": {"memoryBudgetMb": "512"}},
+            "content.memoryBudgetMb: expected a whole number >= 1, got '512'",
+        ),
+        (
+            {**SPEC_EXAMPLE, "content": {"memoryBudgetMb": True}},
+            "content.memoryBudgetMb: expected a whole number >= 1, got True",
+        ),
         ({**SPEC_EXAMPLE, "minIntervalDays": -0.5}, "minIntervalDays: must be a finite number >= 0"),
         ({**SPEC_EXAMPLE, "enabled": "true"}, ".enabled: expected true or false"),
         ({**SPEC_EXAMPLE, "tables": "sales.*"}, ".tables: expected a list"),

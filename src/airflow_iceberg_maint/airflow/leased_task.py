@@ -1,4 +1,4 @@
-"""``TableLeaseMixin``: a maintenance operator runs only while it holds its table's lease (``table_lease``).
+"""``TableLeaseMixin``: a maintenance operator runs only while it holds its table's lease (``policy.lease``).
 
 A task that finds the lease held defers (``TableLeaseTrigger`` watches it in the triggerer; no
 worker slot is held) and tries again when it is free. After ``lease_timeout`` seconds of waiting
@@ -19,10 +19,11 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.table_lease import DEFAULT_TTL_SECONDS, Lease, held, lease_store_for
+from airflow_iceberg_maint.airflow.table_lease import lease_store_for
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.table_lease import FREE, TIMEOUT, TableLeaseTrigger
 from airflow_iceberg_maint.errors import MaintenanceError, TableBusyError
+from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, Lease, held
 
 DEFAULT_LEASE_TIMEOUT_SECONDS = 6 * 3600.0
 DEFAULT_LEASE_POLL_SECONDS = 30.0

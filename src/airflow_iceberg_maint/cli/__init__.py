@@ -16,6 +16,9 @@ Exit status:
   naming each file and the store's error, and one line on stderr counts them. Whatever was not
   deleted is still there, and a later run tries it again; scripts should treat 3 as a failure,
   as the Airflow operators do.
+- 4: another maintenance run (an Airflow task, or another ``iceberg-maint`` run) holds the table's
+  lease (``cli.lease``) and ``--lease-wait`` did not outlast it: one line on stderr names the table,
+  the holder and when its lease expires; nothing was changed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_maint import __version__
 from airflow_iceberg_maint.catalog import open_catalog
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, TableBusyError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -41,6 +44,8 @@ COMMAND_MODULES = ("orphans", "expiry", "due", "policy", "index")
 PROGRESS_MODES = ("auto", "on", "off")
 #: The exit status of a command that completed with failed deletes (see the module's docstring).
 EXIT_FAILED_DELETES = 3
+#: The exit status of a command that found the table's lease held (see the module's docstring).
+EXIT_TABLE_BUSY = 4
 #: The key of a command's result that holds the files whose deletion failed (``{"path", "error"}`` each).
 FAILED = "failed"
 DEFAULT_CATALOG = "default"
@@ -167,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             error = exc
     if error is not None:
         print(f"iceberg-maint {args.command}: {error}".replace("\n", " "), file=sys.stderr)
-        return 2
+        return EXIT_TABLE_BUSY if isinstance(error, TableBusyError) else 2
     counts_failures = result.pop("__failed_deletes__", False)
     if getattr(args, "json", False):
         result.pop("__text__", None)

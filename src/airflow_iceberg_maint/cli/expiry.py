@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
+from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.cli.orphans import _positive
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
@@ -38,6 +39,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="report, commit nothing, delete nothing")
     parser.add_argument("--max-concurrent-deletes", type=_positive, default=DEFAULT_MAX_CONCURRENT_DELETES)
+    add_lease_wait(parser)
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -68,7 +70,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.retain_last is not None:
         check_retain_last(args.retain_last, "--retain-last")
     store = SqlStateStore()  # opened first: a bad state URL is refused before anything is expired
-    table = load_table(cli_catalog(args), args.table)
     options = ExpireOptions(
         older_than=args.older_than,
         older_than_days=args.older_than_days,
@@ -76,8 +77,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         dry_run=args.dry_run,
         max_concurrent_deletes=args.max_concurrent_deletes,
     )
-    report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now)
-    result = report.to_json()
-    # Bookkeeping for `due`: only a real run without failed deletes moves the last-expiry clock.
-    record_expiry_run(store, result, datetime.now(UTC))
+    with table_lease(args, args.table):
+        table = load_table(cli_catalog(args), args.table)
+        report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now)
+        result = report.to_json()
+        # Bookkeeping for `due`: only a real run without failed deletes moves the last-expiry clock.
+        record_expiry_run(store, result, datetime.now(UTC))
     return with_failed_deletes({**result, "__text__": _text(report)})

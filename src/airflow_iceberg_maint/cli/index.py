@@ -13,6 +13,7 @@ from pyiceberg.types import NestedField
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
+from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.lifecycle.lag import index_lag
@@ -69,6 +70,7 @@ def register(subparsers: Any) -> None:
         help="folder of the table's indexes, each at URI/NAME (default TABLE-LOCATION/index), kept as the table "
         "property write.index.path: for stores that refuse TABLE-LOCATION/index/ (S3 Tables, table buckets)",
     )
+    add_lease_wait(create)
     create.set_defaults(func=run_create)
 
     listing = commands.add_parser("list", help="the indexes of a table")
@@ -84,6 +86,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="rebuild every region (default: incremental from the nearest usable extract)",
     )
+    add_lease_wait(refresh)
     refresh.set_defaults(func=run_refresh)
 
     lag = commands.add_parser("lag", help="how far the index lags the table")
@@ -105,6 +108,7 @@ def register(subparsers: Any) -> None:
     _table_and_index(expire)
     expire.add_argument("--retain-last", type=_non_negative, help="keep this many newest extracts")
     expire.add_argument("--older-than", type=timestamp, help="drop extracts created before this ISO 8601 time")
+    add_lease_wait(expire)
     expire.set_defaults(func=run_expire)
 
     unreferenced = commands.add_parser(
@@ -120,6 +124,7 @@ def register(subparsers: Any) -> None:
         help=f"only files older than this many days (default {DEFAULT_OLDER_THAN_DAYS:g})",
     )
     unreferenced.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    add_lease_wait(unreferenced)
     add_json_flag(unreferenced)
     unreferenced.set_defaults(func=run_remove_unreferenced)
 
@@ -141,6 +146,11 @@ def ordering_texts(metadata: IndexMetadata) -> list[str]:
 
 
 def run_create(args: argparse.Namespace) -> dict[str, Any]:
+    with table_lease(args, args.table):
+        return _create(args)
+
+
+def _create(args: argparse.Namespace) -> dict[str, Any]:
     table = _table(args)
 
     def definition() -> IndexMetadata:
@@ -183,7 +193,8 @@ def run_list(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_refresh(args: argparse.Namespace) -> dict[str, Any]:
-    return refresh_index(_table(args), args.index, args.snapshot_id, full=args.full).to_json()
+    with table_lease(args, args.table):
+        return refresh_index(_table(args), args.index, args.snapshot_id, full=args.full).to_json()
 
 
 def run_lag(args: argparse.Namespace) -> dict[str, Any]:
@@ -289,13 +300,16 @@ def _json_value(value: Any) -> Any:
 
 
 def run_expire(args: argparse.Namespace) -> dict[str, Any]:
-    return expire_extracts(_table(args), args.index, retain_last=args.retain_last, older_than=args.older_than)
+    with table_lease(args, args.table):
+        return expire_extracts(_table(args), args.index, retain_last=args.retain_last, older_than=args.older_than)
 
 
 def run_remove_unreferenced(args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(UTC)
     cutoff = cutoff_for_days(args.older_than_days, now, "--older-than-days")  # refused before any catalog call
-    report = remove_unreferenced_index_files(_table(args), cutoff, name=args.index, dry_run=args.dry_run, now=now)
+    with table_lease(args, args.table):
+        table = _table(args)
+        report = remove_unreferenced_index_files(table, cutoff, name=args.index, dry_run=args.dry_run, now=now)
     result = report.to_json()
     verb = "would delete" if args.dry_run else "deleted"
     count = len(report.unreferenced_files) if args.dry_run else report.deleted_file_count

@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
+from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
@@ -63,6 +64,7 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_MEMORY_BUDGET_MB,
         help="listed files and referenced paths past this many MB go to local disk (TMPDIR)",
     )
+    add_lease_wait(parser)
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -87,6 +89,11 @@ def _text(report: OrphanReport) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.older_than_days is not None:
         cutoff_for_days(args.older_than_days, datetime.now(UTC), "--older-than-days")  # refused before any catalog call
+    with table_lease(args, args.table):
+        return _remove(args)
+
+
+def _remove(args: argparse.Namespace) -> dict[str, Any]:
     table = load_table(cli_catalog(args), args.table)
     options = OrphanOptions(
         older_than=args.older_than,

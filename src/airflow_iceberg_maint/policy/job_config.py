@@ -48,18 +48,26 @@ class OrphanJobConfig:
     location: str
     dry_run: bool
     listing: str | None = None
+    memory_budget_mb: int | None = None  # None: the engine's default
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        """The job as the removal operator's arguments; the optional ones only when set."""
+        body: dict[str, Any] = {
             "table": self.table,
             "older_than": self.older_than.isoformat(),
             "location": self.location,
             "dry_run": self.dry_run,
         }
-        return body if self.listing is None else {**body, "listing": self.listing}
+        if self.listing is not None:
+            body["listing"] = self.listing
+        if self.memory_budget_mb is not None:
+            body["memory_budget_mb"] = self.memory_budget_mb
+        return body
 
     def to_options(self, **engine: Any) -> OrphanOptions:
         """Engine options for this job; ``engine`` adds the tuning knobs (prefix mismatch mode, ...)."""
+        if self.memory_budget_mb is not None:
+            engine["memory_budget_mb"] = self.memory_budget_mb
         return OrphanOptions(
             older_than=self.older_than, location=self.location, dry_run=self.dry_run, listing=self.listing, **engine
         )
@@ -84,6 +92,7 @@ def build_orphan_job(
         location=validate_location(content.location, table_location, equivalence),
         dry_run=content.dry_run,
         listing=content.listing,
+        memory_budget_mb=content.memory_budget_mb,
     )
 
 

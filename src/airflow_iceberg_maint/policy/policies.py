@@ -50,6 +50,7 @@ class OrphanRemovalContent:
     dry_run: bool = False
     allow_recent_files: bool = False
     listing: str | None = None  # an inventory to read the listing from (orphans.inventory); None: list storage
+    memory_budget_mb: int | None = None  # the scan's memory before it spills to disk; None: the engine's default
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -62,6 +63,8 @@ class OrphanRemovalContent:
             body["allowRecentFiles"] = True
         if self.listing is not None:
             body["listing"] = self.listing
+        if self.memory_budget_mb is not None:
+            body["memoryBudgetMb"] = self.memory_budget_mb
         return body
 
 
@@ -164,7 +167,8 @@ def _content_body(body: Any, allowed: frozenset[str], what: str) -> Mapping[str,
 
 def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
     """Parse and validate the content of an orphan-file removal policy."""
-    body = _content_body(body, frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles", "listing"}), what)
+    allowed = frozenset({"olderThanDays", "location", "dryRun", "allowRecentFiles", "listing", "memoryBudgetMb"})
+    body = _content_body(body, allowed, what)
     location = _optional_string(body.get("location"), f"{what} content.location")
     if location is not None and not location.strip():
         raise InvalidInputError(f"{what} content.location: must not be empty (omit it to scan the table location)")
@@ -178,12 +182,14 @@ def parse_orphan_removal_content(body: Any, what: str) -> OrphanRemovalContent:
             f"{what} content.olderThanDays: expected a number of days >= 1, got {days:g} (files younger than "
             "1 day may belong to writes in progress; set content.allowRecentFiles: true to allow down to 0)"
         )
+    budget = body.get("memoryBudgetMb")
     return OrphanRemovalContent(
         older_than_days=days,
         location=location,
         dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
         allow_recent_files=allow_recent_files,
         listing=listing,
+        memory_budget_mb=None if budget is None else _whole_number(budget, f"{what} content.memoryBudgetMb", 1),
     )
 
 

@@ -174,6 +174,17 @@ def default_state_url() -> str:
     return f"sqlite:///{base / 'iceberg-maint' / 'state.db'}"
 
 
+def state_engine(url: str) -> sa.Engine:
+    """An engine on the state store's database; the folder of a SQLite file is created."""
+    try:
+        engine = sa.create_engine(url)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise InvalidInputError(f"state store URL {url!r}: {exc}") from exc
+    if engine.dialect.name == "sqlite" and engine.url.database:
+        Path(engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+    return engine
+
+
 _METADATA = sa.MetaData()
 _TABLE = sa.Table(
     "iceberg_maint_state",
@@ -189,12 +200,7 @@ class SqlStateStore:
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_state_url()
-        try:
-            self._engine = sa.create_engine(self.url)
-        except (sa.exc.ArgumentError, ImportError) as exc:
-            raise InvalidInputError(f"state store URL {self.url!r}: {exc}") from exc
-        if self._engine.dialect.name == "sqlite" and self._engine.url.database:
-            Path(self._engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+        self._engine = state_engine(self.url)
         try:
             _METADATA.create_all(self._engine)
         except sa.exc.SQLAlchemyError as exc:

@@ -59,8 +59,10 @@ class IcebergMaintenancePlanOperator(_OrphanPlanningOperator):
     Each item feeds the mapped group of ``iceberg_table_maintenance_scheduled`` (``expand_kwargs``):
     ``table``; ``expire`` (due for expiry) with ``expire_older_than``, ``retain_last``,
     ``expire_dry_run`` and ``expire_policy``; ``remove_orphans`` (due for orphan removal) with
-    ``older_than``, ``location``, ``dry_run``, ``policy``, ``allow_recent_files`` and
-    ``other_tables_uri``. A part that is not due has its flag false and its other keys None.
+    ``older_than``, ``location``, ``dry_run``, ``policy``, ``allow_recent_files``,
+    ``other_tables_uri``, ``memory_budget_mb`` (the policy's ``memoryBudgetMb``; None: the default) and
+    ``listing`` (the policy's inventory; None: list storage).
+    A part that is not due has its flag false and its other keys None.
     Items are sorted by the higher of the two scores. The evaluations are pushed under
     ``evaluations`` (orphan removal) and ``expiry_evaluations``.
 
@@ -116,6 +118,8 @@ def table_items(
             policy=o_policy,
             allow_recent_files=allow_recent[o_policy] if o_policy else False,
             other_tables_uri=other_tables_uri if o_job else None,
+            memory_budget_mb=o_job.memory_budget_mb if o_job else None,
+            listing=o_job.listing if o_job else None,
         )
         items.append(item)
     return items

@@ -32,6 +32,7 @@ from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, 
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.maintenance.status_records import last_attempt
+from airflow_iceberg_maint.maintenance.values import is_none
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
@@ -134,7 +135,8 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
     :param equal_authorities: authority aliases.
     :param max_concurrent_deletes: parallel delete requests.
     :param memory_budget_mb: listed files and referenced paths held in memory past this many MB go to
-        the worker's local disk (``TMPDIR``); the result is the same.
+        the worker's local disk (``TMPDIR``); the result is the same. None: the default, 512 (a policy's
+        ``memoryBudgetMb`` reaches this argument through the planning task's jobs).
     :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
         option, else ``$AIRFLOW_HOME/iceberg_maint/reports``). Refused inside any location of the table
         or of the other tables the run knows of. The report is written before anything is deleted.
@@ -188,7 +190,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         equal_schemes: Mapping[str, str] | str | None = None,
         equal_authorities: Mapping[str, str] | str | None = None,
         max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
-        memory_budget_mb: int | str = DEFAULT_MEMORY_BUDGET_MB,
+        memory_budget_mb: int | str | None = DEFAULT_MEMORY_BUDGET_MB,
         report_location: str | None = None,
         state_url: str | None = None,
         policy: str | None = None,
@@ -228,6 +230,8 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             "allowRecentFiles": allow_recent_files,
             "listing": arguments.optional_str(self.listing, "listing"),
         }
+        if not is_none(self.memory_budget_mb):  # None: the engine's default (a plan's item without one)
+            body["memoryBudgetMb"] = arguments.positive_int(self.memory_budget_mb, "memory_budget_mb")
         # Both cutoffs are checked against the floor here, with errors naming this operator's arguments.
         days = arguments.older_than_days(self.older_than_days, allow_recent_files, now)
         if days is not None:
@@ -269,7 +273,6 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
             equal_authorities=arguments.mapping(self.equal_authorities, "equal_authorities"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
-            memory_budget_mb=arguments.positive_int(self.memory_budget_mb, "memory_budget_mb"),
             only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
             other_tables=other_tables,
         )
