@@ -16,11 +16,12 @@ from typing import Any
 
 import boto3
 import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from typing_extensions import get_protocol_members
 
 from airflow_iceberg_maint.errors import MaintenanceError, UnsupportedStoreError
 from airflow_iceberg_maint.fs.adls import AzureStorage
-from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.backends import storage_for, table_storage
 from airflow_iceberg_maint.fs.fileio import FileIOStorage
 from airflow_iceberg_maint.fs.gcs import GcsStorage, client_from_properties
 from airflow_iceberg_maint.fs.local import LocalStorage
@@ -53,6 +54,19 @@ def _backends(tmp_path: Path) -> dict[str, Any]:
         "GcsStorage": storage_for("gs://b/t", OFFLINE_GCS),
         "AzureStorage": storage_for("abfs://c@acct.dfs.core.windows.net/t", OFFLINE_AZURE),
     }
+
+
+def test_a_table_s_file_io_keeps_one_backend_a_store() -> None:
+    io, other_io = PyArrowFileIO(OFFLINE_S3), PyArrowFileIO(OFFLINE_S3)
+    first = table_storage("s3://b/t/data/x.parquet", io)
+    assert isinstance(first, S3Storage)
+    assert table_storage("s3://b/t/metadata/", io) is first
+    assert table_storage("s3://c/t", io) is not first  # another bucket, another store
+    assert table_storage("s3://b/t", other_io) is not first  # a reloaded table: its own clients
+    container = "abfs://c@acct.dfs.core.windows.net"
+    azure = PyArrowFileIO(OFFLINE_AZURE)
+    assert table_storage(f"{container}/t", azure) is table_storage(f"{container}/u", azure)
+    assert table_storage(f"{container}/t", azure) is not table_storage("abfs://d@acct.dfs.core.windows.net/t", azure)
 
 
 def test_the_protocol_is_enumerated_whole() -> None:

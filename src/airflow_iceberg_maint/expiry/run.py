@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
@@ -34,7 +35,7 @@ from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
 from airflow_iceberg_maint.expiry.retention import Retention, plan_retention
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, Settings, resolve_settings
-from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.backends import table_storage
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
@@ -153,7 +154,7 @@ def _plan_and_commit(
     )
 
 
-def delete_on_each_store(paths: list[str], io_properties: dict[str, str], max_concurrency: int) -> DeleteOutcome:
+def delete_on_each_store(paths: list[str], io: FileIO, max_concurrency: int) -> DeleteOutcome:
     """Delete through ``fs/``, one storage backend a scheme and authority (tables may write to several)."""
     groups: dict[tuple[str, str], list[str]] = {}
     for path in paths:
@@ -161,7 +162,7 @@ def delete_on_each_store(paths: list[str], io_properties: dict[str, str], max_co
         groups.setdefault((uri.scheme, uri.authority), []).append(path)
     total = DeleteOutcome()
     for group in groups.values():
-        part = delete_in_steps(storage_for(group[0], io_properties), group, max_concurrency)
+        part = delete_in_steps(table_storage(group[0], io), group, max_concurrency)
         total.deleted += part.deleted
         total.failed += part.failed
         total.requests += part.requests
@@ -173,7 +174,7 @@ def _settle(report: ExpiryReport, table: Table, final: Sized, options: ExpireOpt
     if options.dry_run or not paths:
         report.deleted_files, report.deleted_bytes = paths, sum(final.values())
         return
-    outcome = delete_on_each_store(paths, dict(table.io.properties), options.max_concurrent_deletes)
+    outcome = delete_on_each_store(paths, table.io, options.max_concurrent_deletes)
     report.deleted_files = sorted(outcome.deleted)
     report.deleted_bytes = sum(final.get(p, 0) for p in report.deleted_files)
     report.failed = [{"path": p, "error": e} for p, e in outcome.failed]

@@ -7,9 +7,13 @@ local table imports no cloud client.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, cast
+from weakref import WeakKeyDictionary
+
+from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import Uri
@@ -35,6 +39,28 @@ def storage_for(location: str, io_properties: Mapping[str, str]) -> Storage:
         return cast(Storage, _backend("adls", "adls").AzureStorage.from_properties(io_properties, location))
     # Not a ValueError: Airflow would retry it, and no retry can make the scheme supported.
     raise InvalidInputError(f"location {location!r}: scheme {uri.scheme!r} is not supported (expected {SUPPORTED})")
+
+
+_kept_lock = threading.Lock()
+_kept: WeakKeyDictionary[FileIO, dict[tuple[str, str], Storage]] = WeakKeyDictionary()
+
+
+def table_storage(location: str, io: FileIO) -> Storage:
+    """``storage_for`` with ``io``'s properties, built once a store (scheme and authority) while ``io`` lives.
+
+    pyiceberg's FileIO keeps one filesystem a store the same way. Building a boto3 client costs tenths
+    of a second of CPU, and one run asks several times (an expiry: the index pin, the index files, the
+    delete); a reloaded table has a new FileIO, so credentials vended with the reload get new clients.
+    """
+    uri = Uri.parse(location)
+    key = (uri.scheme, uri.authority)
+    with _kept_lock:
+        found = _kept.setdefault(io, {}).get(key)
+    if found is None:
+        built = storage_for(location, io.properties)
+        with _kept_lock:
+            found = _kept.setdefault(io, {}).setdefault(key, built)
+    return found
 
 
 def s3_storage(location: str, props: Mapping[str, Any]) -> Storage:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -141,14 +142,17 @@ def _session(props: Mapping[str, Any]) -> boto3.Session:
     if not role_arn and (vended := renewing_credentials(props)) is not None:
         return _session_with(vended.method, lambda: vended, region)
     profile = get_first_property_value(dict(props), S3_PROFILE_NAME, AWS_PROFILE_NAME)
+    core = _botocore_session()
     try:
-        base = boto3.Session(
+        base = _boto3_session(
+            botocore_session=core,
             aws_access_key_id=get_first_property_value(dict(props), S3_ACCESS_KEY_ID, AWS_ACCESS_KEY_ID),
             aws_secret_access_key=get_first_property_value(dict(props), S3_SECRET_ACCESS_KEY, AWS_SECRET_ACCESS_KEY),
             aws_session_token=get_first_property_value(dict(props), S3_SESSION_TOKEN, AWS_SESSION_TOKEN),
             region_name=region,
             profile_name=profile,
         )
+        core.get_scoped_config()  # a missing profile fails here, not at the first request
     except ProfileNotFound as exc:
         raise InvalidInputError(
             f"property {S3_PROFILE_NAME}={profile!r}: no such profile in the AWS config or credentials file"
@@ -181,9 +185,37 @@ def _session(props: Mapping[str, Any]) -> boto3.Session:
 
 def _session_with(method: str, credentials: Callable[[], Credentials], region: str | None) -> boto3.Session:
     """A session whose only credentials are ``credentials()`` (which renew themselves), ahead of the default chain."""
-    session = botocore.session.Session()
+    session = _botocore_session()
     session.get_component("credential_provider").insert_before("env", _Renewing(method, credentials))
-    return boto3.Session(botocore_session=session, region_name=region)
+    return _boto3_session(botocore_session=session, region_name=region)
+
+
+# Parsing botocore's service models takes 0.2 to 1 s of CPU a session (a client a storage backend: several a
+# run), so every session reads them through one loader, which keeps them parsed. Credentials, profiles
+# and settings are still resolved afresh for each session.
+_loader_lock = threading.Lock()
+_loader: Any = None
+
+
+def _botocore_session() -> botocore.session.Session:
+    global _loader
+    session = botocore.session.Session()
+    with _loader_lock:
+        if _loader is None:
+            _loader = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", _loader)
+    return session
+
+
+def _boto3_session(botocore_session: botocore.session.Session, **kwargs: Any) -> boto3.Session:
+    """``boto3.Session`` over a session of ``_botocore_session``."""
+    session = boto3.Session(botocore_session=botocore_session, **kwargs)
+    with _loader_lock:
+        # Each boto3 session appends its own data folder to the loader's search path: keep one of each.
+        paths = _loader.search_paths
+        paths[:] = dict.fromkeys(paths)
+    return session
 
 
 class _Renewing(CredentialProvider):

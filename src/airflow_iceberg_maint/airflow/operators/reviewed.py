@@ -137,7 +137,7 @@ class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
             fresh = remove_orphan_files(run.table, run.options, now=run.now, sources=[INDEX_FILES])
         still = set(fresh.orphan_files)
         to_delete = sorted(approved & still)
-        outcome = delete_on_each_store(to_delete, dict(run.table.io.properties), run.options.max_concurrent_deletes)
+        outcome = delete_on_each_store(to_delete, run.table.io, run.options.max_concurrent_deletes)
         failed = [{"path": p, "error": e} for p, e in outcome.failed]
         body = {
             **fresh.to_json(),

@@ -23,7 +23,7 @@ from typing import Any
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.backends import table_storage
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.format.extract_files import region_file_paths
@@ -121,7 +121,7 @@ def _unreferenced_in(store: IndexStore, name: str, cutoff: datetime) -> list[str
     directory = store.index_dir(name)
     listed = [
         f.path
-        for f in storage_for(directory, store.table.io.properties).list_files(directory, lambda _: True)
+        for f in table_storage(directory, store.table.io).list_files(directory, lambda _: True)
         if f.mtime is not None and f.mtime < cutoff
     ]
     return sorted(not_referenced(listed, refs))
@@ -161,7 +161,7 @@ def remove_unreferenced_index_files(
         log.info("kept %d index files a commit during the run references", len(report.kept_by_recheck))
     if dry_run or not report.unreferenced_files:
         return report
-    storage = storage_for(store.root, table.io.properties)
+    storage = table_storage(store.root, table.io)
     outcome = storage.delete_files(report.unreferenced_files, max_concurrent_deletes)
     report.deleted_file_count = len(outcome.deleted)
     report.failed = [{"path": p, "error": e} for p, e in outcome.failed]

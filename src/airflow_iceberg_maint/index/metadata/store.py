@@ -35,7 +35,7 @@ from airflow_iceberg_maint.errors import (
     MetadataReadError,
     WriteRefusedError,
 )
-from airflow_iceberg_maint.fs.backends import storage_for
+from airflow_iceberg_maint.fs.backends import table_storage
 from airflow_iceberg_maint.fs.storage import SupportsConditionalWrites
 from airflow_iceberg_maint.index.metadata.builders import index_root
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata, MetadataLogEntry, now_ms
@@ -110,7 +110,7 @@ class IndexStore:
         self.table = table
         self.table_location = table.metadata.location.rstrip("/")
         self.root = index_root(table.metadata)
-        self.files: SupportsConditionalWrites = storage_for(self.root, table.io.properties)
+        self.files: SupportsConditionalWrites = table_storage(self.root, table.io)
 
     def index_dir(self, name: str) -> str:
         return f"{self.root}/{check_index_name(name)}"
