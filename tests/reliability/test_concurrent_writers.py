@@ -249,7 +249,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
     )
 
 
-EXPIRY_SECONDS = scale(12, 150)  # per backend
+EXPIRY_SECONDS = scale(8, 150)  # per backend
 
 
 @pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
