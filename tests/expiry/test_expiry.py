@@ -4,6 +4,7 @@ reading the same rows as before."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -14,9 +15,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.errors import GcDisabledError, InvalidInputError
+from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, GcDisabledError, InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from tests.expiry.history import History, build_history, exists, reachable, snapshot_rows
 from tests.orphans.scenario import rows
@@ -238,6 +240,28 @@ def test_a_commit_that_moves_no_ref_before_ours_keeps_every_file(sqlite_catalog:
 
     assert report.committed and report.expired_snapshot_ids and report.kept_all_files
     assert report.deleted_files == [] and all(exists(table, p) for p in files)
+
+
+def test_a_commit_the_store_fails_raises_a_clear_error_and_deletes_nothing(sqlite_catalog: Catalog) -> None:
+    """The store failing under the commit (here its read of the current metadata file: the metadata folder is
+    moved aside after the plan) is a ``CommitOutcomeUnknownError`` naming the table and the cause, not the
+    store's own error (found by tests/reliability/test_s3_faults.py: a raw pyarrow ``OSError``)."""
+    history = build_history(sqlite_catalog)
+    table = history.table
+    location, files = table.metadata_location, reachable(table)
+    folder = Uri.parse(f"{table.location()}/metadata").path
+
+    def move_metadata_aside(report: ExpiryReport, stage: str) -> None:
+        if stage == "retention":
+            os.rename(folder, f"{folder}.aside")
+
+    try:
+        with pytest.raises(CommitOutcomeUnknownError, match=r"table db\.events: the expiry commit failed \(File"):
+            expire(table, move_metadata_aside, older_than=datetime.now(UTC), retain_last=1)
+    finally:
+        os.rename(f"{folder}.aside", folder)
+    table = sqlite_catalog.load_table("db.events")
+    assert table.metadata_location == location and all(exists(table, p) for p in files)
 
 
 def test_bad_input_is_refused_naming_it_and_changes_nothing(sqlite_catalog: Catalog) -> None:

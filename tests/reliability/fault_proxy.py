@@ -66,13 +66,25 @@ def _is_get_metadata(r: Request) -> bool:
     return r.method == "GET" and r.path.endswith(".metadata.json")
 
 
+def _is_delete_object(r: Request) -> bool:
+    """One key's DELETE: what a bulk delete falls back to for the keys a DeleteObjects did not settle."""
+    return r.method == "DELETE" and "uploadId" not in r.query
+
+
+def _is_put_metadata(r: Request) -> bool:
+    """A table commit's metadata file, written by pyiceberg's FileIO (unconditionally)."""
+    return r.method == "PUT" and r.path.endswith(".metadata.json")
+
+
 #: The S3 operations a rule can select.
 OPERATIONS: dict[str, Callable[[Request], bool]] = {
     "list": _is_list,
     "delete_objects": _is_delete_objects,
+    "delete_object": _is_delete_object,
     "conditional_put": _is_conditional_put,
     "get_manifest": _is_get_manifest,
     "get_metadata": _is_get_metadata,
+    "put_metadata": _is_put_metadata,
 }
 
 

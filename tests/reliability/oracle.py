@@ -99,3 +99,13 @@ def scan_rows(table: Table, column: str, value: Any, snapshot_id: int | None = N
     """Rows whose ``column`` equals ``value`` by a pyiceberg scan with a row filter: the lookup oracle."""
     rows = table.scan(row_filter=EqualTo(column, value), snapshot_id=snapshot_id).to_arrow().to_pylist()
     return sorted(tuple(r.values()) for r in rows)
+
+
+def snapshot_ids(table: Table) -> dict[int, list[int]]:
+    """The sorted ``id`` values every snapshot reads through pyiceberg's scan (fails if a file is missing)."""
+    return {
+        s.snapshot_id: sorted(
+            table.scan(snapshot_id=s.snapshot_id, selected_fields=("id",)).to_arrow().column("id").to_pylist()
+        )
+        for s in table.metadata.snapshots
+    }

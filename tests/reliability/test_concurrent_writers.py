@@ -1,4 +1,5 @@
-"""Orphan runs with cutoff 0 loop while a writer commits appends, overwrites, row deletes and expiry.
+"""Orphan runs with cutoff 0 loop while a writer commits appends, overwrites, row deletes and expiry; and
+this project's snapshot expiry loops while the writer commits appends, overwrites and row deletes.
 
 The writer (``writer.py``, its own process) logs every commit with the files it added to and
 dropped from the committed metadata, read with the oracle. Each deleted file is then judged by
@@ -26,8 +27,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import IdentityTransform
 
-from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, MetadataReadError
-from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.errors import CatalogListingError, ExpiryConflictError, MaintenanceError, MetadataReadError
+from airflow_iceberg_maint.expiry.run import expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.orphans.scenario import SCHEMA, rows
@@ -242,5 +245,109 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
         commits_landed_after_error=sum(e.get("outcome") == "landed_after_error" for e in log),
         metadata_log_files_lost=len(log_lost),
         retained_snapshots_read=len(retained),
+        live_files_lost=0,
+    )
+
+
+EXPIRY_SECONDS = scale(8, 150)  # per backend
+
+
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
+def test_snapshot_expiry_loop_beside_a_writer_loses_no_live_file(
+    request: pytest.FixtureRequest, backend: str, tmp_path: Path
+) -> None:
+    """This project's snapshot expiry (older than now, retain 2) loops while the writer commits appends,
+    overwrites and row deletes (it expires nothing itself here, and follows the expiry's commits).
+
+    After every run nothing it deleted is referenced by the catalog's metadata and nothing that metadata
+    references is missing (the writer only adds references meanwhile). The writer's own loss accounting
+    (a committed file found missing: ``lost``, undone commits) must stay empty. At the end every snapshot
+    present scans, those the writer's model covers read its row counts, and an orphan run removes exactly
+    the oracle's orphans."""
+    catalog: SqlCatalog = request.getfixturevalue(backend)
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
+    table = catalog.create_table(
+        "db.busy", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "5"}
+    )
+    table.append(rows(0, 30))
+    log_path, stop_path, result_path = (str(tmp_path / n) for n in ("writer.jsonl", "stop", "writer.json"))
+    props = catalog.properties
+    child = worker.context().Process(
+        target=writer.run,
+        args=(catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 11, result_path, True),
+    )
+    child.start()
+    deleted: set[str] = set()
+    runs = committed = kept_all = kept_by_recheck = 0
+    failed_closed: list[str] = []
+    try:
+        while not os.path.exists(log_path):
+            time.sleep(0.05)
+        deadline = time.monotonic() + EXPIRY_SECONDS
+        while time.monotonic() < deadline and child.is_alive():
+            busy = catalog.load_table("db.busy")
+            try:
+                done = expire_snapshots(
+                    busy,
+                    ExpireOptions(older_than=datetime.now(UTC), retain_last=2),
+                    sources=[INDEX_FILES],
+                    pins=[INDEX_SNAPSHOTS],
+                )
+            except MaintenanceError as exc:  # must be a refusal after refs moved on every attempt: judged below
+                failed_closed.append(f"{type(exc).__name__}: {exc}")
+                continue
+            runs += 1
+            committed += done.committed
+            kept_all += done.kept_all_files is not None
+            kept_by_recheck += done.kept_by_recheck
+            assert done.failed == []
+            deleted |= set(done.deleted_files)
+            live = oracle.live_files(catalog.load_table("db.busy"))  # raises if a manifest list it needs is gone
+            assert not live & set(done.deleted_files), sorted(live & set(done.deleted_files))[:5]
+            assert oracle.missing(live) == []
+    finally:
+        Path(stop_path).touch()
+        child.join(timeout=120)
+    with open(result_path) as fh:
+        result = json.load(fh)
+    assert result["ok"], result.get("error")
+    with open(log_path) as fh:
+        log = [json.loads(line) for line in fh]
+
+    found_missing = [(e["seq"], e["op"], e["lost"][:3]) for e in log if e.get("lost") or e["rolled_back"]]
+    assert found_missing == [], f"the writer found committed files missing: {found_missing[:5]}"
+    assert all(f.startswith(ExpiryConflictError.__name__) for f in failed_closed), failed_closed[:3]
+    final = catalog.load_table("db.busy")
+    live = oracle.live_files(final)
+    assert not live & deleted and oracle.missing(live) == []
+    retained = oracle.snapshot_rows(final)  # every snapshot present scans
+    expected = {int(k): v for e in log for k, v in e["rows"].items()}
+    unmodelled = {int(k) for e in log for k in e.get("unmodelled", {})}
+    assert set(retained) <= set(expected) | unmodelled
+    wrong = {k: (expected[k], v) for k, v in retained.items() if k in expected and v != expected[k]}
+    assert not wrong, _explain_rows(final, wrong, log, [])
+    expected_orphans = oracle.listing(final.location()) - live
+    last = remove_orphan_files(final, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
+    assert sorted(last.orphan_files) == sorted(expected_orphans)
+    assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained
+
+    ops: dict[str, int] = {}
+    for e in log[1:]:
+        ops[e["op"]] = ops.get(e["op"], 0) + 1
+    report(
+        f"concurrent_writers_snapshot_expiry[{backend}]",
+        seconds=EXPIRY_SECONDS,
+        commits=sum(n for op, n in ops.items() if op != "external"),
+        **{f"commits_{k}": v for k, v in sorted(ops.items())},
+        expiry_runs=runs,
+        runs_committed=committed,
+        runs_failed_closed=len(failed_closed),
+        runs_kept_all_files=kept_all,
+        files_kept_by_recheck=kept_by_recheck,
+        files_deleted=len(deleted),
+        commits_landed_after_error=sum(e.get("outcome") == "landed_after_error" for e in log),
+        retained_snapshots_read=len(retained),
+        retained_unmodelled=len(set(retained) - set(expected)),
+        orphans_after=len(expected_orphans),
         live_files_lost=0,
     )

@@ -1,4 +1,4 @@
-"""kill -9 at seeded random points of an orphan run mid-delete, an index refresh and an index expire.
+"""kill -9 at seeded random points of an orphan run mid-delete, an index refresh, an index expire and a snapshot expiry.
 
 One long-lived table per test, many seeds on it. Each seed forks a child (see ``worker``) that runs
 the real library call, and SIGKILLs it at a seeded point: for the orphan run, once a seeded number
@@ -12,6 +12,7 @@ succeeds (an orphan rerun deletes exactly the oracle's orphans).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -37,6 +38,8 @@ from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from tests.expiry.history import History
+from tests.expiry.history import _statistics as statistics
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle, worker
 from tests.reliability.figures import report, scale
@@ -130,6 +133,7 @@ def _changed(table: Table, before: frozenset[str]) -> bool:
 class Killed:
     killed: bool  # False: the child finished before its kill point
     seconds: float
+    result: dict[str, Any] | None = None  # the child's JSON result, when it finished
 
 
 def run_and_kill(s: Setup, target: Callable[..., None], args: tuple[Any, ...], kill_when: Trigger) -> Killed:
@@ -143,11 +147,14 @@ def run_and_kill(s: Setup, target: Callable[..., None], args: tuple[Any, ...], k
             with contextlib.suppress(ProcessLookupError):  # it may have just ended on its own
                 os.kill(child.pid, signal.SIGKILL)
             child.join()
-            return Killed(child.exitcode == -signal.SIGKILL and not os.path.exists(result), time.monotonic() - started)
+            if child.exitcode == -signal.SIGKILL and not os.path.exists(result):
+                return Killed(True, time.monotonic() - started)
+            break
         time.sleep(0.0002)
     child.join()
-    assert child.exitcode == 0 and os.path.exists(result), f"the child failed on its own (exit {child.exitcode})"
-    return Killed(False, time.monotonic() - started)
+    assert os.path.exists(result), f"the child failed on its own (exit {child.exitcode})"
+    with open(result) as fh:
+        return Killed(False, time.monotonic() - started, json.load(fh))
 
 
 def check_lookups(table: Table, rng: random.Random) -> int:
@@ -369,3 +376,137 @@ def test_kill9_index_expire_mid_commit(setup: Setup) -> None:
         assert _index_state(table)[1] <= retain_last
 
     _kill_index_op(setup, "kill9_index_expire", prepare, worker.index_expire, lambda rng: (rng.randint(1, 3),), rerun)
+
+
+EXPIRY_MODES = ("delay", "commit", "deleted")
+EXPIRY_SEEDS = scale(12, 50)  # a seed grows the table by 4 to 8 commits first: fewer than the others at bounded size
+
+
+def _grow(table: Table, seed: int, rng: random.Random) -> None:
+    """Appends, then an overwrite of every older row (so the older data files stay only in older snapshots),
+    sometimes a row delete, an index refresh, a tag moved to a random snapshot, a statistics file."""
+    base = 10_000 * (seed + 1)
+    for i in range(rng.randint(2, 4)):
+        table.append(rows(base + 100 * i, rng.randint(12, 36)))
+    table.overwrite(rows(base + 900, 12), overwrite_filter=f"id < {base}")
+    if rng.random() < 0.5:
+        table.delete(f"id = {base + 1}")
+    if rng.random() < 0.3:
+        refresh_index(table, INDEX)  # moves the index pin (S13)
+    if rng.random() < 0.3:
+        manage = table.manage_snapshots()
+        if "keep" in table.metadata.refs:
+            manage = manage.remove_tag("keep")
+        manage.create_tag(rng.choice(table.metadata.snapshots).snapshot_id, "keep").commit()
+    with_statistics = {x.snapshot_id for x in table.metadata.statistics}
+    bare = [x.snapshot_id for x in table.metadata.snapshots if x.snapshot_id not in with_statistics]
+    if rng.random() < 0.3:  # a snapshot without one: a second would replace the first, leaving it unreferenced
+        statistics(History(table), f"stats-{seed}", rng.choice(bare))
+
+
+def _metadata_files_over(directory: str, count: int) -> bool:
+    return sum(n.endswith(".metadata.json") for n in os.listdir(directory)) > count
+
+
+def _gone_of(paths: list[str], count: int) -> bool:
+    return sum(not os.path.exists(p) for p in paths) >= count
+
+
+def test_kill9_snapshot_expiry_around_commit_and_mid_delete(setup: Setup) -> None:
+    """kill -9 of ``expire_snapshots`` (what ``iceberg-maint expire-snapshots`` runs) per seed, in one of three ways.
+
+    ``delay``: after a seeded delay over the whole run; ``commit``: a seeded few milliseconds after a new
+    metadata file appears (the commit is being made); ``deleted``: once a seeded number of the files before
+    the run are gone (mid-delete). A kill before the commit must change nothing; after it, every kept
+    snapshot reads the same ids, nothing the new metadata, its log, statistics or the index reach is gone,
+    and what is left of the files only the expired snapshots reached is exactly what the next orphan run
+    removes. A run not killed must have deleted exactly those files (metadata files aside: expiry never
+    deletes those; the one the commit drops from the metadata log is left to the orphan run).
+    """
+    s = setup
+    kills = completed = files_deleted = mid_delete = left_by_kills = cleaned = 0
+    by_mode = dict.fromkeys(EXPIRY_MODES, 0)
+    before_commit = after_commit = 0
+    duration, typical = 0.0, 2
+    for seed in range(EXPIRY_SEEDS + 1):
+        rng = random.Random(seed)
+        _grow(s.table(), seed, rng)
+        table = s.table()
+        loc = table.location().rstrip("/")
+        location, snapshots = table.metadata_location, {x.snapshot_id for x in table.metadata.snapshots}
+        ids_before = oracle.snapshot_ids(table)
+        live_before, listing_before = oracle.live_files(table), oracle.listing(loc)
+        stale = listing_before - live_before  # the metadata files the history's commits dropped from the log
+        assert all(p.endswith(".metadata.json") for p in stale), sorted(stale)
+        deletable = sorted(oracle.fs_path(p) for p in listing_before if not p.endswith(".metadata.json"))
+        metadata_files = sum(p.endswith(".metadata.json") for p in oracle.listing(f"{loc}/metadata"))
+        mode = EXPIRY_MODES[seed % len(EXPIRY_MODES)] if seed else "never"
+        kill_when = {
+            "never": Trigger(None),
+            "delay": Trigger(rng.uniform(0, 1.1 * duration)),
+            "commit": Trigger(
+                rng.uniform(0, 0.004),
+                partial(_metadata_files_over, oracle.fs_path(f"{loc}/metadata"), metadata_files),
+            ),
+            "deleted": Trigger(0.0, partial(_gone_of, deletable, rng.randint(1, max(1, typical - 1)))),
+        }[mode]
+        retain_last = rng.randint(1, 3)
+        args = (s.catalog_uri, s.warehouse, "db.events", datetime.now(UTC).isoformat(), retain_last)
+        outcome = run_and_kill(s, worker.snapshot_expiry, args, kill_when)
+        if not outcome.killed:
+            duration = outcome.seconds  # the last whole run (the first one, cold, takes longer)
+        table = s.table()
+        listing = oracle.listing(loc)
+        if table.metadata_location == location:
+            # Before the commit: nothing changed; at most the metadata file of a commit not made is left.
+            assert {x.snapshot_id for x in table.metadata.snapshots} == snapshots
+            assert listing >= listing_before
+            assert all(
+                p.startswith(f"{loc}/metadata/") and p.endswith(".metadata.json") for p in listing - listing_before
+            )
+            assert outcome.killed, "a run that finished committed nothing"
+            before_commit += 1
+            only_expired: set[str] = set()
+        else:
+            live = oracle.live_files(table)
+            assert oracle.missing(live) == []
+            kept = {x.snapshot_id for x in table.metadata.snapshots}
+            assert kept < snapshots
+            assert oracle.snapshot_ids(table) == {k: v for k, v in ids_before.items() if k in kept}
+            only_expired = live_before - live  # files only the expired snapshots reached, and a dropped log entry
+            planned = {p for p in only_expired if not p.endswith(".metadata.json")}
+            gone = planned - listing
+            assert listing - live <= only_expired | stale, "a leftover that is not a file of the expired snapshots"
+            assert listing_before - listing == gone, "a file that was not only the expired snapshots' is gone"
+            files_deleted += len(gone)
+            typical = len(planned)
+            if outcome.killed:
+                after_commit += 1
+                mid_delete += 0 < len(gone) < len(planned)
+                left_by_kills += len(planned - gone)
+            else:
+                assert outcome.result is not None
+                assert sorted(outcome.result["deleted_files"]) == sorted(planned) and outcome.result["failed"] == []
+        kills += outcome.killed
+        completed += not outcome.killed
+        if outcome.killed:
+            by_mode[mode] += 1
+        cleaned += clean_orphans(table)  # the next orphan run removes exactly the oracle's orphans
+        assert not only_expired & oracle.listing(loc)
+        check_table(s, oracle.snapshot_rows(table), oracle.live_files(table))
+    assert kills >= EXPIRY_SEEDS // 2, f"only {kills} of {EXPIRY_SEEDS} seeds were killed before the run finished"
+    assert before_commit and after_commit and mid_delete, (before_commit, after_commit, mid_delete, by_mode)
+    report(
+        "kill9_snapshot_expiry",
+        seeds=EXPIRY_SEEDS,
+        kills=kills,
+        **{f"kills_by_{m}": n for m, n in by_mode.items()},
+        kills_before_commit=before_commit,
+        kills_after_commit=after_commit,
+        kills_mid_delete=mid_delete,
+        finished_before_kill=completed - 1,
+        files_deleted=files_deleted,
+        expired_files_left_by_kills=left_by_kills,
+        orphans_cleaned=cleaned,
+        files_lost=0,
+    )

@@ -41,9 +41,11 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg_maint.errors import MaintenanceError
+from airflow_iceberg_maint.expiry.run import expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
-from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.spec import DELETE_AFTER_COMMIT, PREVIOUS_VERSIONS_MAX
 from airflow_iceberg_maint.index.metadata.store import IndexStore
@@ -54,8 +56,8 @@ from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from tests.conftest import S3_PROPS, seaweed_s3_properties
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
-from tests.reliability import figures
-from tests.reliability.fault_proxy import FAULTS, OPERATIONS, FaultProxy, Rule
+from tests.reliability import figures, oracle
+from tests.reliability.fault_proxy import FAULTS, FaultProxy, Rule
 
 pytestmark = pytest.mark.s3
 
@@ -74,29 +76,58 @@ class Case:
         return [Rule(op, fault, probability, first) for op, fault, probability, first in self.rules]
 
 
+#: What orphan runs and index maintenance send; what snapshot expiry sends (it lists nothing, writes no index
+#: file, and commits through pyiceberg's FileIO, which writes the metadata file with a plain PUT).
+MAINTENANCE_OPERATIONS = ("list", "delete_objects", "conditional_put", "get_manifest", "get_metadata")
+EXPIRY_OPERATIONS = ("delete_objects", "get_manifest", "get_metadata", "put_metadata")
+
+
+def _first_all(operations: tuple[str, ...]) -> list[Case]:
+    """Each fault on the first request(s) of every operation at once."""
+    return [Case(f"{fault}-first{FIRST}-all", tuple((op, fault, 1.0, FIRST) for op in operations)) for fault in FAULTS]
+
+
+def _always(pairs: list[tuple[str, str]]) -> list[Case]:
+    return [Case(f"{op}-{fault}-always", ((op, fault, 1.0, None),)) for op, fault in pairs]
+
+
+def _every_pair(operations: tuple[str, ...]) -> list[Case]:
+    """Every (operation, fault) pair at probability 0.3 and 1.0 (the soak size)."""
+    return [
+        Case(f"{op}-{fault}-p{p}-s{seed}", ((op, fault, p, None),), seed)
+        for op in operations
+        for fault in FAULTS
+        for p, seed in ((0.3, 0), (1.0, 1))
+    ]
+
+
 def _cases() -> list[Case]:
     # Bounded: each fault on the first request(s) of every operation at once, then persistent faults per operation.
-    cases = [Case(f"{fault}-first{FIRST}-all", tuple((op, fault, 1.0, FIRST) for op in OPERATIONS)) for fault in FAULTS]
-    cases += [
-        Case(f"{op}-reset-always", ((op, "reset", 1.0, None),))
-        for op in ("list", "conditional_put", "get_manifest", "get_metadata")
-    ]
-    cases += [Case("delete_objects-drop_after-always", (("delete_objects", "drop_after", 1.0, None),))]
+    resets = [(op, "reset") for op in ("list", "conditional_put", "get_manifest", "get_metadata")]
+    cases = _first_all(MAINTENANCE_OPERATIONS) + _always([*resets, ("delete_objects", "drop_after")])
     if figures.SOAK:
-        cases += [
-            Case("delete_objects-reset-always", (("delete_objects", "reset", 1.0, None),)),
-            Case("conditional_put-drop_after-always", (("conditional_put", "drop_after", 1.0, None),)),
-        ]
-        cases += [
-            Case(f"{op}-{fault}-p{p}-s{seed}", ((op, fault, p, None),), seed)
-            for op in OPERATIONS
-            for fault in FAULTS
-            for p, seed in ((0.3, 0), (1.0, 1))
-        ]
+        cases += _always([("delete_objects", "reset"), ("conditional_put", "drop_after")])
+        cases += _every_pair(MAINTENANCE_OPERATIONS)
     return cases
 
 
+def _expiry_cases() -> list[Case]:
+    # Bounded (4 cases, a persistent fault costs the clients' retries): resets of the first request of every
+    # operation, persistent resets of manifest reads, of the commit's metadata write, and of every delete
+    # (DeleteObjects and the one-key DELETEs it falls back to: deletes fail per file). Soak: every fault first,
+    # persistent resets and dropped replies of each operation, and every (operation, fault) pair.
+    first = _first_all(EXPIRY_OPERATIONS)
+    both = (("delete_objects", "reset", 1.0, None), ("delete_object", "reset", 1.0, None))
+    if not figures.SOAK:
+        resets = _always([("get_manifest", "reset"), ("put_metadata", "reset")])
+        return [first[0], *resets, Case("deletes-reset-always", both)]
+    drops = [("delete_objects", "drop_after"), ("put_metadata", "drop_after")]
+    always = _always([*((op, "reset") for op in EXPIRY_OPERATIONS), *drops])
+    return [*first, *always, Case("deletes-reset-always", both), *_every_pair(EXPIRY_OPERATIONS)]
+
+
 CASES = _cases()
+EXPIRY_CASES = _expiry_cases()
 TOTALS: dict[str, int] = {"runs": 0, "completed": 0, "clear_errors": 0, "faults": 0, "lost": 0}
 
 
@@ -246,16 +277,16 @@ def plant(real: SqlCatalog, plain: Any, name: str) -> set[str]:
     return planted
 
 
-def run(action: Callable[[], Any], what: str) -> str:
+def run(action: Callable[[], Any], what: str, totals: dict[str, int] = TOTALS) -> str:
     """Run one maintenance action: 'completed', or the name of the MaintenanceError it raised."""
-    TOTALS["runs"] += 1
+    totals["runs"] += 1
     try:
         action()
     except MaintenanceError as exc:
         assert str(exc) and "\n" not in str(exc).strip()[:200], f"{what}: unclear error {exc!r}"
-        TOTALS["clear_errors"] += 1
+        totals["clear_errors"] += 1
         return type(exc).__name__
-    TOTALS["completed"] += 1
+    totals["completed"] += 1
     return "completed"
 
 
@@ -303,3 +334,101 @@ def test_maintenance_through_faults_loses_no_live_file(
     table = real.load_table(name)
     assert snapshot_row_counts(table) == counts
     assert_lookups_exact(table)
+
+
+EXPIRY_TOTALS: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module")
+def expiry_table(catalogs: tuple[SqlCatalog, SqlCatalog], endpoint: str) -> Iterator[str]:
+    """A table of its own for the snapshot expiry cases (each case grows it first), with an index (S13)."""
+    EXPIRY_TOTALS.clear()
+    EXPIRY_TOTALS.update(runs=0, completed=0, clear_errors=0, faults=0, deleted=0, failed_deletes=0, lost=0)
+    yield prepare(catalogs[0])
+    figures.report(f"test_s3_faults_snapshot_expiry[{endpoint}]", cases=len(EXPIRY_CASES), **EXPIRY_TOTALS)
+
+
+def grow(real: SqlCatalog, name: str) -> None:
+    """Two appends, then an overwrite of every older row: the older data files stay only in older snapshots."""
+    table = real.load_table(name)
+    base = max(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) + 1
+    table.append(rows(base, 10))
+    table.append(rows(base + 10, 10))
+    table.overwrite(rows(base + 20, 5), overwrite_filter=f"id < {base}")
+
+
+@pytest.mark.parametrize("case", EXPIRY_CASES, ids=[c.label for c in EXPIRY_CASES])
+def test_snapshot_expiry_through_faults_loses_no_live_file(
+    catalogs: tuple[SqlCatalog, SqlCatalog], expiry_table: str, plain: Any, proxy: FaultProxy, case: Case
+) -> None:
+    """``expire_snapshots`` (older than now, retain 1) with faults on its reads, its commit and its deletes.
+
+    It completes or fails with a ``MaintenanceError``. A failure before the commit changed nothing. After
+    the commit every kept snapshot reads the same ids, nothing live is lost, a complete run deleted or
+    reported as failed (per file: the CLI's exit status 3) exactly the files only the expired snapshots
+    reached, and whatever of those is left is exactly what the next orphan run (healthy) removes.
+    """
+    real, faulty = catalogs
+    name = expiry_table
+    grow(real, name)
+    table = real.load_table(name)
+    location, loc = table.metadata_location, table.metadata.location.rstrip("/")
+    ids_before = oracle.snapshot_ids(table)
+    live_before, listing_before = live_files(plain, table), keys(plain, loc)
+    stale = listing_before - live_before  # metadata files earlier commits dropped from the log, and index leftovers
+
+    reports: list[Any] = []
+    target = faulty.load_table(name)  # loaded healthy: the faults hit the expiry itself
+    for rule in (rules := case.make_rules()):
+        rule.fired = 0
+    before = sum(proxy.injected.values())
+    proxy.set_rules(rules, seed=case.seed)
+    try:
+        options = ExpireOptions(older_than=datetime.now(UTC), retain_last=1)
+        outcome = run(
+            lambda: reports.append(expire_snapshots(target, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS])),
+            "snapshot expiry",
+            EXPIRY_TOTALS,
+        )
+    finally:
+        proxy.heal()
+    injected = sum(proxy.injected.values()) - before
+    EXPIRY_TOTALS["faults"] += injected
+    EXPIRY_TOTALS[f"outcome_{outcome}"] = EXPIRY_TOTALS.get(f"outcome_{outcome}", 0) + 1
+    assert injected > 0 or any(p < 1.0 for _, _, p, _ in case.rules), f"{case.label}: no request met a fault"
+
+    table = real.load_table(name)
+    live, listing = live_files(plain, table), keys(plain, loc)
+    gone_live = sorted(live - listing)
+    EXPIRY_TOTALS["lost"] += len(gone_live)
+    assert gone_live == [], f"{case.label}: live files lost: {gone_live}"
+    only_expired: set[str] = set()
+    if table.metadata_location == location:  # failed before the commit: nothing changed
+        assert outcome != "completed" or not reports[0].expired_snapshot_ids, (case.label, outcome)
+        assert {x.snapshot_id for x in table.metadata.snapshots} == set(ids_before)
+        assert listing >= listing_before, f"{case.label}: a file was deleted without a commit"
+        assert all(p.startswith(f"{loc}/metadata/") and p.endswith(".metadata.json") for p in listing - listing_before)
+    else:
+        kept = {x.snapshot_id for x in table.metadata.snapshots}
+        assert oracle.snapshot_ids(table) == {k: v for k, v in ids_before.items() if k in kept}
+        only_expired = live_before - live
+        planned = {p for p in only_expired if not p.endswith(".metadata.json")}
+        assert listing - live <= only_expired | stale, f"{case.label}: a leftover no expired snapshot alone reached"
+        if reports:
+            report = reports[0]
+            failed = {f["path"] for f in report.failed}
+            assert all(f["error"] for f in report.failed), report.failed
+            assert set(report.deleted_files) | failed == planned and not set(report.deleted_files) & failed
+            assert not set(report.deleted_files) & listing, f"{case.label}: reported deleted, still there"
+            EXPIRY_TOTALS["deleted"] += len(report.deleted_files)
+            EXPIRY_TOTALS["failed_deletes"] += len(failed)
+            if failed:
+                EXPIRY_TOTALS["runs_exit_3"] = EXPIRY_TOTALS.get("runs_exit_3", 0) + 1
+    figures.report(f"test_s3_faults_snapshot_expiry[{case.label}]", injected=injected, outcome=outcome)
+
+    # The next orphan run (healthy) removes exactly the oracle's orphans: failed deletes among them.
+    expected = listing - live
+    done = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
+    assert sorted(done.orphan_files) == sorted(expected) and done.failed == [], case.label
+    after = keys(plain, loc)
+    assert not (only_expired | stale) & after and live <= after

@@ -1,4 +1,4 @@
-"""Operations the kill -9 tests run in a child process, and the forked-child launcher.
+"""What the kill -9 tests run in a child (orphan run, index refresh and expire, snapshot expiry), and its launcher.
 
 Children are forked from a ``forkserver`` that has already imported pyiceberg, pyarrow and the
 engine, so one costs milliseconds instead of the 1-2 s start-up of a fresh interpreter, and
@@ -16,8 +16,10 @@ from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.expiry.run import expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
-from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
@@ -49,6 +51,16 @@ def index_refresh(catalog_uri: str, warehouse: str, name: str, index: str, resul
 def index_expire(catalog_uri: str, warehouse: str, name: str, index: str, retain_last: int, result_path: str) -> None:
     table = _table(catalog_uri, warehouse, name)
     _finish(result_path, expire_extracts(table, index, retain_last=retain_last, older_than=None))
+
+
+def snapshot_expiry(
+    catalog_uri: str, warehouse: str, name: str, older_than_iso: str, retain_last: int, result_path: str
+) -> None:
+    """The call ``iceberg-maint expire-snapshots`` makes, with the same reference sources and pins."""
+    table = _table(catalog_uri, warehouse, name)
+    options = ExpireOptions(older_than=datetime.fromisoformat(older_than_iso), retain_last=retain_last)
+    report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS])
+    _finish(result_path, report.to_json())
 
 
 def context() -> Any:

@@ -12,6 +12,11 @@ it counts an in-flight loss and undoes that commit as a failed commit would (rol
 the new snapshots; a lost metadata file is first written again from memory), so that every
 retained snapshot stays readable and the test can hold it to that.
 
+Beside this project's snapshot expiry (``beside_expiry``: another process commits to the table, dropping
+references, then deletes the files only the expired snapshots reached) the writer expires nothing itself;
+when the catalog moved on it reads the newer metadata before judging a file missing, logs the references
+the expiry dropped as an ``external`` entry, and judges whether its own failed commit landed by main's head.
+
 A commit that raised may still have landed (the catalog row was updated, then the error came): after
 an error the writer reads the catalog's metadata pointer and the snapshot ids, and logs the commit as
 ``committed``, ``landed_after_error`` or ``failed`` (``outcome``), so its row model follows what the
@@ -52,13 +57,20 @@ from tests.reliability import oracle
 
 OPS = ("append", "append", "append", "overwrite", "delete_cow", "delete_positions", "expire")
 KEEP_SNAPSHOTS = 6
+FOLLOW_ATTEMPTS = 50  # reads of the catalog's metadata while a concurrent snapshot expiry keeps committing
 # What a commit may raise on a loaded machine or under a cutoff-0 run: the writer then asks the catalog
 # whether it landed. Anything else is a bug and stops the writer with its traceback.
 UNKNOWN_OUTCOME = (FileNotFoundError, CommitFailedException, SQLAlchemyError, TimeoutError, ConnectionError)
 
 
 class Writer:
-    def __init__(self, table: Table, catalog: SqlCatalog, log_path: str, seed: int) -> None:
+    def __init__(
+        self, table: Table, catalog: SqlCatalog, log_path: str, seed: int, beside_expiry: bool = False
+    ) -> None:
+        # Beside this project's snapshot expiry (another process committing to the table): the writer
+        # expires nothing itself, and follows the expiry's commits (see ``_live_files`` and ``_gone``).
+        self.beside_expiry = beside_expiry
+        self.ops = tuple(op for op in OPS if op != "expire") if beside_expiry else OPS
         self.catalog = catalog
         self.name = ".".join(table.name())
         self.table = table
@@ -96,7 +108,7 @@ class Writer:
 
     def step(self) -> None:
         self.repair()
-        op = self.rng.choice(OPS)
+        op = self.rng.choice(self.ops)
         snapshots_before = {s.snapshot_id for s in self.table.metadata.snapshots}
         current_before = self.table.current_snapshot()
         location_before = self.table.metadata_location
@@ -110,7 +122,7 @@ class Writer:
             planned[1]()
         except UNKNOWN_OUTCOME as exc:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            if planned is None or self._catalog_location() == location_before:
+            if planned is None or not self._landed(location_before, current_before):
                 self._failed(op, start, exc)
                 return
             outcome = "landed_after_error"  # the catalog moved on: the commit happened, whatever it raised
@@ -157,8 +169,11 @@ class Writer:
                 counts[snapshot.snapshot_id] = len(ids_after)
             elif snapshot.summary is not None and snapshot.summary.operation == Operation.DELETE:
                 # Drops whole files only: what was live before, less the rows of the files it dropped.
+                parent = self.table.metadata.snapshot_by_id(snapshot.parent_snapshot_id or -1)
+                if parent is None and snapshot.parent_snapshot_id is not None:  # a concurrent expiry took it
+                    unmodelled[str(snapshot.snapshot_id)] = f"parent {snapshot.parent_snapshot_id} expired meanwhile"
+                    continue
                 try:
-                    parent = self.table.metadata.snapshot_by_id(snapshot.parent_snapshot_id or -1)
                     gone = (self._data_files(parent) if parent else set()) - self._data_files(snapshot)
                     dropped_ids: set[int] = set()
                     for path in gone:
@@ -180,6 +195,18 @@ class Writer:
             if e.data_file.content == DataFileContent.DATA
         }
 
+    def _landed(self, location_before: str, current_before: Snapshot | None) -> bool:
+        """Whether a commit that raised landed: the catalog moved on (beside an expiry: main moved on)."""
+        if self._catalog_location() == location_before:
+            return False
+        if not self.beside_expiry:
+            return True  # nothing else commits to the table
+        try:
+            head = self.catalog.load_table(self.name).current_snapshot()
+        except FileNotFoundError:
+            return True  # the expiry's metadata files are never deleted: this is the writer's
+        return current_before is None or head is None or head.snapshot_id != current_before.snapshot_id
+
     def _catalog_location(self) -> str | None:
         """The metadata file the catalog's row names now: whether a commit landed, without reading that file."""
         namespace, _, table_name = self.name.rpartition(".")
@@ -199,7 +226,7 @@ class Writer:
         A file goes missing when a cutoff-0 run deleted it before the commit (in flight), or listed it
         before the commit and deleted it after (the race only a cutoff longer than a write closes).
         A missing metadata file of the log only (no snapshot's file) cannot break a read: it is logged."""
-        gone = set(oracle.missing(self.refs))
+        gone = self._gone()
         if not gone:
             return
         broken = next((i for i, (_, _, added, _) in enumerate(self.history) if added & gone), None)
@@ -245,6 +272,59 @@ class Writer:
         )
         self.refs = refs
 
+    def _gone(self) -> set[str]:
+        """The files the committed metadata references that are missing.
+
+        Beside an expiry, a file may be missing because the expiry committed metadata that no longer
+        references it, then deleted it: when the catalog moved on, the writer first takes in what it
+        references now (logged as an ``external`` entry), and judges against that."""
+        for _ in range(FOLLOW_ATTEMPTS):
+            gone = set(oracle.missing(self.refs))
+            if not gone or not self.beside_expiry or self._catalog_location() == self.table.metadata_location:
+                return gone
+            self.table = self.catalog.load_table(self.name)
+            self._external(self._live_files()[0])
+        raise RuntimeError(f"{self.name}: the catalog moved on during each of {FOLLOW_ATTEMPTS} checks")
+
+    def _external(self, refs: set[str]) -> None:
+        """Log what another process's commit (a snapshot expiry) changed in the references."""
+        now = time.monotonic()
+        self._write(
+            {
+                "op": "external",
+                "start": now,
+                "done": now,
+                "added": sorted(refs - self.refs),
+                "dropped": sorted(self.refs - refs),
+                "rows": {},
+                "rolled_back": False,
+                "lost": [],
+            }
+        )
+        self.refs = refs
+
+    def _live_files(self, new_only: bool = False) -> tuple[set[str], list[str]]:
+        """What the committed metadata references (the oracle), read from ``self.table``, and which of those
+        files (only those not in ``self.refs`` when ``new_only``) are missing.
+
+        Beside an expiry, metadata read before the expiry's commit may name files the expiry deletes right
+        after it: the answer counts only if the catalog still names the metadata read once the files were
+        checked, else the newer metadata is read. A file missing while the metadata naming it is the
+        catalog's is lost: ``FileNotFoundError`` is raised then, as it always is."""
+        table = self.table
+        for _ in range(FOLLOW_ATTEMPTS):
+            try:
+                refs = oracle.live_files(table)
+                missing = oracle.missing(refs - self.refs if new_only else refs)
+            except FileNotFoundError:
+                if not self.beside_expiry or self._catalog_location() == table.metadata_location:
+                    raise
+            else:
+                if not self.beside_expiry or self._catalog_location() == table.metadata_location:
+                    return refs, missing
+            table = self.catalog.load_table(self.name)
+        raise RuntimeError(f"{self.name}: the catalog moved on during each of {FOLLOW_ATTEMPTS} reads")
+
     def _refs_and_lost(self, new: list[Any]) -> tuple[set[str], list[str]]:
         """What the committed metadata references, and which of the files this commit added are missing.
 
@@ -252,7 +332,7 @@ class Writer:
         oracle cannot read that snapshot: the commit's known files are then its metadata file and the
         new snapshots' manifest lists and manifests that can still be read."""
         try:
-            refs = oracle.live_files(self.table)
+            return self._live_files(new_only=True)
         except FileNotFoundError:
             known = [self.table.metadata_location, *(s.manifest_list for s in new)]
             for snapshot in new:
@@ -262,14 +342,16 @@ class Writer:
             if not lost:
                 raise
             return self.refs | set(known), lost
-        return refs, oracle.missing(refs - self.refs)
 
     def _failed(self, op: str, start: float, exc: BaseException) -> None:
         """The write failed before its commit (the catalog still names the metadata it had): a cutoff-0 run
         deleted a file it had not committed yet (an overwrite's staged manifest list, say), or the catalog
         refused or timed out. Allowed, if every committed file is still there."""
         self.table = self.catalog.load_table(self.name)
-        if oracle.live_files(self.table) != self.refs or oracle.missing(self.refs):
+        refs, missing = self._live_files()
+        if self.beside_expiry and refs < self.refs:  # the expiry's commit (which made this one fail) dropped some
+            self._external(refs)
+        if refs != self.refs or missing:
             raise RuntimeError(f"{op} failed ({exc!r}) and the committed state is not intact") from exc
         self._write(
             {
@@ -352,12 +434,20 @@ class Writer:
 
 
 def run(
-    catalog_name: str, uri: str, warehouse: str, name: str, log_path: str, stop_path: str, seed: int, result_path: str
+    catalog_name: str,
+    uri: str,
+    warehouse: str,
+    name: str,
+    log_path: str,
+    stop_path: str,
+    seed: int,
+    result_path: str,
+    beside_expiry: bool = False,
 ) -> None:
     """Commit until ``stop_path`` exists; write a result file (the traceback on failure)."""
     try:
         catalog = SqlCatalog(catalog_name, uri=uri, warehouse=warehouse)
-        writer = Writer(catalog.load_table(name), catalog, log_path, seed)
+        writer = Writer(catalog.load_table(name), catalog, log_path, seed, beside_expiry)
         while not os.path.exists(stop_path):
             writer.step()
         writer.repair()  # the orphan runs have stopped: a file deleted after the last check is found now

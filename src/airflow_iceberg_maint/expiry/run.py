@@ -11,7 +11,8 @@ Pipeline (the dry run runs all of it but the commit and the delete):
 5. delete in batches on each store, collecting per-file failures.
 
 A failure before the commit changes nothing; after it, files not yet deleted are orphans that
-the next orphan run removes.
+the next orphan run removes. A commit that fails other than by a moved ref (the store or the
+catalog failing) raises ``CommitOutcomeUnknownError`` and deletes nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.catalog import refresh_table
-from airflow_iceberg_maint.errors import ExpiryConflictError, InvalidInputError
+from airflow_iceberg_maint.errors import (
+    CommitOutcomeUnknownError,
+    ExpiryConflictError,
+    InvalidInputError,
+    MaintenanceError,
+    MetadataReadError,
+)
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
 from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
@@ -144,14 +151,39 @@ def _plan_and_commit(
             committed = commit_expiry(table, retention)
         except CommitFailedException as exc:
             log.info("table %s: a ref moved during the expiry (%s); planning again", report.table, exc)
-            refresh_table(table)
+            _reload_to_plan_again(table, report.table)
             continue
+        except Exception as exc:
+            # The catalog or the store failed while committing (reading the current metadata, writing the
+            # new metadata file, the catalog call): whether it landed is not known here, so nothing is deleted.
+            raise CommitOutcomeUnknownError(
+                f"table {report.table}: the expiry commit failed ({_first_line(exc)}); whether it landed is "
+                "unknown, so no file was deleted (if it landed, the files only the expired snapshots reached "
+                "are orphans the next orphan run removes)"
+            ) from exc
         report.committed = True
         return _Committed(before, committed, retention, applied_on(committed[0], before, before_location, retention))
     raise ExpiryConflictError(
         f"table {report.table}: refs moved during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
         "committed or deleted"
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _reload_to_plan_again(table: Table, name: str) -> None:
+    try:
+        refresh_table(table)
+    except MaintenanceError:
+        raise
+    except Exception as exc:
+        raise MetadataReadError(
+            f"table {name}: cannot be reloaded to plan the expiry again ({_first_line(exc)}); nothing was "
+            "committed or deleted"
+        ) from exc
 
 
 def delete_on_each_store(paths: list[str], io: FileIO, max_concurrency: int) -> DeleteOutcome:
