@@ -138,7 +138,8 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
     sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A whole dry run with 1 MB of budget reports what it reports with the default, and leaves no spilled file
-    behind: a quarter for listed rows (12,500 spill), half for the referenced set (12,000 paths in sorted runs)."""
+    behind: a quarter for listed rows (12,500 spill), an eighth each for the listed files' identities and the
+    deferred referenced paths, half for the referenced set (12,000 paths in sorted runs)."""
     table, orphans = _local_table(sqlite_catalog, 12_000, 500)
     spill = tmp_path / "spill"
     spill.mkdir()
@@ -151,7 +152,7 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
             options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
             report = remove_orphan_files(table, options, sources=[INDEX_FILES])
         spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
-        assert spilled == (["listed files", "referenced paths"] if budget == 1 else [])
+        assert spilled == (["listed files", "file identities", "referenced paths"] if budget == 1 else [])
         assert list(spill.iterdir()) == []
         reports.append({k: v for k, v in report.to_json().items() if k != "phase_seconds"})
     assert reports[0] == reports[1]

@@ -47,6 +47,7 @@ from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 log = logging.getLogger(__name__)
 _DEFERRED_PREFIX = "iceberg-orphan-deferred-"
+_NARROW_STEP = 50_000  # paths hashed together by ``narrowed_for``
 
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
@@ -150,12 +151,21 @@ class ReferencedSet:
             return self
         if self._deferred is not None:
             raise RuntimeError("referenced paths with deferred identities were not resolved")
-        keys, on_local = self.hasher.key_hashes(paths)
-        local = [i for i, is_local in enumerate(on_local) if is_local]
-        given = [inodes[i] for i in local] if inodes is not None else None
-        identities = self._listed_identities([paths[i] for i in local], given)
+        exact: list[pa.Array] = []
+        keys: list[pa.Array] = []
+        found: list[pa.Array] = []
+        # Hashed a step at a time: the path keys as strings are as large as the paths, for a moment.
+        for start in range(0, len(paths), _NARROW_STEP):
+            part = paths[start : start + _NARROW_STEP]
+            part_keys, on_local = self.hasher.key_hashes(part)
+            local = [i for i, is_local in enumerate(on_local) if is_local]
+            given = [inodes[start + i] for i in local] if inodes is not None else None
+            found.append(self._listed_identities([part[i] for i in local], given))
+            exact.append(int64_array(path_hashes128(part)[0]))
+            keys.append(int64_array(part_keys))
+        identities = _joined(found)
         narrowed = ReferencedSet(self.hasher.equivalence)
-        for batch in self.spilled.rows_for(int64_array(path_hashes128(paths)[0]), int64_array(keys), identities):
+        for batch in self.spilled.rows_for(_joined(exact), _joined(keys), identities):
             narrowed.add_hashes(batch)
         resolved = [r.filter(pc.is_in(r, value_set=identities)) for r in self._resolved]
         narrowed._resolved = [r for r in resolved if len(r)]
@@ -184,6 +194,9 @@ class ReferencedSet:
                     self._resolved.append(pa.array(identities))  # unique at the freeze
                 if others.num_rows:
                     missing.append(others)
+            spilled = sum(run.stat().st_size for run in [*deferred.runs, *listed.runs])
+            if spilled:
+                log.info("file identities: spilled %d bytes to local disk as sorted runs", spilled)
         finally:
             deferred.close()
         unresolved = pa.concat_tables(missing) if missing else DEFERRED_SCHEMA.empty_table()
@@ -289,6 +302,10 @@ class ReferencedSet:
         pairs = zip(paths, given, strict=True)
         identities = [listed_identity(local_path(p)) if i is None else inode_identity(*i) for p, i in pairs]
         return pa.array(identities, pa.int64())
+
+
+def _joined(parts: list[pa.Array]) -> pa.Array:
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.int64())
 
 
 def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:

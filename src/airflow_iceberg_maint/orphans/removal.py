@@ -34,6 +34,7 @@ from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
 from airflow_iceberg_maint.orphans.setup import ScanSetup, scan_setup, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.sorting.sorted_runs import trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSe
         walk.manifests_read,
     )
     run.phases.done("list_and_reference")
+    trim_heap()  # what listing and reading freed, before matching allocates its own
 
     orphans, conflicts, report.kept_equivalent, undecodable = match_listed(listed.rows, refs)
     report_undecodable(report, [u.path for u in undecodable])
