@@ -186,14 +186,16 @@ class ReferencedSet:
             return 0
         rereads, self._rereads = self._rereads, []
         missing: list[pa.Table] = []
+        found: list[np.ndarray] = []
         try:
             # The first listed file with the same first half; a second listed file sharing it (a
             # 64-bit collision) only sends the path to the ``stat`` below.
             for identities, others in first_listed(deferred, listed):
-                if len(identities):
-                    self._resolved.append(pa.array(identities))  # unique at the freeze
+                found.append(identities)
                 if others.num_rows:
                     missing.append(others)
+            # One array, not one a piece: ``narrowed_for`` filters each array against a hash table.
+            self._resolved.append(pa.array(np.concatenate(found) if found else np.empty(0, np.int64)))
             spilled = sum(run.stat().st_size for run in [*deferred.runs, *listed.runs])
             if spilled:
                 log.info("file identities: spilled %d bytes to local disk as sorted runs", spilled)
