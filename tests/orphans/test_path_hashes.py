@@ -6,6 +6,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -25,6 +26,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hashes128,
 )
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.referenced_runs import DEFERRED_SCHEMA, by_exact, first_listed, hash_runs
 
 ROOT = "s3://bucket/wh/db/t"
 
@@ -155,7 +157,8 @@ def test_listing_hashes_equal_those_of_each_file(tmp_path: Path) -> None:
     assert sorted(c.path for c in listing.candidates) == old
     assert list(listing.candidate_hashes) == [path_hash(c.path) for c in listing.candidates]
     expected = {(*path_hash128(f.path), inode_identity(*f.inode)) for f in every if f.inode is not None}
-    rows = listing.on_disk.to_pydict()
+    rows = pa.concat_tables([entries for entries, _ in by_exact(listing.on_disk)]).to_pydict()
+    listing.close()
     assert set(zip(rows["exact"], rows["check"], rows["identity"], strict=True)) == expected
     assert EMPTY not in rows["identity"] and DEFERRED not in rows["identity"]
 
@@ -174,12 +177,49 @@ def test_resolve_takes_listed_identities_and_stats_the_rest(tmp_path: Path) -> N
     assert set(batch["identity"].to_pylist()) == {DEFERRED}
     refs.add_hashes(batch, lambda: [a, b, c])
     (a_first, a_second), (b_first, b_second) = path_hash128(a), path_hash128(b)
-    listed = pa.concat_tables(
-        [
-            pa.table({"exact": [a_first], "check": [a_second], "identity": [12345]}, schema=LISTED_SCHEMA),
-            pa.table({"exact": [b_first], "check": [b_second + 1], "identity": [777]}, schema=LISTED_SCHEMA),
-        ]
-    )
+    listed = hash_runs(2**20, None, "iceberg-orphan-listed-")
+    listed.add(pa.table({"exact": [a_first], "check": [a_second], "identity": [12345]}, schema=LISTED_SCHEMA))
+    listed.add(pa.table({"exact": [b_first], "check": [b_second + 1], "identity": [777]}, schema=LISTED_SCHEMA))
     assert refs.resolve(listed) == 2  # b and c
     b_identity = named_identity(str(tmp_path / "t" / "data" / "b.parquet"))
     assert sorted(refs._freeze()[2].to_pylist()) == sorted([12345, b_identity])
+
+
+def test_first_listed_is_the_first_listed_file_with_the_hash_whatever_the_runs() -> None:
+    """The merged pass pairs each deferred path with the earliest listed file of its exact hash, as a lookup in
+    one table would: many equal hashes (64-bit collisions) across runs and pieces, some with another check."""
+    random = np.random.default_rng(7)
+    listed_exact = random.integers(0, 300, 5_000)
+    listed_check = random.integers(0, 3, 5_000)
+    deferred_exact = random.integers(-10, 310, 4_000)
+    deferred_check = random.integers(0, 3, 4_000)
+    listed = hash_runs(20_000, None, "iceberg-orphan-listed-")  # a run of a few hundred rows
+    deferred = hash_runs(20_000, None, "iceberg-orphan-deferred-")
+    for start in range(0, 5_000, 700):
+        part = slice(start, start + 700)
+        identities = np.arange(start, start + len(listed_exact[part]))
+        columns = [pa.array(listed_exact[part]), pa.array(listed_check[part]), pa.array(identities)]
+        listed.add(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
+    for start in range(0, 4_000, 500):
+        rows = np.arange(start, start + 500)
+        columns = [pa.array(deferred_exact[rows]), pa.array(deferred_check[rows]), pa.array(rows)]
+        deferred.add(pa.Table.from_arrays(columns, schema=DEFERRED_SCHEMA))
+    assert len(listed.runs) > 5 and len(deferred.runs) > 5
+    first: dict[int, tuple[int, int]] = {}
+    for row, (exact, check) in enumerate(zip(listed_exact.tolist(), listed_check.tolist(), strict=True)):
+        first.setdefault(exact, (check, row))
+    expected_identities, expected_others = [], []
+    for row, (exact, check) in enumerate(zip(deferred_exact.tolist(), deferred_check.tolist(), strict=True)):
+        if exact in first and first[exact][0] == check:
+            expected_identities.append(first[exact][1])
+        else:
+            expected_others.append(row)
+    identities: list[int] = []
+    others: list[int] = []
+    for found, rest in first_listed(deferred, listed):
+        identities.extend(found.tolist())
+        others.extend(rest["row"].to_pylist())
+    listed.close()
+    deferred.close()
+    assert sorted(identities) == sorted(expected_identities)
+    assert sorted(others) == expected_others

@@ -27,6 +27,7 @@ from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded
 
 ROOT = "s3://bucket/wh/db/t"
 OLD = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
@@ -137,7 +138,8 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
     sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A whole dry run with 1 MB of budget reports what it reports with the default, and leaves no spilled file
-    behind: a quarter for listed rows (12,500 spill), half for the referenced set (12,000 paths in sorted runs)."""
+    behind: a quarter for listed rows (12,500 spill), an eighth each for the listed files' identities and the
+    deferred referenced paths, half for the referenced set (12,000 paths in sorted runs)."""
     table, orphans = _local_table(sqlite_catalog, 12_000, 500)
     spill = tmp_path / "spill"
     spill.mkdir()
@@ -150,10 +152,50 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
             options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
             report = remove_orphan_files(table, options, sources=[INDEX_FILES])
         spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
-        assert spilled == (["listed files", "referenced paths"] if budget == 1 else [])
+        assert spilled == (["listed files", "file identities", "referenced paths"] if budget == 1 else [])
         assert list(spill.iterdir()) == []
         reports.append({k: v for k, v in report.to_json().items() if k != "phase_seconds"})
     assert reports[0] == reports[1]
     assert sorted(reports[0]["orphan_files"]) == sorted(orphans)
     assert reports[0]["orphan_file_count"] == 500
     assert reports[0]["referenced_files"] > 12_000
+
+
+def test_a_match_task_of_a_sharded_scan_in_a_tiny_budget_equals_the_single_scan(
+    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sharded scan's match task holds its buckets within the plan's budget: with 1 MB its one bucket's
+    candidates and referenced paths spill (12,500 and 12,000), and it finds exactly the orphans of the single
+    scan and of the same sharded scan with the default budget, leaving no spilled file behind."""
+    table, orphans = _local_table(sqlite_catalog, 12_000, 500)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    single = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True), sources=[INDEX_FILES]
+    )
+    reports = []
+    for budget in (1, OrphanOptions().memory_budget_mb):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
+            options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
+            report = remove_orphan_files_sharded(
+                table,
+                options,
+                shards=1,
+                scratch=f"file://{tmp_path}/scratch-{budget}",
+                io_properties=dict(table.io.properties),
+                sources=[INDEX_FILES],
+            )
+        spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
+        assert spilled == (["listed files", "referenced paths"] if budget == 1 else [])
+        assert list(spill.iterdir()) == []
+        reports.append(report)
+    assert reports[0].orphan_files == reports[1].orphan_files == sorted(single.orphan_files) == sorted(orphans)
+    for report in reports:
+        assert (report.referenced_files, report.kept_equivalent, report.files_listed) == (
+            single.referenced_files,
+            single.kept_equivalent,
+            single.files_listed,
+        )

@@ -20,9 +20,12 @@ from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent
 from airflow_iceberg_maint.orphans.listed_rows import ListedRows
 from airflow_iceberg_maint.orphans.other_tables import listed_metadata_files
 from airflow_iceberg_maint.orphans.path_hashes import LISTED_SCHEMA, inode_identities, int64_array, path_hashes128
+from airflow_iceberg_maint.orphans.referenced_runs import hash_runs
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 log = logging.getLogger(__name__)
+_DIR_PREFIX = "iceberg-orphan-listed-"
 
 LIST_STEP = 10_000  # listed files hashed together, and a progress update
 
@@ -58,7 +61,12 @@ class Listing:
     rows: ListedRows  # candidates: strictly older than the cutoff; a file with no modification time never is
     listed: int
     metadata_files: list[str]  # table metadata files in any ``metadata`` folder, whatever their age
-    on_disk: pa.Table  # 128-bit hash and identity of every listed local file (LISTED_SCHEMA)
+    on_disk: SortedRuns  # 128-bit hash and identity of every listed local file (LISTED_SCHEMA), by hash
+
+    def close(self) -> None:
+        """Remove what the listing spilled to local disk, if anything."""
+        self.rows.close()
+        self.on_disk.close()
 
     @property
     def candidates(self) -> list[FileInfo]:
@@ -74,7 +82,7 @@ class Listing:
 _PATH, _MTIME, _INODE = attrgetter("path"), attrgetter("mtime"), attrgetter("inode")
 
 
-def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: Listing, on_disk: list[pa.Table]) -> None:
+def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: Listing) -> None:
     """Add a chunk of listed files: each step runs over the whole chunk in C, not a file at a time in Python."""
     listing.listed += len(chunk)
     paths = list(map(_PATH, chunk))
@@ -91,7 +99,7 @@ def _take_listed(chunk: list[FileInfo], cutoff: datetime, listing: Listing, on_d
         inodes = list(compress(inodes, local))
     if inodes:
         columns = [int64_array(first), int64_array(second), inode_identities(inodes)]
-        on_disk.append(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
+        listing.on_disk.add(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
 
 
 def list_candidates(
@@ -105,26 +113,25 @@ def list_candidates(
 ) -> Listing:
     """List ``root``; ``after_chunk`` runs after each chunk of listed files is taken.
 
-    The candidates' rows past ``rows_budget`` bytes go to ``spill_dir`` (``ListedRows``): the
-    caller closes ``Listing.rows`` when done with them.
+    The candidates' rows past ``rows_budget`` bytes go to ``spill_dir`` (``ListedRows``), and
+    the local files' identities go to sorted runs there within half of it: the caller closes the
+    ``Listing`` when done with them.
     """
-    result = Listing(ListedRows(rows_budget, spill_dir), 0, [], LISTED_SCHEMA.empty_table())
-    on_disk: list[pa.Table] = []
+    on_disk = hash_runs(rows_budget // 2, spill_dir, _DIR_PREFIX)
+    result = Listing(ListedRows(rows_budget, spill_dir), 0, [], on_disk)
     try:
         files = storage.list_files(root, keep)
         with Phase("listing") as listing:
             for chunk in iter(lambda: list(islice(files, LIST_STEP)), []):
-                _take_listed(chunk, cutoff, result, on_disk)
+                _take_listed(chunk, cutoff, result)
                 after_chunk()
                 listing.advance(len(chunk))
                 if result.listed % 100_000 < LIST_STEP:
                     log.info("listed %d files under %s", result.listed, root)
         result.rows.finish()
     except BaseException:
-        result.rows.close()
+        result.close()
         raise
-    if on_disk:
-        result.on_disk = pa.concat_tables(on_disk)
     return result
 
 

@@ -13,6 +13,7 @@ import logging
 import multiprocessing
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import lru_cache
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 MIN_FILES = 400  # below this many manifest lists and manifests, starting workers costs more than it saves
 MAX_WORKERS = 8
 CHUNKS_PER_WORKER = 4  # several chunks a worker, so a slow chunk does not hold the others up
+HASHING_PER_WORKER = 2  # chunks of manifests a worker may be hashing, or have hashed and not handed on
 
 IoSpec = tuple[tuple[tuple[str, str], ...], str]
 T = TypeVar("T")
@@ -110,22 +112,34 @@ class ManifestPool:
 
         Yields ``(manifests, None)`` for manifests not in ``skip`` as the lists naming them are
         decoded, then ``(chunk, hashes)`` for each chunk of them. A manifest's read is queued as
-        soon as one list names it, so the workers never wait for the slowest list.
+        soon as one list names it, so the workers never wait for the slowest list; but only
+        ``HASHING_PER_WORKER`` chunks a worker are submitted at a time: a finished chunk's hashes
+        wait in this process until the caller takes them, and on a busy machine the workers
+        would otherwise pile up the hashes of every manifest before the caller spills any.
         """
         parts = self.workers * CHUNKS_PER_WORKER
         lists = [self._executor.submit(_read_lists, self.spec, c) for c in _chunks(manifest_lists, parts)]
         found: set[str] = set()
-        hashing: list[tuple[list[str], Future[pa.RecordBatch]]] = []
+        waiting: deque[list[str]] = deque()  # chunks not submitted yet
+        hashing: deque[tuple[list[str], Future[pa.RecordBatch]]] = deque()
+
+        def submit() -> None:
+            while waiting and len(hashing) < self.workers * HASHING_PER_WORKER:
+                chunk = waiting.popleft()
+                hashing.append((chunk, self._executor.submit(_hash_manifests, self.spec, chunk, hasher)))
+
         for done in as_completed(lists):
             new = [m for m in done.result() if m not in skip and m not in found]
             if new:
                 found.update(new)
-                for chunk in _chunks(new, parts):
-                    hashing.append((chunk, self._executor.submit(_hash_manifests, self.spec, chunk, hasher)))
+                waiting.extend(_chunks(new, parts))
+                submit()
                 yield new, None
-        hashing.reverse()
         while hashing:
-            # Popped, not iterated: a future kept in the list would keep its hashes in memory
+            # Popped, not iterated: a future kept in the deque would keep its hashes in memory
             # after the caller has taken them (spilled them, once past the budget) until the walk ends.
-            chunk, future = hashing.pop()
-            yield chunk, future.result()
+            chunk, future = hashing.popleft()
+            batch = future.result()
+            del future
+            submit()
+            yield chunk, batch

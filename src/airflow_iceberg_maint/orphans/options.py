@@ -51,3 +51,15 @@ def check_options(options: OrphanOptions) -> None:
         raise InvalidInputError(f"memory_budget_mb {options.memory_budget_mb}: expected at least 1")
     if options.max_concurrent_deletes < 1:
         raise InvalidInputError(f"max_concurrent_deletes {options.max_concurrent_deletes}: expected at least 1")
+
+
+def rows_budget(options: OrphanOptions) -> int:
+    """The share of the memory budget the listed rows may hold before they are spilled: a quarter
+    (and the listed files' identities an eighth, in sorted runs)."""
+    return options.memory_budget_mb * 2**20 // 4
+
+
+def refs_budget(options: OrphanOptions) -> int:
+    """The share the referenced set's hashed paths may hold before they go to sorted runs: a half (and its
+    paths whose identity waits for the listing an eighth, in sorted runs)."""
+    return options.memory_budget_mb * 2**20 // 2

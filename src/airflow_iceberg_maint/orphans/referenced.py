@@ -9,12 +9,12 @@ storage), not as Python strings. A hash collision can only make a listed file lo
 from __future__ import annotations
 
 import logging
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -40,11 +40,14 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
-from airflow_iceberg_maint.orphans.referenced_runs import SpilledReferences
+from airflow_iceberg_maint.orphans.referenced_runs import DEFERRED_SCHEMA, SpilledReferences, first_listed, hash_runs
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 log = logging.getLogger(__name__)
+_DEFERRED_PREFIX = "iceberg-orphan-deferred-"
+_NARROW_STEP = 50_000  # paths hashed together by ``narrowed_for``
 
 REMOTE_READERS = 8  # concurrent manifest reads on object stores
 T = TypeVar("T")
@@ -65,14 +68,20 @@ class ReferencedSet:
     def __init__(
         self, equivalence: PathEquivalence, budget_bytes: int | None = None, spill_dir: str | None = None
     ) -> None:
-        """``budget_bytes``: hashed paths held before they all go to sorted runs on disk (None: never)."""
+        """``budget_bytes``: hashed paths held before they all go to sorted runs on disk (None: never).
+
+        Deferred paths (``add_hashes`` with a ``reread``) go to sorted runs of their own within a
+        quarter of it, until ``resolve``.
+        """
         self.hasher = PathHasher(equivalence)
         self.budget_bytes, self.spill_dir = budget_bytes, spill_dir
         self.spilled: SpilledReferences | None = None
         self._batches: list[pa.RecordBatch] = []
         self._batched_bytes = 0
         self._frozen: tuple[pa.Array, pa.Table, pa.Array] | None = None
-        self._deferred: list[tuple[pa.RecordBatch, Reread]] = []  # batches with DEFERRED identities
+        self._deferred: SortedRuns | None = None  # DEFERRED_SCHEMA rows of paths with DEFERRED identities
+        self._rereads: list[tuple[int, Reread]] = []  # the deferred rows of each batch end before the first
+        self._deferred_rows = 0
         self._resolved: list[pa.Array] = []  # their identities, once resolved
 
     def add(self, paths: Sequence[str]) -> None:
@@ -83,14 +92,25 @@ class ReferencedSet:
         """Add hashed paths; a batch with DEFERRED identities needs ``reread`` and a ``resolve`` before use."""
         if batch.num_rows:
             if reread is not None:
-                # Only the two hash halves: ``resolve`` needs no more, and on local storage every row is deferred.
+                # Only the two hash halves and the row's number: ``resolve`` needs no more, and on
+                # local storage every row is deferred.
                 deferred = batch.select(["exact", "check"]).filter(pc.equal(batch["identity"], DEFERRED))
                 if deferred.num_rows:
-                    self._deferred.append((deferred, reread))
+                    self._defer(deferred, reread)
             self._batches.append(batch)  # merged with what is frozen already at the next freeze
             self._batched_bytes += batch.nbytes
             if self.spilled is not None or (self.budget_bytes is not None and self._batched_bytes > self.budget_bytes):
                 self._spill()
+
+    def _defer(self, deferred: pa.RecordBatch, reread: Reread) -> None:
+        if self._deferred is None:
+            budget = self.budget_bytes // 4 if self.budget_bytes is not None else sys.maxsize
+            self._deferred = hash_runs(budget, self.spill_dir, _DEFERRED_PREFIX)
+        first = self._deferred_rows
+        self._deferred_rows += deferred.num_rows
+        rows = pa.array(np.arange(first, self._deferred_rows, dtype=np.int64))
+        self._deferred.add(pa.Table.from_batches([deferred.append_column("row", rows)], schema=DEFERRED_SCHEMA))
+        self._rereads.append((self._deferred_rows, reread))
 
     def _spill(self) -> None:
         """Move the batches held to sorted runs on disk; everything added later goes there too."""
@@ -104,6 +124,9 @@ class ReferencedSet:
 
     def close(self) -> None:
         """Remove the sorted runs, if any."""
+        if self._deferred is not None:
+            self._deferred.close()
+            self._deferred = None
         if self.spilled is not None:
             log.info("referenced paths: spilled %d bytes to local disk as sorted runs", self.spilled.spilled_bytes)
             self.spilled.close()
@@ -126,49 +149,68 @@ class ReferencedSet:
         """
         if self.spilled is None:
             return self
-        if self._deferred:
+        if self._deferred is not None:
             raise RuntimeError("referenced paths with deferred identities were not resolved")
-        keys, on_local = self.hasher.key_hashes(paths)
-        local = [i for i, is_local in enumerate(on_local) if is_local]
-        given = [inodes[i] for i in local] if inodes is not None else None
-        identities = self._listed_identities([paths[i] for i in local], given)
+        exact: list[pa.Array] = []
+        keys: list[pa.Array] = []
+        found: list[pa.Array] = []
+        # Hashed a step at a time: the path keys as strings are as large as the paths, for a moment.
+        for start in range(0, len(paths), _NARROW_STEP):
+            part = paths[start : start + _NARROW_STEP]
+            part_keys, on_local = self.hasher.key_hashes(part)
+            local = [i for i, is_local in enumerate(on_local) if is_local]
+            given = [inodes[start + i] for i in local] if inodes is not None else None
+            found.append(self._listed_identities([part[i] for i in local], given))
+            exact.append(int64_array(path_hashes128(part)[0]))
+            keys.append(int64_array(part_keys))
+        identities = _joined(found)
         narrowed = ReferencedSet(self.hasher.equivalence)
-        for batch in self.spilled.rows_for(int64_array(path_hashes128(paths)[0]), int64_array(keys), identities):
+        for batch in self.spilled.rows_for(_joined(exact), _joined(keys), identities):
             narrowed.add_hashes(batch)
         resolved = [r.filter(pc.is_in(r, value_set=identities)) for r in self._resolved]
         narrowed._resolved = [r for r in resolved if len(r)]
         return narrowed
 
-    def resolve(self, listed: pa.Table) -> int:
+    def resolve(self, listed: SortedRuns) -> int:
         """Find the identities of deferred paths; returns how many had to be ``stat``-ed here.
 
         ``listed`` holds the 128-bit hash and the identity of every file the listing found on
-        local storage (LISTED_SCHEMA). A deferred path with the hash of a listed file is that
-        listed string, and the listing's ``lstat`` of a file that is not a symlink is the
-        ``stat`` of its path. Any other deferred path (missing, hidden, behind a symlink) is
-        read again from its batch's source and ``stat``-ed, exactly as an eager hash would.
+        local storage (LISTED_SCHEMA, in sorted runs by exact hash: ``hash_runs``). A deferred
+        path with the hash of a listed file is that listed string, and the listing's ``lstat`` of
+        a file that is not a symlink is the ``stat`` of its path. Any other deferred path
+        (missing, hidden, behind a symlink) is read again from its batch's source and
+        ``stat``-ed, exactly as an eager hash would. Both are read in hash order, once.
         """
-        deferred, self._deferred = self._deferred, []
-        if not deferred:
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
             return 0
-        exact = pa.chunked_array([b["exact"] for b, _ in deferred], pa.int64())
-        check = pa.chunked_array([b["check"] for b, _ in deferred], pa.int64())
-        # The first listed file with the same first half; a second listed file sharing it (a
-        # 64-bit collision) only sends the path to the ``stat`` below.
-        at = pc.index_in(exact, value_set=listed["exact"])
-        found = pc.fill_null(pc.equal(pc.take(listed["check"], at), check), False)
-        self._resolved.append(pc.take(listed["identity"], at.filter(found)).combine_chunks())  # unique at the freeze
-        missing = pc.indices_nonzero(pc.invert(found)).to_pylist()
-        ends = list(accumulate(b.num_rows for b, _ in deferred))
-        rows: dict[int, list[int]] = {}
-        for row in missing:
-            rows.setdefault(bisect_right(ends, row), []).append(row)
+        rereads, self._rereads = self._rereads, []
+        missing: list[pa.Table] = []
+        found: list[np.ndarray] = []
+        try:
+            # The first listed file with the same first half; a second listed file sharing it (a
+            # 64-bit collision) only sends the path to the ``stat`` below.
+            for identities, others in first_listed(deferred, listed):
+                found.append(identities)
+                if others.num_rows:
+                    missing.append(others)
+            # One array, not one a piece: ``narrowed_for`` filters each array against a hash table.
+            self._resolved.append(pa.array(np.concatenate(found) if found else np.empty(0, np.int64)))
+            spilled = sum(run.stat().st_size for run in [*deferred.runs, *listed.runs])
+            if spilled:
+                log.info("file identities: spilled %d bytes to local disk as sorted runs", spilled)
+        finally:
+            deferred.close()
+        unresolved = pa.concat_tables(missing) if missing else DEFERRED_SCHEMA.empty_table()
+        ends = [end for end, _ in rereads]
+        rows: dict[int, set[tuple[int, int]]] = {}
+        for exact, check, row in zip(*(unresolved[c].to_pylist() for c in DEFERRED_SCHEMA.names), strict=True):
+            rows.setdefault(bisect_right(ends, row), set()).add((exact, check))
         stated: list[int] = []
-        for source, mine in rows.items():
-            wanted = set(zip(pc.take(exact, mine).to_pylist(), pc.take(check, mine).to_pylist(), strict=True))
-            stated.extend(self.hasher.identity(p) for p in deferred[source][1]() if path_hash128(p) in wanted)
+        for source, wanted in rows.items():
+            stated.extend(self.hasher.identity(p) for p in rereads[source][1]() if path_hash128(p) in wanted)
         self._resolved.append(pa.array(stated, pa.int64()))
-        return len(missing)
+        return int(unresolved.num_rows)
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:
         """De-duplicate what was added; only the de-duplicated arrays are kept afterwards."""
@@ -176,7 +218,7 @@ class ReferencedSet:
             raise RuntimeError("the referenced set is spilled to disk: query it through narrowed_for")
         if self._frozen is None or self._batches or self._resolved:
             added = pa.Table.from_batches(self._batches, schema=HASH_SCHEMA)
-            if self._deferred:
+            if self._deferred is not None:
                 raise RuntimeError("referenced paths with deferred identities were not resolved")
             exact_parts = [added["exact"]]
             key_parts = [added.select(["key", "scheme", "authority"])]
@@ -262,6 +304,10 @@ class ReferencedSet:
         pairs = zip(paths, given, strict=True)
         identities = [listed_identity(local_path(p)) if i is None else inode_identity(*i) for p, i in pairs]
         return pa.array(identities, pa.int64())
+
+
+def _joined(parts: list[pa.Array]) -> pa.Array:
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.int64())
 
 
 def metadata_level_paths(metadata: TableMetadata, metadata_location: str) -> list[str]:

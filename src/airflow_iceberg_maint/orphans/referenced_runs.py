@@ -10,6 +10,10 @@ everything added afterwards. The spilled set answers three questions, each by on
 - every row that could answer a question about some paths (their exact hashes, path keys and
   file identities), from which ``ReferencedSet.narrowed_for`` builds a small in-memory set that
   gives the same answers for those paths as the whole set would.
+
+The same sorted runs by exact hash hold, on local storage, the listing's 128-bit hash and identity
+of every listed file (``LISTED_SCHEMA``) and the referenced paths whose identity waits for them
+(``DEFERRED_SCHEMA``); ``first_listed`` pairs the two by one merged pass (``ReferencedSet.resolve``).
 """
 
 from __future__ import annotations
@@ -23,17 +27,70 @@ from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 _DIR_PREFIX = "iceberg-orphan-refs-"
+_MASK_STEP = 1 << 20
+#: Referenced paths whose identity is DEFERRED: their 128-bit hash, and their number in the order added.
+DEFERRED_SCHEMA = pa.schema([("exact", pa.int64()), ("check", pa.int64()), ("row", pa.int64())])
 
 
 def _by_exact(entries: pa.Table) -> list[pa.Array]:
     return [entries["exact"]]
 
 
+def hash_runs(budget_bytes: int, spill_dir: str | None, dir_prefix: str) -> SortedRuns:
+    """Sorted runs of tables with an ``exact`` hash column, ordered by it, within ``budget_bytes``."""
+    return SortedRuns(_by_exact, budget_bytes, spill_dir, dir_prefix=dir_prefix)
+
+
+def by_exact(runs: SortedRuns) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """The entries of ``runs`` in exact-hash order, as pieces with their exact hashes as a NumPy array."""
+    for entries, keys in runs.sorted():
+        yield entries, _numpy(keys[0])
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+
+
+def first_listed(deferred: SortedRuns, listed: SortedRuns) -> Iterator[tuple[np.ndarray, pa.Table]]:
+    """For each piece of deferred paths (``DEFERRED_SCHEMA``), in hash order: the identities of those whose
+    128-bit hash is that of the first listed file (``LISTED_SCHEMA``, in listing order) with their exact
+    hash, and the rows of the others.
+
+    One merged pass: the listed entries are read in hash order as far as the piece's last hash, and
+    only those from that hash on are kept for the next piece. The first of equal listed hashes is
+    the earliest listed (sorted runs keep input order on equal keys), as ``pc.index_in`` found it.
+    """
+    pieces = by_exact(listed)
+    held = [np.empty(0, np.int64)] * 3  # exact, check, identity of the listed entries in hand
+    exhausted = False
+    for entries, exact in by_exact(deferred):
+        if not len(exact):
+            continue
+        last = exact[-1]
+        while not exhausted and (not len(held[0]) or held[0][-1] <= last):
+            piece = next(pieces, None)
+            if piece is None:
+                exhausted = True
+                break
+            more, more_exact = piece
+            added = (more_exact, _numpy(more["check"]), _numpy(more["identity"]))
+            held = [np.concatenate([h, a]) for h, a in zip(held, added, strict=True)]
+        found = np.zeros(len(exact), np.bool_)
+        if len(held[0]):
+            at = np.minimum(np.searchsorted(held[0], exact), len(held[0]) - 1)
+            found = (held[0][at] == exact) & (held[1][at] == _numpy(entries["check"]))
+            yield held[2][at[found]], entries.filter(pa.array(~found))
+        else:
+            yield held[2][:0], entries
+        # Later pieces start at ``last`` or above: listed entries below it can match none of them.
+        held = [h[int(np.searchsorted(held[0], last)) :] for h in held]
+
+
 class SpilledReferences:
     """Hashed referenced paths in sorted runs by exact hash, within ``budget_bytes`` of memory."""
 
     def __init__(self, budget_bytes: int, spill_dir: str | None = None) -> None:
-        self._runs = SortedRuns(_by_exact, budget_bytes, spill_dir, dir_prefix=_DIR_PREFIX)
+        self._runs = hash_runs(budget_bytes, spill_dir, _DIR_PREFIX)
         self.spilled_bytes = 0
 
     def add(self, batches: list[pa.RecordBatch]) -> None:
@@ -45,8 +102,7 @@ class SpilledReferences:
         self._runs.close()
 
     def _sorted(self) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        for entries, keys in self._runs.sorted():
-            yield entries, np.asarray(keys[0].combine_chunks() if isinstance(keys[0], pa.ChunkedArray) else keys[0])
+        return by_exact(self._runs)
 
     def count(self) -> int:
         """Distinct exact hashes (as ``len`` of a set in memory)."""
@@ -58,14 +114,22 @@ class SpilledReferences:
         return distinct
 
     def exact_mask(self, hashes: np.ndarray) -> pa.Array:
-        """Whether each hash is held: the pieces, in hash order, searched in one sorted copy of ``hashes``."""
+        """Whether each hash is held: the pieces, in hash order, searched in one sorted copy of ``hashes``.
+
+        No ``np.isin``: it sorts the candidates and the hashes found together, with indices, several
+        times the memory of the sorted copy. Here a flag a sorted hash marks the first of each run of
+        equal candidates that some piece holds, and each candidate then reads its first equal's flag.
+        """
         ordered = np.sort(hashes)
-        found: list[np.ndarray] = []
-        for _, exact in self._sorted():
-            found.append(exact[_member(exact, ordered)])
-        del ordered
-        held = np.concatenate(found) if found else np.empty(0, np.int64)
-        return pa.array(np.isin(hashes, held))
+        held = np.zeros(len(ordered), np.bool_)
+        if len(ordered):
+            for _, exact in self._sorted():
+                at = np.minimum(np.searchsorted(ordered, exact), len(ordered) - 1)
+                held[at[ordered[at] == exact]] = True
+        mask = np.zeros(len(hashes), np.bool_)
+        for start in range(0, len(hashes), _MASK_STEP):  # a step at a time: the positions are 8 bytes a hash
+            mask[start : start + _MASK_STEP] = held[np.searchsorted(ordered, hashes[start : start + _MASK_STEP])]
+        return pa.array(mask)
 
     def rows_for(self, exact: pa.Array, keys: pa.Array, identities: pa.Array) -> Iterator[pa.RecordBatch]:
         """Every row whose exact hash, path key or file identity is one of those given."""

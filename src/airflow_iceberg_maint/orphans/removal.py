@@ -28,12 +28,13 @@ from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.orphans.inventory import listing_source
 from airflow_iceberg_maint.orphans.listing import Listing, hidden_filter, list_candidates, older_objects_frozen
 from airflow_iceberg_maint.orphans.matching import match_listed, protected_locations
-from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.options import OrphanOptions, refs_budget, rows_budget
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
 from airflow_iceberg_maint.orphans.setup import ScanSetup, scan_setup, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.sorting.sorted_runs import trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -87,40 +88,31 @@ def remove_orphan_files(
                 collect_referenced(refs, walk, sources, table.metadata, table.metadata_location, listed_under=root)
                 listed = listing.result()
             except BaseException:
-                listing.add_done_callback(_close_rows)  # its spilled rows, once the listing ends
+                listing.add_done_callback(_close_listing)  # what it spilled, once the listing ends
                 refs.close()
                 raise
         report.list_calls = source.list_calls
         run = ScanRun(report, options, storage, walk, sources, phases, on_stage=on_stage)
         try:
-            with listed.rows:
-                unmatched = _matched(run, setup, listed, refs)
+            unmatched = _matched(run, setup, listed, refs)
         finally:
+            listed.close()  # its spilled rows and identities
             refs.close()  # its sorted runs, if it spilled
         del listed, refs
         settle(run, unmatched)
     return report
 
 
-def _close_rows(listing: Future[Listing]) -> None:
+def _close_listing(listing: Future[Listing]) -> None:
     if listing.exception() is None:
-        listing.result().rows.close()
-
-
-def rows_budget(options: OrphanOptions) -> int:
-    """The share of the memory budget the listed rows may hold before they are spilled: a quarter."""
-    return options.memory_budget_mb * 2**20 // 4
-
-
-def refs_budget(options: OrphanOptions) -> int:
-    """The share the referenced set's hashed paths may hold before they go to sorted runs: a half."""
-    return options.memory_budget_mb * 2**20 // 2
+        listing.result().close()
 
 
 def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSet) -> Unmatched:
     """Match the listing against the referenced set, and find other tables' locations under the root."""
     report, walk, root = run.report, run.walk, setup.root
     stated = refs.resolve(listed.on_disk)
+    listed.on_disk.close()  # read once: its memory and spilled runs are free for matching
     if stated:
         log.info("%d referenced paths under %s are not listed files: their identities were read on disk", stated, root)
     report.files_listed = listed.listed
@@ -136,6 +128,7 @@ def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSe
         walk.manifests_read,
     )
     run.phases.done("list_and_reference")
+    trim_heap()  # what listing and reading freed, before matching allocates its own
 
     orphans, conflicts, report.kept_equivalent, undecodable = match_listed(listed.rows, refs)
     report_undecodable(report, [u.path for u in undecodable])

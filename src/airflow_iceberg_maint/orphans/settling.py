@@ -15,7 +15,7 @@ from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadEr
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
 from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
-from airflow_iceberg_maint.orphans.matching import conflict_pairs
+from airflow_iceberg_maint.orphans.matching import MATCH_CHUNK, conflict_pairs
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
@@ -84,7 +84,10 @@ def recheck(
     collect_referenced(late, walk, sources, table.metadata, table.metadata_location, skip=known)
     exact = late.contains_exact([o.path for o in orphans])
     survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
-    protected = late.classify_unmatched([o.path for o in survivors], [o.inode for o in survivors])
+    protected: dict[str, str] = {}
+    for start in range(0, len(survivors), MATCH_CHUNK):  # a chunk at a time: the path keys are strings
+        chunk = survivors[start : start + MATCH_CHUNK]
+        protected |= late.classify_unmatched([o.path for o in chunk], [o.inode for o in chunk])
     return [o for o in survivors if o.path not in protected]
 
 

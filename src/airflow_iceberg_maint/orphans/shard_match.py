@@ -1,4 +1,10 @@
-"""Step 3 of a sharded orphan scan (``sharded.py``): one shard's range of buckets, candidates minus referenced."""
+"""Step 3 of a sharded orphan scan (``sharded.py``): one shard's range of buckets, candidates minus referenced.
+
+A bucket is matched as a single-task scan matches its listing, within the plan's ``memory_budget_mb``:
+its candidates as ``ListedRows`` (hashes in memory, rows spilled past a quarter of the budget) and
+its referenced paths as a ``ReferencedSet`` (sorted runs past half of it), both under the task's
+local temporary directory. A bucket of any size is then bounded, whatever the number of buckets.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,10 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from airflow_iceberg_maint.orphans.matching import match_candidates
-from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, exact_bytes
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows
+from airflow_iceberg_maint.orphans.matching import match_listed
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, refs_budget, rows_budget
+from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, exact_bytes, path_hashes128
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.shard_files import CANDIDATE_SCHEMA, BucketRange, Scratch, bucket_range
 from airflow_iceberg_maint.orphans.shard_plan import (
@@ -34,6 +42,9 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
     shards = read_markers(store, plan, shard_marker_name)
     wanted = bucket_range(index, plan["shards"], plan["buckets"])
     equivalence = plan_equivalence(plan)
+    # A plan written before the budget was part of it: the default.
+    options = OrphanOptions(memory_budget_mb=plan["options"].get("memory_budget_mb", DEFAULT_MEMORY_BUDGET_MB))
+    rows_bytes = rows_budget(options)
     unmatched: list[pa.Table] = []
     equivalent = referenced = 0
     undecodable: list[str] = []
@@ -43,12 +54,18 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
         listed_range = BucketRange(store, CANDIDATE_SCHEMA, wanted, f"{local}/listed", plan["plan_id"])
         listed_range.fetch(plan_parts(plan, shards, "listed"))
         for bucket in wanted:
-            refs = ReferencedSet(equivalence)
-            for batch in refs_range.batches(bucket):
-                refs.add_hashes(batch)
-            referenced += len(refs)
-            candidates = [i for batch in listed_range.batches(bucket) for i in file_infos(batch)]
-            orphans, conflicts, kept, odd = match_candidates(candidates, refs)
+            with (
+                ReferencedSet(equivalence, refs_budget(options), local) as refs,
+                ListedRows(rows_bytes, local) as listed,
+            ):
+                for batch in refs_range.batches(bucket):
+                    refs.add_hashes(batch)
+                referenced += len(refs)
+                for batch in listed_range.batches(bucket):
+                    candidates = file_infos(batch)
+                    listed.add(candidates, path_hashes128([c.path for c in candidates])[0])
+                listed.finish()
+                orphans, conflicts, kept, odd = match_listed(listed, refs)
             equivalent += kept
             undecodable.extend(i.path for i in odd)
             rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]

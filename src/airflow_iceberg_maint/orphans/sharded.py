@@ -238,6 +238,7 @@ def plan_sharded_scan(
                 "equal_schemes": dict(options.equal_schemes or {}),
                 "equal_authorities": dict(options.equal_authorities or {}),
                 "max_concurrent_deletes": options.max_concurrent_deletes,
+                "memory_budget_mb": options.memory_budget_mb,  # each match task's
             },
             "others": [t.to_json() for t in setup.others],
             "partition_fields": fields,

@@ -15,6 +15,7 @@ by a killed process (its name holds the process ID) is removed by the next sort 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -181,6 +182,28 @@ def release_unused() -> None:
     region is written, they would count in the process's RSS long after the data is gone.
     """
     pa.default_memory_pool().release_unused()
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return cast("Callable[[int], int]", ctypes.CDLL(None).malloc_trim)
+    except (OSError, AttributeError):  # not glibc: nothing to call
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+def trim_heap() -> None:
+    """``release_unused``, and give the C heap's free pages back to the system too (glibc only).
+
+    Python objects freed by the million (a listing's file entries, decoded manifest entries, in
+    two threads) leave glibc's arenas holding free pages that count in the RSS until reused:
+    about 35 MB after listing 10^6 files. Called between phases, never in a loop: it walks the heap.
+    """
+    release_unused()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def private_directory(spill_dir: str | None, prefix: str) -> tempfile.TemporaryDirectory[str]:
