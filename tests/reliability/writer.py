@@ -250,9 +250,11 @@ class Writer:
         doomed = [sid for _, new, _, _ in self.history[broken:] for sid in new]
         if parent is None or self.table.metadata.snapshot_by_id(parent) is None:
             raise RuntimeError(f"cannot undo: the parent {parent} of a commit with missing files is gone")
-        self.table.manage_snapshots().rollback_to_snapshot(parent).commit()
+        self._undo_commit(lambda: self.table.manage_snapshots().rollback_to_snapshot(parent).commit())
         present = {x.snapshot_id for x in self.table.metadata.snapshots}
-        self.table.maintenance.expire_snapshots().by_ids([x for x in doomed if x in present]).commit()
+        self._undo_commit(
+            lambda: self.table.maintenance.expire_snapshots().by_ids([x for x in doomed if x in present]).commit()
+        )
         del self.history[broken:]
         self.ids = ids_before
         self.table = self.catalog.load_table(self.name) if self._metadata_exists() else self._restore_metadata()
@@ -271,6 +273,18 @@ class Writer:
             }
         )
         self.refs = refs
+
+    def _undo_commit(self, commit: Callable[[], None]) -> None:
+        """One commit of an undo. A cutoff-0 run may delete the metadata file it starts from (the race
+        only a longer cutoff closes: listed in flight, deleted after its commit); the commit then fails
+        reading it, before anything lands, so the file is written again and the commit retried."""
+        for _ in range(FOLLOW_ATTEMPTS):
+            try:
+                commit()
+                return
+            except FileNotFoundError:
+                self.table = self._restore_metadata()
+        raise RuntimeError(f"{self.name}: the undo's metadata file was deleted during each of {FOLLOW_ATTEMPTS} tries")
 
     def _gone(self) -> set[str]:
         """The files the committed metadata references that are missing.
