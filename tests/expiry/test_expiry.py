@@ -29,6 +29,19 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
     return request.getfixturevalue(f"{request.param}_catalog")
 
 
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("gcs", marks=pytest.mark.gcs),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ]
+)
+def any_store_catalog(request: pytest.FixtureRequest) -> Catalog:
+    """Every store the deletes go through ``fs/`` on: local, S3, GCS (emulator) and Azure (Azurite)."""
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
 def expire(table: Table, hook: Callable[[ExpiryReport, str], None] | None = None, **options: Any) -> ExpiryReport:
     now = options.pop("now", datetime.now(UTC))
     return expire_snapshots(
@@ -67,8 +80,8 @@ def state(table: Table) -> dict[str, Any]:
     }
 
 
-def test_expires_every_unneeded_snapshot_and_deletes_exactly_what_only_they_reached(catalog: Catalog) -> None:
-    history = build_history(catalog)
+def test_expires_every_unneeded_snapshot_and_deletes_exactly_what_only_they_reached(any_store_catalog: Catalog) -> None:
+    history = build_history(any_store_catalog)
     ids, table = history.ids, history.table
     before = state(table)
 
