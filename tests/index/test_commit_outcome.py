@@ -132,22 +132,31 @@ class Store:
 
 
 class Faults:
-    """botocore handlers attached to every S3 client the library creates while a test runs."""
+    """botocore handlers attached to every S3 client the library creates while a test runs.
+
+    A table's FileIO keeps its storage backend (``fs.backends.table_storage``), so a client made
+    before ``on`` gets the handler too."""
 
     def __init__(self) -> None:
         self.handlers: list[tuple[str, Callable[..., Any]]] = []
+        self.clients: list[Any] = []
         self.enabled = True
 
     def on(self, event: str, handler: Callable[..., Any]) -> None:
         self.handlers.append((event, handler))
+        for client in self.clients:
+            self._register(client, event, handler)
 
     def attach(self, client: Any) -> None:
+        self.clients.append(client)
         for event, handler in self.handlers:
+            self._register(client, event, handler)
 
-            def guarded(handler: Callable[..., Any] = handler, **kwargs: Any) -> Any:
-                return handler(**kwargs) if self.enabled else None
+    def _register(self, client: Any, event: str, handler: Callable[..., Any]) -> None:
+        def guarded(**kwargs: Any) -> Any:
+            return handler(**kwargs) if self.enabled else None
 
-            client.meta.events.register(event, guarded)
+        client.meta.events.register(event, guarded)
 
 
 @pytest.fixture
