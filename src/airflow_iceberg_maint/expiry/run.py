@@ -46,7 +46,7 @@ from airflow_iceberg_maint.fs.backends import table_storage
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
-from airflow_iceberg_maint.orphans.referenced import ReferenceWalk
+from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 

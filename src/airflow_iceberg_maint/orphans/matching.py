@@ -24,7 +24,8 @@ from airflow_iceberg_maint.orphans.other_tables import (
     outermost,
 )
 from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.setup import table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 

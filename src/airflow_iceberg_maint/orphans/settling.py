@@ -18,7 +18,8 @@ from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
 from airflow_iceberg_maint.orphans.matching import MATCH_CHUNK, conflict_pairs
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource

@@ -20,7 +20,8 @@ from airflow_iceberg_maint.orphans.matching import protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths
 from airflow_iceberg_maint.orphans.path_hashes import EMPTY, HASH_SCHEMA, listed_identity
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet, ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
 from airflow_iceberg_maint.orphans.shard_files import Scratch

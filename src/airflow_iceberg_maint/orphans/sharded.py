@@ -49,7 +49,7 @@ from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_mani
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import is_listed_metadata_file
 from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, PathHasher, exact_bytes
-from airflow_iceberg_maint.orphans.referenced import REMOTE_READERS, metadata_level_paths
+from airflow_iceberg_maint.orphans.reference_walk import REMOTE_READERS, metadata_level_paths
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.orphans.setup import scan_setup
 from airflow_iceberg_maint.orphans.shard_files import (
