@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +138,10 @@ def _explain_rows(table: Any, wrong: dict[int, tuple[int, int]], log: list[dict[
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
-def test_cutoff_zero_runs_never_delete_a_committed_live_file(
-    request: pytest.FixtureRequest, backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    catalog: SqlCatalog = request.getfixturevalue(backend)
-    caplog.set_level(logging.ERROR)  # one cutoff-0 warning a run is expected; keep the log small
+def _busy_table_and_writer(
+    catalog: SqlCatalog, tmp_path: Path, seed: int, beside_expiry: bool = False
+) -> tuple[BaseProcess, tuple[str, str, str]]:
+    """Create ``db.busy`` (partitioned, 30 rows) and start the writer on it: its process, log, stop and result paths."""
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
     table = catalog.create_table(
         "db.busy", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "5"}
@@ -152,9 +151,20 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
     props = catalog.properties
     child = worker.context().Process(
         target=writer.run,
-        args=(catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 7, result_path),
+        args=(catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, seed, result_path)
+        + ((True,) if beside_expiry else ()),
     )
     child.start()
+    return child, (log_path, stop_path, result_path)
+
+
+@pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
+def test_cutoff_zero_runs_never_delete_a_committed_live_file(
+    request: pytest.FixtureRequest, backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    catalog: SqlCatalog = request.getfixturevalue(backend)
+    caplog.set_level(logging.ERROR)  # one cutoff-0 warning a run is expected; keep the log small
+    child, (log_path, stop_path, result_path) = _busy_table_and_writer(catalog, tmp_path, seed=7)
     runs: list[Run] = []
     failed_closed: list[str] = []
     try:
@@ -265,18 +275,7 @@ def test_snapshot_expiry_loop_beside_a_writer_loses_no_live_file(
     present scans, those the writer's model covers read its row counts, and an orphan run removes exactly
     the oracle's orphans."""
     catalog: SqlCatalog = request.getfixturevalue(backend)
-    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "category"))
-    table = catalog.create_table(
-        "db.busy", schema=SCHEMA, partition_spec=spec, properties={"write.metadata.previous-versions-max": "5"}
-    )
-    table.append(rows(0, 30))
-    log_path, stop_path, result_path = (str(tmp_path / n) for n in ("writer.jsonl", "stop", "writer.json"))
-    props = catalog.properties
-    child = worker.context().Process(
-        target=writer.run,
-        args=(catalog.name, props["uri"], props["warehouse"], "db.busy", log_path, stop_path, 11, result_path, True),
-    )
-    child.start()
+    child, (log_path, stop_path, result_path) = _busy_table_and_writer(catalog, tmp_path, seed=11, beside_expiry=True)
     deleted: set[str] = set()
     runs = committed = kept_all = kept_by_recheck = 0
     failed_closed: list[str] = []
