@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing.process import BaseProcess
@@ -236,9 +237,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
     assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained
 
     # A write that failed on a deleted in-flight file committed nothing; so did every other run of the loop.
-    ops: dict[str, int] = {}
-    for e in log[1:]:
-        ops[e["op"]] = ops.get(e["op"], 0) + 1
+    ops = Counter(e["op"] for e in log[1:])
     report(
         f"concurrent_writers[{backend}]",
         seconds=SECONDS,
@@ -330,9 +329,7 @@ def test_snapshot_expiry_loop_beside_a_writer_loses_no_live_file(
     assert sorted(last.orphan_files) == sorted(expected_orphans)
     assert oracle.snapshot_rows(catalog.load_table("db.busy")) == retained
 
-    ops: dict[str, int] = {}
-    for e in log[1:]:
-        ops[e["op"]] = ops.get(e["op"], 0) + 1
+    ops = Counter(e["op"] for e in log[1:])
     report(
         f"concurrent_writers_snapshot_expiry[{backend}]",
         seconds=EXPIRY_SECONDS,
