@@ -21,7 +21,7 @@ from pyiceberg.types import LongType, NestedField
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows, file_infos_of
 from airflow_iceberg_maint.orphans.matching import match_candidates, match_listed
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
@@ -51,7 +51,8 @@ def test_rows_spilled_read_back_as_listed(tmp_path: Path) -> None:
     files.append(FileInfo("file:///tmp/t/data/caf\udce9.parquet", 5, OLD, (1, 2)))  # a name that is not UTF-8
     with _rows(files, 1, tmp_path) as rows:
         assert rows.spilled and rows.spilled_bytes > 0
-        assert [p.name.startswith("iceberg-orphan-scan-") for p in tmp_path.iterdir()] == [True]
+        # The rows, and the hashes' sorted runs.
+        assert sorted(p.name.split("-")[2] for p in tmp_path.iterdir()) == ["hashes", "scan"]
         assert rows.all() == files
         assert rows.undecodable == [10]
         assert rows.rows([1, 4, 10]) == [files[1], files[4], files[10]]
@@ -106,7 +107,9 @@ def test_spilled_and_in_memory_matching_are_equal(
             for budget in (1, 10**9):  # every batch spilled; none
                 with _rows(files, budget, tmp_path, step) as rows:
                     assert rows.spilled == (budget == 1 and bool(files))
-                    assert match_listed(rows, both) == expected
+                    found = match_listed(rows, both)
+                    orphans = file_infos_of(found.orphans)
+                    assert (orphans, found.conflicts, found.equivalent, found.undecodable) == expected
         assert list(tmp_path.iterdir()) == []
 
 

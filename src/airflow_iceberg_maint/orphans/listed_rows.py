@@ -2,11 +2,13 @@
 
 A listed file costs about a kilobyte as a Python object (its path, its time, its inode tuple),
 so a scan of 10^8 files could not run on one worker. Here each chunk the listing takes becomes
-one Arrow record batch (the path's exact bytes, size, modification time, device and inode)
-and only its 64-bit exact hashes stay in a compact array, which is all matching needs. While
-the batches fit in ``budget_bytes`` they stay in memory; past it every batch is written to an
-Arrow IPC file in a private temporary directory, and matching reads back one batch at a time,
-keeping only the rows nothing references (the orphans, conflicts, and equivalent spellings).
+one Arrow record batch (the path's exact bytes, size, modification time, device and inode).
+While the batches fit in ``budget_bytes`` they stay in memory; past it every batch is written
+to an Arrow IPC file in a private temporary directory, and matching reads back one batch at a
+time, keeping only the rows nothing references (the orphans, conflicts, and equivalent
+spellings). The 64-bit exact hashes, all the exact match needs, go with their row numbers to
+sorted runs by hash within half of ``budget_bytes`` (``hash_runs``), so nothing held grows
+with the listing.
 
 Names that are not UTF-8 (kept, never compared: S4) are rare: their row numbers are kept too.
 
@@ -24,10 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.path_hashes import exact_bytes
+from airflow_iceberg_maint.orphans.path_hashes import exact_bytes, int64_array
+from airflow_iceberg_maint.orphans.referenced_runs import by_exact, hash_runs
 from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release_unused
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,8 @@ ROWS_SCHEMA = pa.schema(
     ]
 )
 _DIR_PREFIX = "iceberg-orphan-scan-"
+_HASHES_PREFIX = "iceberg-orphan-hashes-"
+_HASH_ROWS_SCHEMA = pa.schema([("exact", pa.int64()), ("row", pa.int64())])
 
 
 def comparable(path: str) -> bool:
@@ -72,15 +78,22 @@ def rows_of(files: Sequence[FileInfo]) -> pa.RecordBatch:
     return pa.record_batch(columns, schema=ROWS_SCHEMA)
 
 
+def paths_of(rows: pa.RecordBatch | pa.Table) -> list[str]:
+    """The listed paths of some rows, as the listing gave them (a name that is not UTF-8 surrogate-escaped)."""
+    return [p.decode("utf-8", "surrogateescape") for p in rows.column("path").to_pylist()]
+
+
+def inodes_of(rows: pa.RecordBatch | pa.Table) -> list[tuple[int, int] | None]:
+    """The (device, inode) of each row, None off local disks."""
+    devices, inodes = rows.column("device").to_pylist(), rows.column("inode").to_pylist()
+    return [None if d is None else (d, i) for d, i in zip(devices, inodes, strict=True)]
+
+
 def file_infos_of(rows: pa.RecordBatch | pa.Table) -> list[FileInfo]:
     """The listed files a batch holds, as the listing gave them."""
-    paths = [p.decode("utf-8", "surrogateescape") for p in rows.column("path").to_pylist()]
     mtimes = list(map(_from_micros, rows.column("mtime").cast(pa.int64()).to_pylist()))
-    devices, inodes = rows.column("device").to_pylist(), rows.column("inode").to_pylist()
-    return [
-        FileInfo(p, s, m, None if d is None else (d, i))
-        for p, s, m, d, i in zip(paths, rows.column("size").to_pylist(), mtimes, devices, inodes, strict=True)
-    ]
+    columns = (paths_of(rows), rows.column("size").to_pylist(), mtimes, inodes_of(rows))
+    return list(map(FileInfo, *columns))
 
 
 def _from_micros(micros: int | None) -> datetime | None:
@@ -91,14 +104,16 @@ def _from_micros(micros: int | None) -> datetime | None:
 class ListedRows:
     """The candidates of one listing, in listing order: hashes in memory, rows in memory or on local disk.
 
-    ``budget_bytes``: the rows held in memory before they are all written to disk.
-    ``spill_dir``: where (default: the system temporary directory, ``TMPDIR``).
+    ``budget_bytes``: the rows held in memory before they are all written to disk (and half of
+    it for the hashes' sorted runs). ``spill_dir``: where (default: the system temporary
+    directory, ``TMPDIR``).
     """
 
     def __init__(self, budget_bytes: int, spill_dir: str | None = None) -> None:
         self.budget_bytes = budget_bytes
         self.spill_dir = spill_dir
-        self.hashes: array[int] = array("q")  # ``path_hash`` of each candidate
+        self._count = 0
+        self._hashes = hash_runs(max(budget_bytes // 2, 1), spill_dir, _HASHES_PREFIX)  # (path_hash, row)
         self.undecodable: list[int] = []  # row numbers of names that are not UTF-8
         self.spilled_bytes = 0
         self._held: list[pa.RecordBatch] = []
@@ -117,7 +132,7 @@ class ListedRows:
         self.close()
 
     def __len__(self) -> int:
-        return len(self.hashes)
+        return self._count
 
     @property
     def spilled(self) -> bool:
@@ -127,8 +142,9 @@ class ListedRows:
         """Candidates next in listing order, with their ``path_hash``."""
         if not files:
             return
-        start = len(self.hashes)
-        self.hashes.extend(hashes)
+        start, self._count = self._count, self._count + len(files)
+        numbers = pa.array(np.arange(start, self._count, dtype=np.int64))
+        self._hashes.add(pa.Table.from_arrays([int64_array(hashes), numbers], schema=_HASH_ROWS_SCHEMA))
         paths = [f.path for f in files]
         if not all(map(str.isascii, paths)):
             self.undecodable.extend(start + i for i, p in enumerate(paths) if not comparable(p))
@@ -167,11 +183,25 @@ class ListedRows:
             log.info("listed files: spilled %d bytes to local disk (%d rows)", self.spilled_bytes, len(self))
 
     def close(self) -> None:
+        self._hashes.close()
         self._held = []
         self._writer = self._reader = None
         if self._directory is not None:
             self._directory.cleanup()
             self._directory = None
+
+    def sorted_hashes(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Pieces of (``path_hash``, row number) of every candidate, in ascending hash order."""
+        for entries, exact in by_exact(self._hashes):
+            yield exact, np.asarray(entries["row"].combine_chunks())
+
+    def hashes(self) -> array[int]:
+        """``path_hash`` of each candidate, in listing order (for small listings and tests)."""
+        pieces = list(self.sorted_hashes())
+        if not pieces:
+            return array("q")
+        exact, rows = (np.concatenate(p) for p in zip(*pieces, strict=True))
+        return array("q", exact[np.argsort(rows)].tobytes())
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """Each batch's number and first row number, in listing order."""

@@ -76,7 +76,7 @@ class Listing:
     @property
     def candidate_hashes(self) -> array[int]:
         """``path_hash`` of each candidate, computed by the listing beside the reads."""
-        return self.rows.hashes
+        return self.rows.hashes()
 
 
 _PATH, _MTIME, _INODE = attrgetter("path"), attrgetter("mtime"), attrgetter("inode")

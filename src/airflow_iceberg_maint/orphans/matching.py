@@ -6,16 +6,26 @@ any spelling, is kept or is a conflict; a name that is not UTF-8 is kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain, compress
 from operator import attrgetter, not_
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows, comparable, file_infos_of
+from airflow_iceberg_maint.orphans.exact_match import bits_at, referenced_bits
+from airflow_iceberg_maint.orphans.listed_rows import (
+    ROWS_SCHEMA,
+    ListedRows,
+    comparable,
+    file_infos_of,
+    inodes_of,
+    paths_of,
+)
 from airflow_iceberg_maint.orphans.other_tables import (
     ProtectedLocation,
     TablePaths,
@@ -76,33 +86,63 @@ def _classify(
     return equivalent
 
 
-def match_listed(rows: ListedRows, refs: ReferencedSet) -> tuple[list[FileInfo], list[FileInfo], int, list[FileInfo]]:
+@dataclass(frozen=True)
+class Matched:
+    """What matching a listing leaves: the orphans' rows (``ROWS_SCHEMA``, in listing order), the files that
+    collide with a referenced path in another spelling, how many are equivalent spellings, and the names
+    kept as not UTF-8."""
+
+    orphans: pa.Table
+    conflicts: list[FileInfo]
+    equivalent: int
+    undecodable: list[FileInfo]
+
+
+def match_listed(rows: ListedRows, refs: ReferencedSet) -> Matched:
     """``match_candidates`` of a listing's candidates held as ``ListedRows``, with the same result.
 
-    Only the hashes take part in the exact match; the rows of a batch are read back (from disk,
-    when spilled) only for the candidates that match no referenced hash, and only those become
-    listed files again.
+    The exact match is one merged pass over the candidates' and the referenced hashes in hash
+    order (a bit a candidate); the rows of a batch are read back (from disk, when spilled) only
+    for the candidates that match no referenced hash, and the orphans stay Arrow rows.
     """
-    orphans: list[FileInfo] = []
+    referenced = referenced_bits(rows.sorted_hashes(), refs.sorted_exact(), len(rows))
+    undecodable = np.array(rows.undecodable, np.int64)
+    unmatched: list[pa.Table] = []
+    for number, start in rows.chunks():
+        count = rows.batch_rows(number)
+        wanted = ~bits_at(referenced, start, count)
+        wanted[undecodable[(undecodable >= start) & (undecodable < start + count)] - start] = False
+        if wanted.any():
+            unmatched.append(pa.Table.from_batches([rows.batch(number).filter(pa.array(wanted))]))
+    del referenced
+    # A spilled referenced set answers for these files through a small set of the rows that concern them.
+    narrowed = refs.narrowed_for_parts((paths_of(t), inodes_of(t)) for t in _in_steps(list(unmatched)))
+    orphans: list[pa.Table] = []
     conflicts: list[FileInfo] = []
     equivalent = 0
-    undecodable = set(rows.undecodable)
-    pending: list[FileInfo] = []
-    # One membership test of every hash: the referenced set's hash table is built once, not a batch at a time.
-    referenced = refs.referenced_mask(rows.hashes)
-    for number, start in rows.chunks():
-        end = start + rows.batch_rows(number)
-        exact = referenced.slice(start, end - start).to_pylist()
-        wanted = [i for i in compress(range(end - start), map(not_, exact)) if start + i not in undecodable]
-        if not wanted:
-            continue
-        pending.extend(file_infos_of(rows.batch(number).take(pa.array(wanted, pa.int64()))))
-    # A spilled referenced set answers for these files through a small set of the rows that concern them.
-    narrowed = refs.narrowed_for([c.path for c in pending], [c.inode for c in pending])
-    # Classified MATCH_CHUNK at a time: each call scans the referenced keys and hashes the identities.
-    for start in range(0, len(pending), MATCH_CHUNK):
-        equivalent += _classify(pending[start : start + MATCH_CHUNK], narrowed, orphans, conflicts)
-    return orphans, conflicts, equivalent, rows.rows(rows.undecodable)
+    # Classified MATCH_CHUNK at a time (each call scans the referenced keys), each step let go once classified.
+    for step in _in_steps(unmatched):
+        paths = paths_of(step)
+        verdicts = narrowed.classify_unmatched(paths, inodes_of(step))
+        kinds = list(map(verdicts.get, paths))
+        orphans.append(step.filter(pa.array([k is None for k in kinds])))
+        conflicts.extend(file_infos_of(step.filter(pa.array([k == "conflict" for k in kinds]))))
+        equivalent += kinds.count("equivalent")
+    found = pa.concat_tables(orphans) if orphans else ROWS_SCHEMA.empty_table()
+    return Matched(found, conflicts, equivalent, rows.rows(rows.undecodable))
+
+
+def _in_steps(tables: list[pa.Table]) -> Iterator[pa.Table]:
+    """The tables, taken from the front of the list, as steps of MATCH_CHUNK rows or more."""
+    tables.reverse()  # popped from the end, each is let go once in a step
+    step: list[pa.Table] = []
+    rows = 0
+    while tables:
+        step.append(tables.pop())
+        rows += step[-1].num_rows
+        if rows >= MATCH_CHUNK or not tables:
+            yield pa.concat_tables(step)
+            step, rows = [], 0
 
 
 def conflict_pairs(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import cast
 
 import numpy as np
@@ -137,6 +137,16 @@ class ReferencedSet:
         hash, a path key or (on local storage) a file identity with one of the paths; no other
         row can change an answer about them.
         """
+        # Hashed a step at a time: the path keys as strings are as large as the paths, for a moment.
+        steps = range(0, len(paths), _NARROW_STEP)
+        return self.narrowed_for_parts(
+            (paths[s : s + _NARROW_STEP], inodes[s : s + _NARROW_STEP] if inodes is not None else None) for s in steps
+        )
+
+    def narrowed_for_parts(
+        self, parts: Iterable[tuple[Sequence[str], Sequence[tuple[int, int] | None] | None]]
+    ) -> ReferencedSet:
+        """``narrowed_for`` the paths of every part, given with their inodes (or None) a part at a time."""
         if self.spilled is None:
             return self
         if self._deferred is not None:
@@ -144,12 +154,10 @@ class ReferencedSet:
         exact: list[pa.Array] = []
         keys: list[pa.Array] = []
         found: list[pa.Array] = []
-        # Hashed a step at a time: the path keys as strings are as large as the paths, for a moment.
-        for start in range(0, len(paths), _NARROW_STEP):
-            part = paths[start : start + _NARROW_STEP]
+        for part, inodes in parts:
             part_keys, on_local = self.hasher.key_hashes(part)
             local = [i for i, is_local in enumerate(on_local) if is_local]
-            given = [inodes[start + i] for i in local] if inodes is not None else None
+            given = [inodes[i] for i in local] if inodes is not None else None
             found.append(self._listed_identities([part[i] for i in local], given))
             exact.append(int64_array(path_hashes128(part)[0]))
             keys.append(int64_array(part_keys))
@@ -241,11 +249,11 @@ class ReferencedSet:
         """``contains_exact`` of paths already hashed with ``path_hash``."""
         return cast("list[bool]", pc.is_in(int64_array(hashes), value_set=self._freeze()[0]).to_pylist())
 
-    def referenced_mask(self, hashes: Sequence[int]) -> pa.Array:
-        """``contains_hashes`` as an Arrow boolean array (a bit a hash), for many hashes."""
+    def sorted_exact(self) -> Iterator[np.ndarray]:
+        """Every exact hash held, in ascending order, as pieces (``exact_match.referenced_bits`` reads them)."""
         if self.spilled is not None:
-            return self.spilled.exact_mask(np.asarray(hashes, dtype=np.int64))
-        return pc.is_in(int64_array(hashes), value_set=self._freeze()[0])
+            return self.spilled.sorted_exact()
+        return iter([np.sort(np.asarray(self._freeze()[0]))])
 
     def classify_unmatched(
         self, paths: Sequence[str], inodes: Sequence[tuple[int, int] | None] | None = None

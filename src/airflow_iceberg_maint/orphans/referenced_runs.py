@@ -6,7 +6,7 @@ spilled as Arrow IPC to a private directory under ``TMPDIR``, merged back in ord
 everything added afterwards. The spilled set answers three questions, each by one merged pass:
 
 - how many distinct paths it holds (the report's ``referenced_files``);
-- which of many exact hashes it holds (the listed candidates': one sorted copy of theirs in memory);
+- every exact hash it holds, in order (merged with the listed candidates': ``exact_match``);
 - every row that could answer a question about some paths (their exact hashes, path keys and
   file identities), from which ``ReferencedSet.narrowed_for`` builds a small in-memory set that
   gives the same answers for those paths as the whole set would.
@@ -27,7 +27,6 @@ from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 _DIR_PREFIX = "iceberg-orphan-refs-"
-_MASK_STEP = 1 << 20
 #: Referenced paths whose identity is DEFERRED: their 128-bit hash, and their number in the order added.
 DEFERRED_SCHEMA = pa.schema([("exact", pa.int64()), ("check", pa.int64()), ("row", pa.int64())])
 
@@ -113,23 +112,9 @@ class SpilledReferences:
                 last = exact[-1]
         return distinct
 
-    def exact_mask(self, hashes: np.ndarray) -> pa.Array:
-        """Whether each hash is held: the pieces, in hash order, searched in one sorted copy of ``hashes``.
-
-        No ``np.isin``: it sorts the candidates and the hashes found together, with indices, several
-        times the memory of the sorted copy. Here a flag a sorted hash marks the first of each run of
-        equal candidates that some piece holds, and each candidate then reads its first equal's flag.
-        """
-        ordered = np.sort(hashes)
-        held = np.zeros(len(ordered), np.bool_)
-        if len(ordered):
-            for _, exact in self._sorted():
-                at = np.minimum(np.searchsorted(ordered, exact), len(ordered) - 1)
-                held[at[ordered[at] == exact]] = True
-        mask = np.zeros(len(hashes), np.bool_)
-        for start in range(0, len(hashes), _MASK_STEP):  # a step at a time: the positions are 8 bytes a hash
-            mask[start : start + _MASK_STEP] = held[np.searchsorted(ordered, hashes[start : start + _MASK_STEP])]
-        return pa.array(mask)
+    def sorted_exact(self) -> Iterator[np.ndarray]:
+        """Every exact hash held, in ascending order, as pieces (duplicates included)."""
+        return (exact for _, exact in self._sorted())
 
     def rows_for(self, exact: pa.Array, keys: pa.Array, identities: pa.Array) -> Iterator[pa.RecordBatch]:
         """Every row whose exact hash, path key or file identity is one of those given."""

@@ -131,7 +131,8 @@ def _matched(run: ScanRun, setup: ScanSetup, listed: Listing, refs: ReferencedSe
     run.phases.done("list_and_reference")
     trim_heap()  # what listing and reading freed, before matching allocates its own
 
-    orphans, conflicts, report.kept_equivalent, undecodable = match_listed(listed.rows, refs)
-    report_undecodable(report, [u.path for u in undecodable])
+    matched = match_listed(listed.rows, refs)
+    report.kept_equivalent = matched.equivalent
+    report_undecodable(report, [u.path for u in matched.undecodable])
     protected = protected_locations(walk.table, root, listed.metadata_files, refs, setup.others, setup.equivalence)
-    return Unmatched(orphans, conflicts, protected)
+    return Unmatched(matched.orphans, matched.conflicts, protected)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
-from airflow_iceberg_maint.fs.storage import FileInfo
+import pyarrow as pa
+import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ class OrphanReport:
     location: str
     older_than: datetime
     dry_run: bool
-    orphan_files: list[str] = field(default_factory=list)
+    orphan_files: Sequence[str] = field(default_factory=list)
     orphan_bytes: int = 0
     deleted_file_count: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
@@ -76,7 +77,7 @@ class OrphanReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``orphans --json`` object of docs/cli.md."""
-        return {**self.summary(), "orphan_files": self.orphan_files}
+        return {**self.summary(), "orphan_files": list(self.orphan_files)}
 
 
 #: Called with the report and a stage: ``matched`` (orphans before the re-check) and ``planned``
@@ -115,16 +116,60 @@ def file_kind(path: str) -> str:
     return "other"
 
 
-def tally(report: OrphanReport, orphans: list[FileInfo]) -> None:
-    """Set the report's orphan list, its bytes and its count and bytes by kind."""
-    report.orphan_files = [o.path for o in orphans]
-    report.orphan_bytes = 0
+class PathColumn(Sequence[str]):
+    """Listed paths held as their exact bytes in an Arrow column, decoded when read.
+
+    A tenth of the memory of Python strings, so that the orphans of a large table can sit in
+    the report until it is written. Equal to any sequence of the same paths.
+    """
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._column = column
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return _decoded(self._column.slice(start, max(stop - start, 0)).to_pylist())[::step]
+        return _decoded([self._column[index].as_py()])[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._column.chunks:
+            yield from _decoded(chunk.to_pylist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking equality, as a list's
+
+    def __repr__(self) -> str:
+        return f"PathColumn({list(self)!r})"
+
+
+def _decoded(values: list[bytes]) -> list[str]:
+    return [v.decode("utf-8", "surrogateescape") for v in values]
+
+
+def tally(report: OrphanReport, orphans: pa.Table) -> None:
+    """Set the report's orphan list (listed rows: ``ROWS_SCHEMA``), its bytes and its count and bytes by kind."""
+    report.orphan_files = PathColumn(orphans.column("path"))
+    report.orphan_bytes = pc.sum(orphans.column("size")).as_py() or 0
     report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
-    for info in orphans:
-        kind = report.by_kind[file_kind(info.path)]
+    for path, size in zip(report.orphan_files, _sizes(orphans), strict=True):
+        kind = report.by_kind[file_kind(path)]
         kind["count"] += 1
-        kind["bytes"] += info.size
-        report.orphan_bytes += info.size
+        kind["bytes"] += size
+
+
+def _sizes(rows: pa.Table) -> Iterator[int]:
+    for chunk in rows.column("size").chunks:
+        yield from chunk.to_pylist()
 
 
 def printable(path: str) -> str:

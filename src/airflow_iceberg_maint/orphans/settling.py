@@ -7,14 +7,17 @@ both end here, with a ``ScanRun`` and what their matching left (``Unmatched``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import pyarrow as pa
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadError, PrefixMismatchError
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
 from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
+from airflow_iceberg_maint.orphans.listed_rows import inodes_of, paths_of, rows_of
 from airflow_iceberg_maint.orphans.matching import MATCH_CHUNK, conflict_pairs
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
@@ -51,18 +54,18 @@ class Unmatched:
     """What the matching left: files nothing references, files that collide with a referenced path in
     another spelling (conflicts), and other tables' locations under the scanned one (kept whole, S8)."""
 
-    orphans: list[FileInfo]
+    orphans: pa.Table  # listed rows (``ROWS_SCHEMA``)
     conflicts: list[FileInfo]
     protected: list[ProtectedLocation]
 
 
 def recheck(
-    orphans: list[FileInfo],
+    orphans: pa.Table,
     walk: ReferenceWalk,
     sources: Sequence[ReferenceSource],
     known: frozenset[int] | None = None,
-) -> list[FileInfo]:
-    """Reload the table and keep any orphan that metadata committed during the scan references.
+) -> pa.Table:
+    """Reload the table and keep any orphan (a listed row) that metadata committed during the scan references.
 
     ``known``: the snapshots the scan read (default: those of the table before the reload);
     ``walk.seen``: the manifests it read. Only what is new since is read again.
@@ -83,18 +86,26 @@ def recheck(
     refuse_gc_disabled(table)
     late = ReferencedSet(walk.equivalence)
     collect_referenced(late, walk, sources, table.metadata, table.metadata_location, skip=known)
-    exact = late.contains_exact([o.path for o in orphans])
-    survivors = [o for o, hit in zip(orphans, exact, strict=True) if not hit]
-    protected: dict[str, str] = {}
-    for start in range(0, len(survivors), MATCH_CHUNK):  # a chunk at a time: the path keys are strings
-        chunk = survivors[start : start + MATCH_CHUNK]
-        protected |= late.classify_unmatched([o.path for o in chunk], [o.inode for o in chunk])
-    return [o for o in survivors if o.path not in protected]
+
+    def unreferenced(paths: list[str], chunk: pa.Table) -> list[bool]:
+        others = late.classify_unmatched(paths, inodes_of(chunk))
+        return [not hit and p not in others for p, hit in zip(paths, late.contains_exact(paths), strict=True)]
+
+    return kept_rows(orphans, unreferenced)
 
 
-def _outside(files: list[FileInfo], kept: LocationSet) -> list[FileInfo]:
-    """The files that lie under no kept location, in any spelling of either (S8)."""
-    return [f for f in files if not kept.covers(f.path)]
+def kept_rows(rows: pa.Table, keep: Callable[[list[str], pa.Table], list[bool]]) -> pa.Table:
+    """The rows ``keep`` says yes to, asked MATCH_CHUNK rows at a time (their paths as strings are large)."""
+    parts = []
+    for start in range(0, rows.num_rows, MATCH_CHUNK):
+        chunk = rows.slice(start, MATCH_CHUNK)
+        parts.append(chunk.filter(pa.array(keep(paths_of(chunk), chunk), pa.bool_())))
+    return pa.concat_tables(parts) if parts else rows
+
+
+def _outside(rows: pa.Table, kept: LocationSet) -> pa.Table:
+    """The listed rows that lie under no kept location, in any spelling of either (S8)."""
+    return kept_rows(rows, lambda paths, _: [not kept.covers(p) for p in paths])
 
 
 def settle(run: ScanRun, unmatched: Unmatched) -> None:
@@ -103,10 +114,10 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
     orphans, conflicts, protected = unmatched.orphans, unmatched.conflicts, unmatched.protected
     if protected:
         report.protected_locations = [p.to_json() for p in protected]
-        before = len(orphans) + len(conflicts)
+        before = orphans.num_rows + len(conflicts)
         kept = protection_set(protected, walk.equivalence)
-        orphans, conflicts = _outside(orphans, kept), _outside(conflicts, kept)
-        report.kept_protected = before - len(orphans) - len(conflicts)
+        orphans, conflicts = _outside(orphans, kept), [c for c in conflicts if not kept.covers(c.path)]
+        report.kept_protected = before - orphans.num_rows - len(conflicts)
         log.warning(
             "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
         )
@@ -114,15 +125,15 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
         report.conflicts = conflict_pairs(conflicts, walk, sources)
         log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
         if options.prefix_mismatch_mode == "delete":
-            orphans = orphans + conflicts
+            orphans = pa.concat_tables([orphans, pa.Table.from_batches([rows_of(conflicts)])])
     phases.done("match")
     if run.on_stage:
         tally(report, orphans)
         run.on_stage(report, "matched")
 
-    before = len(orphans)
+    before = orphans.num_rows
     orphans = recheck(orphans, walk, sources, run.known)
-    report.kept_by_recheck = before - len(orphans)
+    report.kept_by_recheck = before - orphans.num_rows
     report.snapshots += walk.snapshots  # the walk's own reads, the re-check's included
     report.manifests_read += walk.manifests_read
     tally(report, orphans)
@@ -147,7 +158,7 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
         )
     if run.on_stage:
         run.on_stage(report, "planned")
-    if not options.dry_run and orphans:
+    if not options.dry_run and orphans.num_rows:
         outcome = delete_in_steps(run.storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]

@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
+from airflow_iceberg_maint.orphans.listed_rows import rows_of
 from airflow_iceberg_maint.orphans.matching import protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths
@@ -123,5 +124,5 @@ def finish_sharded_scan(
             known=frozenset(plan["known_snapshots"]),
             on_stage=on_stage,
         )
-        settle(run, Unmatched(orphans, conflicts, protected))
+        settle(run, Unmatched(pa.Table.from_batches([rows_of(orphans)]), conflicts, protected))
     return report

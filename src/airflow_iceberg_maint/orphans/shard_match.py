@@ -1,7 +1,7 @@
 """Step 3 of a sharded orphan scan (``sharded.py``): one shard's range of buckets, candidates minus referenced.
 
 A bucket is matched as a single-task scan matches its listing, within the plan's ``memory_budget_mb``:
-its candidates as ``ListedRows`` (hashes in memory, rows spilled past a quarter of the budget) and
+its candidates as ``ListedRows`` (hashes in sorted runs, rows spilled past a quarter of the budget) and
 its referenced paths as a ``ReferencedSet`` (sorted runs past half of it), both under the task's
 local temporary directory. A bucket of any size is then bounded, whatever the number of buckets.
 """
@@ -12,9 +12,10 @@ import tempfile
 import time
 from collections.abc import Mapping
 
+import numpy as np
 import pyarrow as pa
 
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows
+from airflow_iceberg_maint.orphans.listed_rows import ListedRows, rows_of
 from airflow_iceberg_maint.orphans.matching import match_listed
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, refs_budget, rows_budget
 from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, exact_bytes, path_hashes128
@@ -65,20 +66,11 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
                     candidates = file_infos(batch)
                     listed.add(candidates, path_hashes128([c.path for c in candidates])[0])
                 listed.finish()
-                orphans, conflicts, kept, odd = match_listed(listed, refs)
-            equivalent += kept
-            undecodable.extend(i.path for i in odd)
-            rows = [(i, False) for i in orphans] + [(i, True) for i in conflicts]
-            unmatched.append(
-                pa.table(
-                    [
-                        pa.array([exact_bytes(i.path) for i, _ in rows], pa.binary()),
-                        pa.array([i.size for i, _ in rows], pa.int64()),
-                        pa.array([c for _, c in rows], pa.bool_()),
-                    ],
-                    schema=UNMATCHED_SCHEMA,
-                )
-            )
+                matched = match_listed(listed, refs)
+            equivalent += matched.equivalent
+            undecodable.extend(i.path for i in matched.undecodable)
+            conflicts = pa.Table.from_batches([rows_of(matched.conflicts)])
+            unmatched += [_unmatched(matched.orphans, conflict=False), _unmatched(conflicts, conflict=True)]
     name = f"unmatched/{plan['plan_id']}-{index:04d}.parquet"
     rows = pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table()
     store.write_table(name, rows, plan["plan_id"])
@@ -100,3 +92,9 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
         },
     )
     return counts
+
+
+def _unmatched(rows: pa.Table, *, conflict: bool) -> pa.Table:
+    """Listed rows (``ROWS_SCHEMA``) as the scratch space's unmatched part."""
+    flags = pa.array(np.full(rows.num_rows, conflict), pa.bool_())
+    return pa.table([rows.column("path"), rows.column("size"), flags], schema=UNMATCHED_SCHEMA)

@@ -118,10 +118,11 @@ class SortedRuns:
         if not self._buffer:
             return None
         entries = _combined(self._buffer)
-        self._buffered_bytes = 0
         ordered = sort_table(entries, self.keys_of)
         del entries
         release_unused()  # the entries in input order
+        # Held sorted in their place: ``sorted`` gives the same entries when called again.
+        self._buffer, self._buffered_bytes = [ordered[0]], ordered[0].nbytes
         return ordered
 
     def _spill(self) -> None:
@@ -147,7 +148,7 @@ class SortedRuns:
         return self._directory.name
 
     def sorted(self) -> Iterator[Sorted]:
-        """Every entry added, in index order, as pieces with their ordering-key columns."""
+        """Every entry added, in index order, as pieces with their ordering-key columns (again at each call)."""
         if not self.runs:
             buffered = self._buffered()
             if buffered is not None:
