@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ _CUTS = st.lists(st.integers(0, 40), max_size=6)
 
 def _pieces(values: np.ndarray, cuts: list[int]) -> list[np.ndarray]:
     bounds = sorted({min(c, len(values)) for c in cuts} | {0, len(values)})
-    return [values[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [values[a:b] for a, b in pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -108,7 +108,8 @@ def test_spilled_and_in_memory_matching_are_equal(
                 with _rows(files, budget, tmp_path, step) as rows:
                     assert rows.spilled == (budget == 1 and bool(files))
                     found = match_listed(rows, both)
-                    orphans = file_infos_of(found.orphans)
+                    with found.orphans as orphans:
+                        orphans = file_infos_of(orphans.table())
                     assert (orphans, found.conflicts, found.equivalent, found.undecodable) == expected
         assert list(tmp_path.iterdir()) == []
 
@@ -202,3 +203,38 @@ def test_a_match_task_of_a_sharded_scan_in_a_tiny_budget_equals_the_single_scan(
             single.kept_equivalent,
             single.files_listed,
         )
+
+
+def test_orphans_past_the_budget_wait_on_local_disk_as_long_as_the_report(
+    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """3,000 orphans pass a quarter of 1 MB: the unmatched rows and the orphans go to local disk, the report
+    reads every orphan back from there, the directory goes with the report, and a real run deletes exactly them."""
+    table, orphans = _local_table(sqlite_catalog, 1_000, 3_000)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=1)
+    with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
+        report = remove_orphan_files(table, options, sources=[INDEX_FILES])
+    spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
+    assert {"unmatched files", "orphans"} <= set(spilled)
+    assert [p.name.split("-")[2] for p in spill.iterdir()] == ["found"]  # the report's orphans, nothing else
+    listed = list(report.orphan_files)
+    assert sorted(listed) == sorted(orphans) and len(report.orphan_files) == 3_000
+    assert (report.orphan_files[0], report.orphan_files[-1], report.orphan_files[1_999:2_002]) == (
+        listed[0],
+        listed[-1],
+        listed[1_999:2_002],
+    )
+    assert report.to_json()["orphan_files"] == listed and report.orphan_files == listed
+    del report
+    assert list(spill.iterdir()) == []
+
+    real = remove_orphan_files(
+        table, OrphanOptions(older_than=cutoff, only_this_table=True, memory_budget_mb=1), sources=[INDEX_FILES]
+    )
+    assert real.deleted_file_count == 3_000 and real.failed == []
+    data = Path(table.location().removeprefix("file://")) / "data"
+    assert sorted(p.name for p in data.iterdir()) == [f"f-{i:05d}.parquet" for i in range(1_000)]

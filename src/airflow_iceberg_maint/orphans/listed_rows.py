@@ -1,12 +1,11 @@
-"""Listed candidates held as columns: their hashes in memory, their rows in Arrow, spilled to local disk past a share.
+"""Listed candidates as columns: hashes in sorted runs, rows in Arrow, spilled to local disk past a share.
 
 A listed file costs about a kilobyte as a Python object (its path, its time, its inode tuple),
 so a scan of 10^8 files could not run on one worker. Here each chunk the listing takes becomes
-one Arrow record batch (the path's exact bytes, size, modification time, device and inode).
-While the batches fit in ``budget_bytes`` they stay in memory; past it every batch is written
-to an Arrow IPC file in a private temporary directory, and matching reads back one batch at a
-time, keeping only the rows nothing references (the orphans, conflicts, and equivalent
-spellings). The 64-bit exact hashes, all the exact match needs, go with their row numbers to
+one Arrow record batch (the path's exact bytes, size, modification time, device and inode),
+held within ``budget_bytes`` and past it written to local disk (``SpilledBatches``); matching
+reads back one batch at a time, keeping only the rows nothing references (the orphans,
+conflicts, and equivalent spellings). The 64-bit exact hashes, all the exact match needs, go with their row numbers to
 sorted runs by hash within half of ``budget_bytes`` (``hash_runs``), so nothing held grows
 with the listing.
 
@@ -18,12 +17,9 @@ by a killed process is removed by the next scan that spills (``remove_abandoned`
 
 from __future__ import annotations
 
-import logging
-import tempfile
 from array import array
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from types import TracebackType
 
 import numpy as np
@@ -32,9 +28,7 @@ import pyarrow as pa
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.orphans.path_hashes import exact_bytes, int64_array
 from airflow_iceberg_maint.orphans.referenced_runs import by_exact, hash_runs
-from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release_unused
-
-log = logging.getLogger(__name__)
+from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 ROWS_SCHEMA = pa.schema(
     [
@@ -102,7 +96,7 @@ def _from_micros(micros: int | None) -> datetime | None:
 
 
 class ListedRows:
-    """The candidates of one listing, in listing order: hashes in memory, rows in memory or on local disk.
+    """The candidates of one listing, in listing order: hashes in sorted runs, rows in memory or on local disk.
 
     ``budget_bytes``: the rows held in memory before they are all written to disk (and half of
     it for the hashes' sorted runs). ``spill_dir``: where (default: the system temporary
@@ -112,16 +106,9 @@ class ListedRows:
     def __init__(self, budget_bytes: int, spill_dir: str | None = None) -> None:
         self.budget_bytes = budget_bytes
         self.spill_dir = spill_dir
-        self._count = 0
         self._hashes = hash_runs(max(budget_bytes // 2, 1), spill_dir, _HASHES_PREFIX)  # (path_hash, row)
+        self._rows = SpilledBatches(ROWS_SCHEMA, budget_bytes, spill_dir, _DIR_PREFIX, "listed files")
         self.undecodable: list[int] = []  # row numbers of names that are not UTF-8
-        self.spilled_bytes = 0
-        self._held: list[pa.RecordBatch] = []
-        self._held_bytes = 0
-        self._ends: list[int] = []  # rows up to the end of each batch
-        self._directory: tempfile.TemporaryDirectory[str] | None = None
-        self._writer: pa.ipc.RecordBatchFileWriter | None = None
-        self._reader: pa.ipc.RecordBatchFileReader | None = None
 
     def __enter__(self) -> ListedRows:
         return self
@@ -132,63 +119,35 @@ class ListedRows:
         self.close()
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._rows)
 
     @property
     def spilled(self) -> bool:
-        return self._directory is not None
+        return self._rows.spilled
+
+    @property
+    def spilled_bytes(self) -> int:
+        return self._rows.spilled_bytes
 
     def add(self, files: Sequence[FileInfo], hashes: Sequence[int]) -> None:
         """Candidates next in listing order, with their ``path_hash``."""
         if not files:
             return
-        start, self._count = self._count, self._count + len(files)
-        numbers = pa.array(np.arange(start, self._count, dtype=np.int64))
+        start = len(self)
+        numbers = pa.array(np.arange(start, start + len(files), dtype=np.int64))
         self._hashes.add(pa.Table.from_arrays([int64_array(hashes), numbers], schema=_HASH_ROWS_SCHEMA))
         paths = [f.path for f in files]
         if not all(map(str.isascii, paths)):
             self.undecodable.extend(start + i for i, p in enumerate(paths) if not comparable(p))
-        batch = rows_of(files)
-        self._ends.append(start + len(files))
-        if self._writer is not None:
-            self._write(batch)
-            return
-        self._held.append(batch)
-        self._held_bytes += batch.nbytes
-        if self._held_bytes > self.budget_bytes:
-            self._spill()
-
-    def _spill(self) -> None:
-        self._directory = private_directory(self.spill_dir, _DIR_PREFIX)
-        path = Path(self._directory.name) / "listed.arrow"
-        self._writer = pa.ipc.new_file(str(path), ROWS_SCHEMA)
-        held, self._held, self._held_bytes = self._held, [], 0
-        for batch in held:
-            self._write(batch)
-        del held
-        release_unused()
-
-    def _write(self, batch: pa.RecordBatch) -> None:
-        assert self._writer is not None
-        self._writer.write_batch(batch)
-        self.spilled_bytes += batch.nbytes
+        self._rows.add(rows_of(files))
 
     def finish(self) -> None:
         """No more candidates: the file, if any, is closed for reading."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            assert self._directory is not None
-            self._reader = pa.ipc.open_file(str(Path(self._directory.name) / "listed.arrow"))
-            log.info("listed files: spilled %d bytes to local disk (%d rows)", self.spilled_bytes, len(self))
+        self._rows.finish()
 
     def close(self) -> None:
         self._hashes.close()
-        self._held = []
-        self._writer = self._reader = None
-        if self._directory is not None:
-            self._directory.cleanup()
-            self._directory = None
+        self._rows.close()
 
     def sorted_hashes(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Pieces of (``path_hash``, row number) of every candidate, in ascending hash order."""
@@ -205,14 +164,15 @@ class ListedRows:
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """Each batch's number and first row number, in listing order."""
-        return enumerate([0, *self._ends[:-1]] if self._ends else [])
+        return enumerate(self._rows.starts()) if len(self) else iter([])
 
     def batch_rows(self, number: int) -> int:
-        return self._ends[number] - (self._ends[number - 1] if number else 0)
+        ends = self._rows.ends
+        return ends[number] - (ends[number - 1] if number else 0)
 
     def batch(self, number: int) -> pa.RecordBatch:
         """Batch ``number``, from memory or read back from disk."""
-        return self._held[number] if self._reader is None else self._reader.get_batch(number)
+        return self._rows.batch(number)
 
     def rows(self, wanted: Sequence[int]) -> list[FileInfo]:
         """The candidates at the given row numbers (ascending), read back a batch at a time."""
@@ -220,7 +180,7 @@ class ListedRows:
         position = 0
         for number, start in self.chunks():
             mine = []
-            while position < len(wanted) and wanted[position] < self._ends[number]:
+            while position < len(wanted) and wanted[position] < self._rows.ends[number]:
                 mine.append(wanted[position] - start)
                 position += 1
             if mine:

@@ -6,7 +6,7 @@ any spelling, is kept or is a conflict; a name that is not UTF-8 is kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from operator import attrgetter, not_
@@ -38,8 +38,11 @@ from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, metadata
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.setup import table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
+_UNMATCHED_PREFIX = "iceberg-orphan-unmatched-"
+ORPHANS_PREFIX = "iceberg-orphan-found-"
 
 _PATH = attrgetter("path")
 
@@ -92,7 +95,7 @@ class Matched:
     collide with a referenced path in another spelling, how many are equivalent spellings, and the names
     kept as not UTF-8."""
 
-    orphans: pa.Table
+    orphans: SpilledBatches
     conflicts: list[FileInfo]
     equivalent: int
     undecodable: list[FileInfo]
@@ -103,46 +106,60 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> Matched:
 
     The exact match is one merged pass over the candidates' and the referenced hashes in hash
     order (a bit a candidate); the rows of a batch are read back (from disk, when spilled) only
-    for the candidates that match no referenced hash, and the orphans stay Arrow rows.
+    for the candidates that match no referenced hash. Those rows, and the orphans among them,
+    stay Arrow rows within the listed rows' budget, and go to local disk past it.
     """
+    with _unmatched(rows, refs) as unmatched:
+        # A spilled referenced set answers for these files through a small set of the rows that concern them.
+        narrowed = refs.narrowed_for_parts((paths_of(s), inodes_of(s)) for s in _in_steps(unmatched.batches()))
+        orphans = SpilledBatches(ROWS_SCHEMA, rows.budget_bytes, rows.spill_dir, ORPHANS_PREFIX, "orphans")
+        conflicts: list[FileInfo] = []
+        equivalent = 0
+        # Classified MATCH_CHUNK at a time: each call scans the referenced keys.
+        for step in _in_steps(unmatched.batches()):
+            paths = paths_of(step)
+            verdicts = narrowed.classify_unmatched(paths, inodes_of(step))
+            kinds = list(map(verdicts.get, paths))
+            for batch in kept(step, [k is None for k in kinds]).to_batches():
+                orphans.add(batch)
+            conflicts.extend(file_infos_of(step.filter(pa.array([k == "conflict" for k in kinds]))))
+            equivalent += kinds.count("equivalent")
+    orphans.finish()
+    return Matched(orphans, conflicts, equivalent, rows.rows(rows.undecodable))
+
+
+def _unmatched(rows: ListedRows, refs: ReferencedSet) -> SpilledBatches:
+    """The rows of the candidates no referenced hash matches exactly, names that are not UTF-8 left out."""
     referenced = referenced_bits(rows.sorted_hashes(), refs.sorted_exact(), len(rows))
     undecodable = np.array(rows.undecodable, np.int64)
-    unmatched: list[pa.Table] = []
+    unmatched = SpilledBatches(ROWS_SCHEMA, rows.budget_bytes, rows.spill_dir, _UNMATCHED_PREFIX, "unmatched files")
     for number, start in rows.chunks():
         count = rows.batch_rows(number)
         wanted = ~bits_at(referenced, start, count)
         wanted[undecodable[(undecodable >= start) & (undecodable < start + count)] - start] = False
         if wanted.any():
-            unmatched.append(pa.Table.from_batches([rows.batch(number).filter(pa.array(wanted))]))
-    del referenced
-    # A spilled referenced set answers for these files through a small set of the rows that concern them.
-    narrowed = refs.narrowed_for_parts((paths_of(t), inodes_of(t)) for t in _in_steps(list(unmatched)))
-    orphans: list[pa.Table] = []
-    conflicts: list[FileInfo] = []
-    equivalent = 0
-    # Classified MATCH_CHUNK at a time (each call scans the referenced keys), each step let go once classified.
-    for step in _in_steps(unmatched):
-        paths = paths_of(step)
-        verdicts = narrowed.classify_unmatched(paths, inodes_of(step))
-        kinds = list(map(verdicts.get, paths))
-        orphans.append(step.filter(pa.array([k is None for k in kinds])))
-        conflicts.extend(file_infos_of(step.filter(pa.array([k == "conflict" for k in kinds]))))
-        equivalent += kinds.count("equivalent")
-    found = pa.concat_tables(orphans) if orphans else ROWS_SCHEMA.empty_table()
-    return Matched(found, conflicts, equivalent, rows.rows(rows.undecodable))
+            unmatched.add(rows.batch(number).filter(pa.array(wanted)))
+    unmatched.finish()
+    return unmatched
 
 
-def _in_steps(tables: list[pa.Table]) -> Iterator[pa.Table]:
-    """The tables, taken from the front of the list, as steps of MATCH_CHUNK rows or more."""
-    tables.reverse()  # popped from the end, each is let go once in a step
-    step: list[pa.Table] = []
+def kept(rows: pa.Table, mask: list[bool]) -> pa.Table:
+    """The rows the mask keeps; all of them without a copy."""
+    return rows if all(mask) else rows.filter(pa.array(mask, pa.bool_()))
+
+
+def _in_steps(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """The batches as steps of MATCH_CHUNK rows or more."""
+    step: list[pa.RecordBatch] = []
     rows = 0
-    while tables:
-        step.append(tables.pop())
-        rows += step[-1].num_rows
-        if rows >= MATCH_CHUNK or not tables:
-            yield pa.concat_tables(step)
+    for batch in batches:
+        step.append(batch)
+        rows += batch.num_rows
+        if rows >= MATCH_CHUNK:
+            yield pa.Table.from_batches(step)
             step, rows = [], 0
+    if step:
+        yield pa.Table.from_batches(step)
 
 
 def conflict_pairs(

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +116,17 @@ def file_kind(path: str) -> str:
 
 
 class PathColumn(Sequence[str]):
-    """Listed paths held as their exact bytes in an Arrow column, decoded when read.
+    """Listed paths read from their rows (``ROWS_SCHEMA``: exact bytes, in memory or on local disk) when asked.
 
-    A tenth of the memory of Python strings, so that the orphans of a large table can sit in
-    the report until it is written. Equal to any sequence of the same paths.
+    The orphans of a large table sit in the report this way until it is written, within the
+    scan's memory budget. Equal to any sequence of the same paths.
     """
 
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        self._column = column
+    def __init__(self, rows: SpilledBatches) -> None:
+        self._rows = rows
 
     def __len__(self) -> int:
-        return len(self._column)
+        return len(self._rows)
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -136,17 +135,20 @@ class PathColumn(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
-            return _decoded(self._column.slice(start, max(stop - start, 0)).to_pylist())[::step]
-        return _decoded([self._column[index].as_py()])[0]
+            return _decoded(self._rows.rows(start, stop).column("path").to_pylist())[::step] if stop > start else []
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"orphan {index} of {len(self)}")
+        index %= len(self)
+        return _decoded(self._rows.rows(index, index + 1).column("path").to_pylist())[0]
 
     def __iter__(self) -> Iterator[str]:
-        for chunk in self._column.chunks:
-            yield from _decoded(chunk.to_pylist())
+        for batch in self._rows.batches():
+            yield from _decoded(batch.column("path").to_pylist())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking equality, as a list's
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
 
     def __repr__(self) -> str:
         return f"PathColumn({list(self)!r})"
@@ -156,20 +158,18 @@ def _decoded(values: list[bytes]) -> list[str]:
     return [v.decode("utf-8", "surrogateescape") for v in values]
 
 
-def tally(report: OrphanReport, orphans: pa.Table) -> None:
-    """Set the report's orphan list (listed rows: ``ROWS_SCHEMA``), its bytes and its count and bytes by kind."""
-    report.orphan_files = PathColumn(orphans.column("path"))
-    report.orphan_bytes = pc.sum(orphans.column("size")).as_py() or 0
+def tally(report: OrphanReport, orphans: SpilledBatches) -> None:
+    """Set the report's orphan list (listed rows), its bytes and its count and bytes by kind."""
+    report.orphan_files = PathColumn(orphans)
+    report.orphan_bytes = 0
     report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
-    for path, size in zip(report.orphan_files, _sizes(orphans), strict=True):
-        kind = report.by_kind[file_kind(path)]
-        kind["count"] += 1
-        kind["bytes"] += size
-
-
-def _sizes(rows: pa.Table) -> Iterator[int]:
-    for chunk in rows.column("size").chunks:
-        yield from chunk.to_pylist()
+    for batch in orphans.batches():
+        paths = _decoded(batch.column("path").to_pylist())
+        for path, size in zip(paths, batch.column("size").to_pylist(), strict=True):
+            kind = report.by_kind[file_kind(path)]
+            kind["count"] += 1
+            kind["bytes"] += size
+            report.orphan_bytes += size
 
 
 def printable(path: str) -> str:

@@ -18,7 +18,7 @@ from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
 from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
 from airflow_iceberg_maint.orphans.listed_rows import inodes_of, paths_of, rows_of
-from airflow_iceberg_maint.orphans.matching import MATCH_CHUNK, conflict_pairs
+from airflow_iceberg_maint.orphans.matching import conflict_pairs
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
 from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
@@ -26,6 +26,7 @@ from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +55,17 @@ class Unmatched:
     """What the matching left: files nothing references, files that collide with a referenced path in
     another spelling (conflicts), and other tables' locations under the scanned one (kept whole, S8)."""
 
-    orphans: pa.Table  # listed rows (``ROWS_SCHEMA``)
+    orphans: SpilledBatches  # listed rows (``ROWS_SCHEMA``)
     conflicts: list[FileInfo]
     protected: list[ProtectedLocation]
 
 
 def recheck(
-    orphans: pa.Table,
+    orphans: SpilledBatches,
     walk: ReferenceWalk,
     sources: Sequence[ReferenceSource],
     known: frozenset[int] | None = None,
-) -> pa.Table:
+) -> SpilledBatches:
     """Reload the table and keep any orphan (a listed row) that metadata committed during the scan references.
 
     ``known``: the snapshots the scan read (default: those of the table before the reload);
@@ -87,25 +88,42 @@ def recheck(
     late = ReferencedSet(walk.equivalence)
     collect_referenced(late, walk, sources, table.metadata, table.metadata_location, skip=known)
 
-    def unreferenced(paths: list[str], chunk: pa.Table) -> list[bool]:
+    def unreferenced(paths: list[str], chunk: pa.RecordBatch) -> list[bool]:
         others = late.classify_unmatched(paths, inodes_of(chunk))
         return [not hit and p not in others for p, hit in zip(paths, late.contains_exact(paths), strict=True)]
 
     return kept_rows(orphans, unreferenced)
 
 
-def kept_rows(rows: pa.Table, keep: Callable[[list[str], pa.Table], list[bool]]) -> pa.Table:
-    """The rows ``keep`` says yes to, asked MATCH_CHUNK rows at a time (their paths as strings are large)."""
-    parts = []
-    for start in range(0, rows.num_rows, MATCH_CHUNK):
-        chunk = rows.slice(start, MATCH_CHUNK)
-        parts.append(chunk.filter(pa.array(keep(paths_of(chunk), chunk), pa.bool_())))
-    return pa.concat_tables(parts) if parts else rows
+def kept_rows(rows: SpilledBatches, keep: Callable[[list[str], pa.RecordBatch], list[bool]]) -> SpilledBatches:
+    """The rows ``keep`` says yes to, asked a batch at a time; ``rows`` themselves when it keeps them all.
+
+    Otherwise ``rows`` are closed and the kept ones are a new set of batches.
+    """
+    masks = [keep(paths_of(batch), batch) for batch in rows.batches()]
+    if all(map(all, masks)):
+        return rows
+    found = rows.like()
+    for batch, mask in zip(rows.batches(), masks, strict=True):
+        found.add(batch.filter(pa.array(mask, pa.bool_())))
+    found.finish()
+    rows.close()
+    return found
 
 
-def _outside(rows: pa.Table, kept: LocationSet) -> pa.Table:
+def _outside(rows: SpilledBatches, kept: LocationSet) -> SpilledBatches:
     """The listed rows that lie under no kept location, in any spelling of either (S8)."""
     return kept_rows(rows, lambda paths, _: [not kept.covers(p) for p in paths])
+
+
+def _with_conflicts(orphans: SpilledBatches, conflicts: list[FileInfo]) -> SpilledBatches:
+    """The orphans and then the conflicting files, as one set of rows (``prefix_mismatch_mode`` delete)."""
+    both = orphans.like()
+    for batch in [*orphans.batches(), rows_of(conflicts)]:
+        both.add(batch)
+    both.finish()
+    orphans.close()
+    return both
 
 
 def settle(run: ScanRun, unmatched: Unmatched) -> None:
@@ -114,10 +132,10 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
     orphans, conflicts, protected = unmatched.orphans, unmatched.conflicts, unmatched.protected
     if protected:
         report.protected_locations = [p.to_json() for p in protected]
-        before = orphans.num_rows + len(conflicts)
+        before = len(orphans) + len(conflicts)
         kept = protection_set(protected, walk.equivalence)
         orphans, conflicts = _outside(orphans, kept), [c for c in conflicts if not kept.covers(c.path)]
-        report.kept_protected = before - orphans.num_rows - len(conflicts)
+        report.kept_protected = before - len(orphans) - len(conflicts)
         log.warning(
             "kept whole, as other tables' locations: %s", "; ".join(f"{p.location} ({p.reason})" for p in protected)
         )
@@ -125,15 +143,15 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
         report.conflicts = conflict_pairs(conflicts, walk, sources)
         log.warning("%d listed files match referenced paths under another scheme or authority", len(conflicts))
         if options.prefix_mismatch_mode == "delete":
-            orphans = pa.concat_tables([orphans, pa.Table.from_batches([rows_of(conflicts)])])
+            orphans = _with_conflicts(orphans, conflicts)
     phases.done("match")
     if run.on_stage:
         tally(report, orphans)
         run.on_stage(report, "matched")
 
-    before = orphans.num_rows
+    before = len(orphans)
     orphans = recheck(orphans, walk, sources, run.known)
-    report.kept_by_recheck = before - orphans.num_rows
+    report.kept_by_recheck = before - len(orphans)
     report.snapshots += walk.snapshots  # the walk's own reads, the re-check's included
     report.manifests_read += walk.manifests_read
     tally(report, orphans)
@@ -158,7 +176,7 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
         )
     if run.on_stage:
         run.on_stage(report, "planned")
-    if not options.dry_run and orphans.num_rows:
+    if not options.dry_run and len(orphans):
         outcome = delete_in_steps(run.storage, report.orphan_files, options.max_concurrent_deletes)
         report.deleted_file_count = len(outcome.deleted)
         report.failed = [{"path": p, "error": e} for p, e in outcome.failed]

@@ -6,6 +6,7 @@ the re-check against reloaded metadata, and the deletion.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -16,8 +17,8 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.listed_rows import rows_of
-from airflow_iceberg_maint.orphans.matching import protected_locations
+from airflow_iceberg_maint.orphans.listed_rows import ROWS_SCHEMA, rows_of
+from airflow_iceberg_maint.orphans.matching import ORPHANS_PREFIX, protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths
 from airflow_iceberg_maint.orphans.path_hashes import EMPTY, HASH_SCHEMA, listed_identity
@@ -37,6 +38,7 @@ from airflow_iceberg_maint.orphans.shard_plan import (
     shard_marker_name,
 )
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 
 def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: list[str], plan_id: str) -> set[str]:
@@ -124,5 +126,8 @@ def finish_sharded_scan(
             known=frozenset(plan["known_snapshots"]),
             on_stage=on_stage,
         )
-        settle(run, Unmatched(pa.Table.from_batches([rows_of(orphans)]), conflicts, protected))
+        found = SpilledBatches(ROWS_SCHEMA, sys.maxsize, None, ORPHANS_PREFIX, "orphans")  # held as read
+        found.add(rows_of(orphans))
+        found.finish()
+        settle(run, Unmatched(found, conflicts, protected))
     return report

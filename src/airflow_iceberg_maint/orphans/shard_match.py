@@ -70,7 +70,9 @@ def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> d
             equivalent += matched.equivalent
             undecodable.extend(i.path for i in matched.undecodable)
             conflicts = pa.Table.from_batches([rows_of(matched.conflicts)])
-            unmatched += [_unmatched(matched.orphans, conflict=False), _unmatched(conflicts, conflict=True)]
+            with matched.orphans as orphans:
+                found = orphans.table()
+            unmatched += [_unmatched(found, conflict=False), _unmatched(conflicts, conflict=True)]
     name = f"unmatched/{plan['plan_id']}-{index:04d}.parquet"
     rows = pa.concat_tables(unmatched) if unmatched else UNMATCHED_SCHEMA.empty_table()
     store.write_table(name, rows, plan["plan_id"])
