@@ -20,7 +20,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from types import TracebackType
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +27,7 @@ import pyarrow as pa
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.orphans.path_hashes import exact_bytes, int64_array
 from airflow_iceberg_maint.orphans.referenced_runs import by_exact, hash_runs
-from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.orphans.spilled_batches import ClosedOnExit, SpilledBatches
 
 ROWS_SCHEMA = pa.schema(
     [
@@ -95,7 +94,7 @@ def _from_micros(micros: int | None) -> datetime | None:
     return None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
 
 
-class ListedRows:
+class ListedRows(ClosedOnExit):
     """The candidates of one listing, in listing order: hashes in sorted runs, rows in memory or on local disk.
 
     ``budget_bytes``: the rows held in memory before they are all written to disk (and half of
@@ -109,14 +108,6 @@ class ListedRows:
         self._hashes = hash_runs(max(budget_bytes // 2, 1), spill_dir, _HASHES_PREFIX)  # (path_hash, row)
         self._rows = SpilledBatches(ROWS_SCHEMA, budget_bytes, spill_dir, _DIR_PREFIX, "listed files")
         self.undecodable: list[int] = []  # row numbers of names that are not UTF-8
-
-    def __enter__(self) -> ListedRows:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -18,7 +18,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 import pyarrow as pa
 
@@ -27,7 +27,20 @@ from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release
 log = logging.getLogger(__name__)
 
 
-class SpilledBatches:
+class ClosedOnExit:
+    """A ``with`` block over the object calls its ``close`` at the end."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SpilledBatches(ClosedOnExit):
     """Batches added in order; ``label`` names them in the log line that says how much was spilled."""
 
     def __init__(self, schema: pa.Schema, budget_bytes: int, spill_dir: str | None, prefix: str, label: str) -> None:
@@ -42,14 +55,6 @@ class SpilledBatches:
         self._directory: tempfile.TemporaryDirectory[str] | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._reader: pa.ipc.RecordBatchFileReader | None = None
-
-    def __enter__(self) -> SpilledBatches:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __len__(self) -> int:
         """Rows, in every batch."""
