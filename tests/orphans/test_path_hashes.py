@@ -25,7 +25,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.referenced import ReferencedSet, given_paths
 from airflow_iceberg_maint.orphans.referenced_runs import DEFERRED_SCHEMA, by_exact, first_listed, hash_runs
 
 ROOT = "s3://bucket/wh/db/t"
@@ -223,3 +223,42 @@ def test_first_listed_is_the_first_listed_file_with_the_hash_whatever_the_runs()
     deferred.close()
     assert sorted(identities) == sorted(expected_identities)
     assert sorted(others) == expected_others
+
+
+@pytest.mark.parametrize("budget", [1, None])
+def test_resolved_identities_of_a_spilled_set_go_to_sorted_runs_and_keep_other_spellings(
+    tmp_path: Path, budget: int | None
+) -> None:
+    """A spilled set keeps the identities ``resolve`` finds in sorted runs on disk, not in memory, and its
+    narrowed sets still find a hard link of a referenced file (identity from the listing) and the target of a
+    referenced symlink (identity ``stat``-ed) equivalent, as the set in memory does; ``close`` removes them."""
+    data = tmp_path / "t" / "data"
+    data.mkdir(parents=True)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    names = [f"{i:03d}.parquet" for i in range(40)]
+    for name in [*names, "target.parquet", "orphan.parquet"]:
+        (data / name).write_bytes(b"x")
+    os.link(data / names[7], data / "other-name.parquet")
+    os.symlink(data / "target.parquet", data / "link.parquet")  # not listed: the listing skips symlinks
+    root = f"file://{tmp_path}/t"
+    referenced = [f"{root}/data/{n}" for n in [*names, "link.parquet"]]
+    listing = list_candidates(LocalStorage(), root, keep_filter([]), datetime.now(UTC) + timedelta(days=1))
+    unmatched = sorted(c.path for c in listing.candidates if c.path not in referenced)
+    assert unmatched == [f"{root}/data/{n}" for n in ("orphan.parquet", "other-name.parquet", "target.parquet")]
+    with ReferencedSet(PathEquivalence(), budget, str(spill)) as refs:
+        for start in range(0, len(referenced), 8):
+            part = referenced[start : start + 8]
+            refs.add_hashes(PathHasher(PathEquivalence(), listed_under=root).batch(part), given_paths(part))
+        assert (refs.spilled is not None) == (budget == 1)
+        assert refs.resolve(listing.on_disk) == 1  # the symlink
+        listing.close()
+        spilled = [p.name for p in spill.iterdir() if p.name.startswith("iceberg-orphan-resolved-")]
+        assert len(spilled) == (budget == 1)
+        if spilled:
+            assert len(list((spill / spilled[0]).iterdir())) > 1  # a run a piece, in this budget
+        for _ in range(2):  # each narrowed set is one more pass over the runs
+            narrowed = refs.narrowed_for(unmatched)
+            assert narrowed.contains_exact(unmatched) == [False] * 3
+            assert narrowed.classify_unmatched(unmatched) == {unmatched[1]: "equivalent", unmatched[2]: "equivalent"}
+    assert list(spill.iterdir()) == []

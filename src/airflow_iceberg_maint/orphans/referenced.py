@@ -34,7 +34,13 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
-from airflow_iceberg_maint.orphans.referenced_runs import DEFERRED_SCHEMA, SpilledReferences, first_listed, hash_runs
+from airflow_iceberg_maint.orphans.referenced_runs import (
+    DEFERRED_SCHEMA,
+    ResolvedIdentities,
+    SpilledReferences,
+    first_listed,
+    hash_runs,
+)
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 log = logging.getLogger(__name__)
@@ -61,7 +67,7 @@ class ReferencedSet:
         """``budget_bytes``: hashed paths held before they all go to sorted runs on disk (None: never).
 
         Deferred paths (``add_hashes`` with a ``reread``) go to sorted runs of their own within a
-        quarter of it, until ``resolve``.
+        quarter of it, until ``resolve``; so do the identities it finds for them, once the set is spilled.
         """
         self.hasher = PathHasher(equivalence)
         self.budget_bytes, self.spill_dir = budget_bytes, spill_dir
@@ -72,7 +78,8 @@ class ReferencedSet:
         self._deferred: SortedRuns | None = None  # DEFERRED_SCHEMA rows of paths with DEFERRED identities
         self._rereads: list[tuple[int, Reread]] = []  # the deferred rows of each batch end before the first
         self._deferred_rows = 0
-        self._resolved: list[pa.Array] = []  # their identities, once resolved
+        self._resolved: list[pa.Array] = []  # their identities, once resolved (in memory)
+        self._resolved_runs: ResolvedIdentities | None = None  # or, spilled, in sorted runs
 
     def add(self, paths: Sequence[str]) -> None:
         if paths:
@@ -111,12 +118,29 @@ class ReferencedSet:
             self.spilled = SpilledReferences(self.budget_bytes, self.spill_dir)
         self.spilled.add(self._batches)
         self._batches, self._batched_bytes = [], 0
+        resolved, self._resolved = self._resolved, []
+        for identities in resolved:
+            self._keep_resolved(np.asarray(identities))
+
+    def _keep_resolved(self, identities: np.ndarray) -> None:
+        """Identities of resolved deferred paths: in memory while the set is, else in sorted runs."""
+        if self.spilled is None:
+            if len(identities):
+                self._resolved.append(pa.array(identities, pa.int64()))
+            return
+        if self._resolved_runs is None:
+            assert self.budget_bytes is not None
+            self._resolved_runs = ResolvedIdentities(self.budget_bytes // 4, self.spill_dir)
+        self._resolved_runs.add(identities)
 
     def close(self) -> None:
         """Remove the sorted runs, if any."""
         if self._deferred is not None:
             self._deferred.close()
             self._deferred = None
+        if self._resolved_runs is not None:
+            self._resolved_runs.close()
+            self._resolved_runs = None
         if self.spilled is not None:
             log.info("referenced paths: spilled %d bytes to local disk as sorted runs", self.spilled.spilled_bytes)
             self.spilled.close()
@@ -165,8 +189,8 @@ class ReferencedSet:
         narrowed = ReferencedSet(self.hasher.equivalence)
         for batch in self.spilled.rows_for(_joined(exact), _joined(keys), identities):
             narrowed.add_hashes(batch)
-        resolved = [r.filter(pc.is_in(r, value_set=identities)) for r in self._resolved]
-        narrowed._resolved = [r for r in resolved if len(r)]
+        if self._resolved_runs is not None:
+            narrowed._keep_resolved(np.asarray(self._resolved_runs.matching(identities)))
         return narrowed
 
     def resolve(self, listed: SortedRuns) -> int:
@@ -184,17 +208,15 @@ class ReferencedSet:
             return 0
         rereads, self._rereads = self._rereads, []
         missing: list[pa.Table] = []
-        found: list[np.ndarray] = []
         try:
             # The first listed file with the same first half; a second listed file sharing it (a
             # 64-bit collision) only sends the path to the ``stat`` below.
             for identities, others in first_listed(deferred, listed):
-                found.append(identities)
+                self._keep_resolved(identities)
                 if others.num_rows:
                     missing.append(others)
-            # One array, not one a piece: ``narrowed_for`` filters each array against a hash table.
-            self._resolved.append(pa.array(np.concatenate(found) if found else np.empty(0, np.int64)))
             spilled = sum(run.stat().st_size for run in [*deferred.runs, *listed.runs])
+            spilled += self._resolved_runs.spilled_bytes if self._resolved_runs is not None else 0
             if spilled:
                 log.info("file identities: spilled %d bytes to local disk as sorted runs", spilled)
         finally:
@@ -207,7 +229,7 @@ class ReferencedSet:
         stated: list[int] = []
         for source, wanted in rows.items():
             stated.extend(self.hasher.identity(p) for p in rereads[source][1]() if path_hash128(p) in wanted)
-        self._resolved.append(pa.array(stated, pa.int64()))
+        self._keep_resolved(np.array(stated, np.int64))
         return int(unresolved.num_rows)
 
     def _freeze(self) -> tuple[pa.Array, pa.Table, pa.Array]:

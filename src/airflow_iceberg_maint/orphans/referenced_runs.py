@@ -137,3 +137,42 @@ def _member(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), np.bool_)
     at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
     return np.asarray(ordered[at] == values)
+
+
+_RESOLVED_PREFIX = "iceberg-orphan-resolved-"
+
+
+def _by_identity(entries: pa.Table) -> list[pa.Array]:
+    return [entries["identity"]]
+
+
+class ResolvedIdentities:
+    """The file identities ``ReferencedSet.resolve`` found for a spilled set's deferred paths, in sorted runs
+    by identity within ``budget_bytes``: 8 bytes a referenced local path, too many to hold at 10^7."""
+
+    def __init__(self, budget_bytes: int, spill_dir: str | None) -> None:
+        self._runs = SortedRuns(_by_identity, budget_bytes, spill_dir, dir_prefix=_RESOLVED_PREFIX)
+
+    def add(self, identities: np.ndarray) -> None:
+        self._runs.add(pa.table({"identity": pa.array(identities, pa.int64())}))
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes written to local disk so far."""
+        return sum(run.stat().st_size for run in self._runs.runs)
+
+    def close(self) -> None:
+        self._runs.close()
+
+    def matching(self, identities: pa.Array) -> pa.Array:
+        """The identities held that are among ``identities`` (as often as held): one pass, each piece
+        searched in one sorted copy of ``identities``."""
+        wanted = np.unique(np.asarray(identities, np.int64))
+        on_disk = bool(self._runs.runs)
+        found: list[np.ndarray] = []
+        for entries, keys in self._runs.sorted():
+            if not on_disk:  # fewer than a run, sorted in memory and handed out: held again for the next pass
+                self._runs.add(entries)
+            values = _numpy(keys[0])
+            found.append(values[_member(values, wanted)])
+        return pa.array(np.concatenate(found) if found else np.empty(0, np.int64))
