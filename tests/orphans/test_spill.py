@@ -7,6 +7,7 @@ import os
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -123,8 +124,14 @@ def _local_table(catalog: SqlCatalog, referenced: int, orphans: int) -> tuple[Ta
     for name in names:
         (data / name).write_bytes(b"")
         os.utime(data / name, (old, old))
+    _append(table, names[:referenced])
+    return catalog.load_table("db.spill"), [f"{table.location()}/data/{n}" for n in names[referenced:]]
+
+
+def _append(table: Table, names: list[str]) -> None:
+    """One snapshot that adds the files ``names`` under the table's ``data``."""
     with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
-        for name in names[:referenced]:
+        for name in names:
             append.append_data_file(
                 DataFile.from_args(
                     content=DataFileContent.DATA,
@@ -135,7 +142,6 @@ def _local_table(catalog: SqlCatalog, referenced: int, orphans: int) -> tuple[Ta
                     file_size_in_bytes=0,
                 )
             )
-    return catalog.load_table("db.spill"), [f"{table.location()}/data/{n}" for n in names[referenced:]]
 
 
 def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
@@ -238,3 +244,44 @@ def test_orphans_past_the_budget_wait_on_local_disk_as_long_as_the_report(
     assert real.deleted_file_count == 3_000 and real.failed == []
     data = Path(table.location().removeprefix("file://")) / "data"
     assert sorted(p.name for p in data.iterdir()) == [f"f-{i:05d}.parquet" for i in range(1_000)]
+
+
+def test_a_scan_in_a_tiny_budget_keeps_other_spellings_through_resolved_identities_on_disk(
+    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 1 MB the identities of the 12,001 referenced local paths are in sorted runs on disk when the listed
+    files are matched, and a hard link of a referenced file (identity from the listing) and the target of a
+    referenced symlink (identity ``stat``-ed) are still kept as equivalent, as with the default budget."""
+    table, orphans = _local_table(sqlite_catalog, 12_000, 500)
+    data = Path(table.location().removeprefix("file://")) / "data"
+    old = (datetime.now(UTC) - timedelta(days=10)).timestamp()
+    (data / "target.parquet").write_bytes(b"")
+    os.link(data / "f-00007.parquet", data / "other-name.parquet")
+    for name in ("target.parquet", "other-name.parquet"):
+        os.utime(data / name, (old, old))
+    os.symlink(data / "target.parquet", data / "link.parquet")
+    _append(table, ["link.parquet"])
+    table = sqlite_catalog.load_table("db.spill")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    on_disk: list[set[str]] = []
+    narrowed_for_parts = ReferencedSet.narrowed_for_parts
+
+    def seen(refs: ReferencedSet, *args: Any) -> ReferencedSet:
+        on_disk.append({p.name.split("-")[2] for p in spill.iterdir()})  # what is on disk as matching starts
+        return narrowed_for_parts(refs, *args)
+
+    monkeypatch.setattr(ReferencedSet, "narrowed_for_parts", seen)
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    reports = []
+    for budget in (1, OrphanOptions().memory_budget_mb):
+        on_disk.clear()
+        options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
+        report = remove_orphan_files(table, options, sources=[INDEX_FILES])
+        assert ("resolved" in on_disk[0]) == (budget == 1)
+        assert list(spill.iterdir()) == []
+        reports.append({k: v for k, v in report.to_json().items() if k != "phase_seconds"})
+    assert reports[0] == reports[1]
+    assert sorted(reports[0]["orphan_files"]) == sorted(orphans)
+    assert reports[0]["kept_equivalent"] == 2
