@@ -168,11 +168,8 @@ class ResolvedIdentities:
         """The identities held that are among ``identities`` (as often as held): one pass, each piece
         searched in one sorted copy of ``identities``."""
         wanted = np.unique(np.asarray(identities, np.int64))
-        on_disk = bool(self._runs.runs)
         found: list[np.ndarray] = []
-        for entries, keys in self._runs.sorted():
-            if not on_disk:  # fewer than a run, sorted in memory and handed out: held again for the next pass
-                self._runs.add(entries)
+        for _, keys in self._runs.sorted():
             values = _numpy(keys[0])
             found.append(values[_member(values, wanted)])
         return pa.array(np.concatenate(found) if found else np.empty(0, np.int64))
