@@ -1,6 +1,7 @@
 """Orphan scan at scale on the local S3-protocol server: single task against sharded, requests counted by a proxy.
 
-    .venv/bin/python bench/scale.py --files 100000 --orphans 10000 --shards 4 [--endpoint http://127.0.0.1:PORT]
+    .venv/bin/python bench/scale.py --files 100000 --orphans 10000 --shards 4 [--endpoint http://127.0.0.1:PORT] \
+        [--budget-mb N]
 
 Builds once (cached while the server runs: the bucket holds a marker) a table of ``--files``
 one-byte data files, committed by ``--snapshots`` fast appends that write the manifests, spread
@@ -199,7 +200,7 @@ def write_inventory(work: Path, endpoint: str, files: int, orphans: int, taken: 
 def step(args: argparse.Namespace) -> None:
     """One task, in this process (run by the parent under wait4)."""
     from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-    from airflow_iceberg_maint.orphans.options import OrphanOptions
+    from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
     from airflow_iceberg_maint.orphans.removal import remove_orphan_files
     from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
     from airflow_iceberg_maint.orphans.shard_match import match_shard
@@ -210,7 +211,13 @@ def step(args: argparse.Namespace) -> None:
     scratch = f"s3://{SCRATCH}/{args.run}"
     listing = args.listing if args.step == "inventory" else None
     cutoff = datetime.fromisoformat(args.cutoff)
-    options = OrphanOptions(older_than=cutoff, dry_run=not args.real, only_this_table=True, listing=listing)
+    options = OrphanOptions(
+        older_than=cutoff,
+        dry_run=not args.real,
+        only_this_table=True,
+        listing=listing,
+        memory_budget_mb=args.budget_mb or DEFAULT_MEMORY_BUDGET_MB,  # the sharded plan carries it to the matches
+    )
     out: dict = {}
     if args.step in ("single", "inventory"):
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])
@@ -249,6 +256,8 @@ def measure(args: argparse.Namespace, proxy: CountingProxy, name: str, *extra: s
         str(args.shards),
         "--step",
         name,
+        "--budget-mb",
+        str(args.budget_mb),
         *(["--listing", args.listing] if args.listing else []),
         *(["--real"] if args.real else []),
         *extra,
@@ -285,6 +294,9 @@ def main() -> None:
     parser.add_argument("--listing", help=argparse.SUPPRESS)  # the inventory's manifest, for the inventory step
     parser.add_argument("--real", action="store_true", help="delete (the table must then be built again)")
     parser.add_argument("--work", default=".bench-scale")
+    parser.add_argument(
+        "--budget-mb", type=int, default=0, help="the scan's memory_budget_mb (0: the default) for every task"
+    )
     parser.add_argument("--step")
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--cutoff")
@@ -333,7 +345,13 @@ def main() -> None:
                 steps.append(measure(args, proxy, "finish"))
         if args.real:  # the orphans are gone: the next run builds again
             _s3(args.endpoint).delete_object(Bucket=BUCKET, Key=f"built-{args.files}-{args.orphans}-{args.snapshots}")
-        summary: dict = {"files": args.files, "orphans": args.orphans, "shards": args.shards, "real": args.real}
+        summary: dict = {
+            "files": args.files,
+            "orphans": args.orphans,
+            "shards": args.shards,
+            "real": args.real,
+            "budget_mb": args.budget_mb,
+        }
         for one in ("single", "inventory"):
             for s in (s for s in steps if s["step"] == one):
                 summary.update(
