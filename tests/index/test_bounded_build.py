@@ -138,7 +138,8 @@ def _keys_of(entries: pa.Table) -> list[pa.Array]:
 
 @pytest.mark.parametrize(
     ("budget", "batch_rows", "run_count"),
-    [(3_000, 8_192, 20), (30_000, 5, 2)],  # many runs of one batch; few runs of many batches, read several at once
+    # Many runs of one batch (20 written: 16 merged into one, then 4); few runs of many batches, read several at once.
+    [(3_000, 8_192, 5), (30_000, 5, 2)],
 )
 def test_runs_merge_stably_and_leave_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, batch_rows: int, run_count: int
@@ -157,6 +158,28 @@ def test_runs_merge_stably_and_leave_no_file(
         merged = pa.concat_tables([entries for entries, _ in runs.sorted()])
         assert len(runs.runs) == run_count and runs.rows == 1243
     everything = pa.concat_tables(parts)
+    assert merged.to_pylist() == everything.take(sort_indices([everything.column("k")])).to_pylist()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fan_in", [2, 3, 16])
+def test_runs_merged_in_levels_keep_every_entry_in_stable_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fan_in: int
+) -> None:
+    """Hundreds of runs merged level by level (with 2: up to 8 levels) give a stable sort of every entry,
+    and never more than fan_in - 1 runs a level are left for the final merge."""
+    monkeypatch.setattr(sorted_runs, "FAN_IN", fan_in)
+    monkeypatch.setattr(sorted_runs, "RUN_BATCH_ROWS", 7)
+    rng = random.Random(fan_in)
+    keys = [rng.choice([None, *range(40)]) for _ in range(6_000)]
+    everything = pa.table({"k": pa.array(keys, pa.int64()), "seq": range(len(keys))})
+    with SortedRuns(_keys_of, budget_bytes=2_000, spill_dir=str(tmp_path)) as runs:
+        for start in range(0, len(keys), 37):
+            runs.add(everything.slice(start, 37))
+        levels = runs._levels
+        assert max(levels) >= 1 and all(levels.count(level) < fan_in for level in set(levels))
+        assert len(list(next(tmp_path.iterdir()).iterdir())) == len(runs.runs)  # merged runs are removed
+        merged = pa.concat_tables([entries for entries, _ in runs.sorted()])
     assert merged.to_pylist() == everything.take(sort_indices([everything.column("k")])).to_pylist()
     assert list(tmp_path.iterdir()) == []
 
