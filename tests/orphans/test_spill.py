@@ -22,6 +22,7 @@ from pyiceberg.types import LongType, NestedField
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.orphans import manifests
 from airflow_iceberg_maint.orphans.listed_rows import ListedRows, file_infos_of
 from airflow_iceberg_maint.orphans.matching import match_candidates, match_listed
 from airflow_iceberg_maint.orphans.options import OrphanOptions
@@ -246,12 +247,15 @@ def test_orphans_past_the_budget_wait_on_local_disk_as_long_as_the_report(
     assert sorted(p.name for p in data.iterdir()) == [f"f-{i:05d}.parquet" for i in range(1_000)]
 
 
+@pytest.mark.parametrize("path_chunk", [manifests.PATH_CHUNK, 1_000])
 def test_a_scan_in_a_tiny_budget_keeps_other_spellings_through_resolved_identities_on_disk(
-    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sqlite_catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path_chunk: int
 ) -> None:
     """With 1 MB the identities of the 12,001 referenced local paths are in sorted runs on disk when the listed
     files are matched, and a hard link of a referenced file (identity from the listing) and the target of a
-    referenced symlink (identity ``stat``-ed) are still kept as equivalent, as with the default budget."""
+    referenced symlink (identity ``stat``-ed) are still kept as equivalent, as with the default budget; also
+    when the 12,000-entry manifest is read 1,000 paths at a time (each chunk read again for its own paths)."""
+    monkeypatch.setattr(manifests, "PATH_CHUNK", path_chunk)
     table, orphans = _local_table(sqlite_catalog, 12_000, 500)
     data = Path(table.location().removeprefix("file://")) / "data"
     old = (datetime.now(UTC) - timedelta(days=10)).timestamp()

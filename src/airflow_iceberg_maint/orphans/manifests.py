@@ -12,6 +12,7 @@ read here: its header, then each block, checked against its sync marker and read
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain, islice
 from typing import Any
 
 from pyiceberg.io import FileIO
@@ -26,6 +27,7 @@ _MANIFEST: Want = {0: None, 2: {100: None}}  # status, data_file.file_path
 _MANIFEST_LIST_SIZED: Want = {500: None, 501: None}  # manifest_path, manifest_length
 _MANIFEST_SIZED: Want = {0: None, 2: {100: None, 104: None}}  # status, data_file.file_path, file_size_in_bytes
 _DELETED = int(ManifestEntryStatus.DELETED)
+PATH_CHUNK = 20_000  # live paths of a manifest decoded and hashed together, at most
 _MAGIC = b"Obj\x01"
 _SYNC_SIZE = 16
 
@@ -133,8 +135,24 @@ def live_file_paths(io: FileIO, manifest: str) -> list[str]:
     A DELETED entry does not pin its file: a file removed in snapshot N stays referenced only
     while a retained snapshot still lists it live (Iceberg Java's rule).
     """
+    return list(chain.from_iterable(live_file_path_chunks(io, manifest)))
+
+
+def live_file_path_chunks(io: FileIO, manifest: str, size: int | None = None) -> Iterator[list[str]]:
+    """``live_file_paths`` ``size`` at a time, decoded as they are taken: a large manifest is never held whole.
+
+    One chunk at least (empty for a manifest with no live entry). A read error raises when it is
+    met, after the chunks before it: the caller aborts (S2).
+    """
     try:
-        return [entry[1][0] for entry in _read(io, manifest, "manifest", _MANIFEST) if entry[0] != _DELETED]
+        size = size or PATH_CHUNK
+        live = (entry[1][0] for entry in _read(io, manifest, "manifest", _MANIFEST) if entry[0] != _DELETED)
+        chunk = list(islice(live, size))
+        while True:
+            yield chunk
+            chunk = list(islice(live, size))
+            if not chunk:
+                return
     except Exception as exc:
         raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
 

@@ -16,7 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
-from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.orphans.path_hashes import PathHasher
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet, Reread, given_paths, manifest_rereads
 from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
@@ -135,16 +135,23 @@ class ReferenceWalk:
             def here() -> Iterator[tuple[list[str], pa.RecordBatch | None]]:
                 manifests = [m for m in unique_manifest_paths(io, lists, self._map) if m not in self.seen]
                 yield manifests, None
-                for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
-                    yield [m], hasher.batch(paths)
+                if self._threads is not None:  # reads overlap on threads, a manifest each
+                    for m, paths in zip(manifests, self._map(lambda m: live_file_paths(io, m), manifests), strict=True):
+                        yield [m], hasher.batch(paths)
+                    return
+                for m in manifests:  # here, a chunk of a manifest at a time: a large one is never held whole
+                    for paths in live_file_path_chunks(io, m):
+                        yield [m], hasher.batch(paths)
 
+            counted: set[str] = set()  # a manifest read in chunks comes once a chunk
             for chunk, batch in self._pooled(lambda pool: pool.walk(lists, self.seen, hasher), here):
                 if batch is None:  # manifests named for the first time: they are referenced files too
                     found.update(dict.fromkeys(chunk))
                     reading.set_total(self.manifests_read + len(found))
                     yield hasher.batch(chunk), given_paths(chunk)
                 else:
-                    reading.advance(len(chunk))
+                    reading.advance(len(set(chunk) - counted))
+                    counted.update(chunk)
                     yield batch, manifest_rereads(io, chunk)
             self.seen.update(found)
         self.manifests_read += len(found)

@@ -168,8 +168,7 @@ class SortedRuns:
             path = self._new_run()
             cursors = [_Cursor(run, self.keys_of, self.merge_bytes // FAN_IN) for run in group]
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-                for entries, _ in _merge(cursors, self.keys_of):
-                    writer.write_table(entries, max_chunksize=RUN_BATCH_ROWS)
+                _write_in_batches(writer, (entries for entries, _ in _merge(cursors, self.keys_of)))
             for run in group:
                 run.unlink()
             del self.runs[-FAN_IN:], self._levels[-FAN_IN:]
@@ -330,6 +329,23 @@ class _Cursor:
         self.keys = [k.slice(count) for k in self.keys]
         self.refill()
         return taken
+
+
+def _write_in_batches(writer: pa.ipc.RecordBatchFileWriter, pieces: Iterator[pa.Table]) -> None:
+    """Merged pieces (of any size) as batches of RUN_BATCH_ROWS entries: a run of many small batches
+    would make its readers hold a footer entry a batch, and its cursors a batch of few entries."""
+    pending: list[pa.Table] = []
+    rows = 0
+    for piece in pieces:
+        pending.append(piece)
+        rows += piece.num_rows
+        if rows >= RUN_BATCH_ROWS:
+            entries = pa.concat_tables(pending).combine_chunks()
+            whole = rows - rows % RUN_BATCH_ROWS
+            writer.write_table(entries.slice(0, whole), max_chunksize=RUN_BATCH_ROWS)
+            pending, rows = [entries.slice(whole)], rows - whole
+    if rows:
+        writer.write_table(pa.concat_tables(pending))
 
 
 def _merge(cursors: Sequence[_Cursor], keys_of: KeysOf) -> Iterator[Sorted]:
