@@ -107,25 +107,41 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> Matched:
     The exact match is one merged pass over the candidates' and the referenced hashes in hash
     order (a bit a candidate); the rows of a batch are read back (from disk, when spilled) only
     for the candidates that match no referenced hash. Those rows, and the orphans among them,
-    stay Arrow rows within the listed rows' budget, and go to local disk past it.
+    stay Arrow rows within the listed rows' budget, and go to local disk past it. They are
+    classified a group at a time (a group's rows within that budget too), each group against
+    the small set a spilled referenced set narrows to for it: one pass over the set a group.
     """
+    orphans = SpilledBatches(ROWS_SCHEMA, rows.budget_bytes, rows.spill_dir, ORPHANS_PREFIX, "orphans")
+    conflicts: list[FileInfo] = []
+    equivalent = 0
     with _unmatched(rows, refs) as unmatched:
-        # A spilled referenced set answers for these files through a small set of the rows that concern them.
-        narrowed = refs.narrowed_for_parts((paths_of(s), inodes_of(s)) for s in _in_steps(unmatched.batches()))
-        orphans = SpilledBatches(ROWS_SCHEMA, rows.budget_bytes, rows.spill_dir, ORPHANS_PREFIX, "orphans")
-        conflicts: list[FileInfo] = []
-        equivalent = 0
-        # Classified MATCH_CHUNK at a time: each call scans the referenced keys.
-        for step in _in_steps(unmatched.batches()):
-            paths = paths_of(step)
-            verdicts = narrowed.classify_unmatched(paths, inodes_of(step))
-            kinds = list(map(verdicts.get, paths))
-            for batch in kept(step, [k is None for k in kinds]).to_batches():
-                orphans.add(batch)
-            conflicts.extend(file_infos_of(step.filter(pa.array([k == "conflict" for k in kinds]))))
-            equivalent += kinds.count("equivalent")
+        for group in _groups(unmatched.batches(), rows.budget_bytes):
+            narrowed = refs.narrowed_for_parts((paths_of(s), inodes_of(s)) for s in _in_steps(group))
+            # Classified MATCH_CHUNK at a time: each call scans the referenced keys.
+            for step in _in_steps(group):
+                paths = paths_of(step)
+                verdicts = narrowed.classify_unmatched(paths, inodes_of(step))
+                kinds = list(map(verdicts.get, paths))
+                for batch in kept(step, [k is None for k in kinds]).to_batches():
+                    orphans.add(batch)
+                conflicts.extend(file_infos_of(step.filter(pa.array([k == "conflict" for k in kinds]))))
+                equivalent += kinds.count("equivalent")
     orphans.finish()
     return Matched(orphans, conflicts, equivalent, rows.rows(rows.undecodable))
+
+
+def _groups(batches: Iterable[pa.RecordBatch], budget_bytes: int) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches, as groups of about ``budget_bytes`` (a batch at least)."""
+    group: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        group.append(batch)
+        size += batch.nbytes
+        if size >= budget_bytes:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
 
 
 def _unmatched(rows: ListedRows, refs: ReferencedSet) -> SpilledBatches:
