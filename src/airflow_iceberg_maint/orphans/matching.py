@@ -6,7 +6,7 @@ any spelling, is kept or is a conflict; a name that is not UTF-8 is kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from operator import attrgetter, not_
@@ -45,6 +45,7 @@ _UNMATCHED_PREFIX = "iceberg-orphan-unmatched-"
 ORPHANS_PREFIX = "iceberg-orphan-found-"
 
 _PATH = attrgetter("path")
+_ROWS, _NBYTES = attrgetter("num_rows"), attrgetter("nbytes")
 
 
 def match_candidates(
@@ -130,20 +131,6 @@ def match_listed(rows: ListedRows, refs: ReferencedSet) -> Matched:
     return Matched(orphans, conflicts, equivalent, rows.rows(rows.undecodable))
 
 
-def _groups(batches: Iterable[pa.RecordBatch], budget_bytes: int) -> Iterator[list[pa.RecordBatch]]:
-    """Consecutive batches, as groups of about ``budget_bytes`` (a batch at least)."""
-    group: list[pa.RecordBatch] = []
-    size = 0
-    for batch in batches:
-        group.append(batch)
-        size += batch.nbytes
-        if size >= budget_bytes:
-            yield group
-            group, size = [], 0
-    if group:
-        yield group
-
-
 def _unmatched(rows: ListedRows, refs: ReferencedSet) -> SpilledBatches:
     """The rows of the candidates no referenced hash matches exactly, names that are not UTF-8 left out."""
     referenced = referenced_bits(rows.sorted_hashes(), refs.sorted_exact(), len(rows))
@@ -166,16 +153,28 @@ def kept(rows: pa.Table, mask: list[bool]) -> pa.Table:
 
 def _in_steps(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
     """The batches as steps of MATCH_CHUNK rows or more."""
-    step: list[pa.RecordBatch] = []
-    rows = 0
+    return map(pa.Table.from_batches, _gathered(batches, MATCH_CHUNK, _ROWS))
+
+
+def _groups(batches: Iterable[pa.RecordBatch], budget_bytes: int) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches, as groups of about ``budget_bytes`` (a batch at least)."""
+    return _gathered(batches, budget_bytes, _NBYTES)
+
+
+def _gathered(
+    batches: Iterable[pa.RecordBatch], limit: int, size: Callable[[pa.RecordBatch], int]
+) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches, in groups whose ``size`` reaches ``limit`` (the last may be smaller)."""
+    group: list[pa.RecordBatch] = []
+    total = 0
     for batch in batches:
-        step.append(batch)
-        rows += batch.num_rows
-        if rows >= MATCH_CHUNK:
-            yield pa.Table.from_batches(step)
-            step, rows = [], 0
-    if step:
-        yield pa.Table.from_batches(step)
+        group.append(batch)
+        total += size(batch)
+        if total >= limit:
+            yield group
+            group, total = [], 0
+    if group:
+        yield group
 
 
 def conflict_pairs(
