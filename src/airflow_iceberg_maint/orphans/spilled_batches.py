@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import weakref
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +28,12 @@ from airflow_iceberg_maint.sorting.sorted_runs import private_directory, release
 log = logging.getLogger(__name__)
 
 
-class ClosedOnExit:
+class ClosedOnExit(ABC):
     """A ``with`` block over the object calls its ``close`` at the end."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Free what the object holds on local disk and in memory."""
 
     def __enter__(self) -> Self:
         return self
