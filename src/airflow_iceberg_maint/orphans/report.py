@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
+from airflow_iceberg_maint.orphans.listed_rows import paths_of
 from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 
 log = logging.getLogger(__name__)
@@ -135,15 +136,15 @@ class PathColumn(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
-            return _decoded(self._rows.rows(start, stop).column("path").to_pylist())[::step] if stop > start else []
+            return paths_of(self._rows.rows(start, stop))[::step] if stop > start else []
         if not -len(self) <= index < len(self):
             raise IndexError(f"orphan {index} of {len(self)}")
         index %= len(self)
-        return _decoded(self._rows.rows(index, index + 1).column("path").to_pylist())[0]
+        return paths_of(self._rows.rows(index, index + 1))[0]
 
     def __iter__(self) -> Iterator[str]:
         for batch in self._rows.batches():
-            yield from _decoded(batch.column("path").to_pylist())
+            yield from paths_of(batch)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -154,18 +155,13 @@ class PathColumn(Sequence[str]):
         return f"PathColumn({list(self)!r})"
 
 
-def _decoded(values: list[bytes]) -> list[str]:
-    return [v.decode("utf-8", "surrogateescape") for v in values]
-
-
 def tally(report: OrphanReport, orphans: SpilledBatches) -> None:
     """Set the report's orphan list (listed rows), its bytes and its count and bytes by kind."""
     report.orphan_files = PathColumn(orphans)
     report.orphan_bytes = 0
     report.by_kind = {k: {"count": 0, "bytes": 0} for k in KINDS}
     for batch in orphans.batches():
-        paths = _decoded(batch.column("path").to_pylist())
-        for path, size in zip(paths, batch.column("size").to_pylist(), strict=True):
+        for path, size in zip(paths_of(batch), batch.column("size").to_pylist(), strict=True):
             kind = report.by_kind[file_kind(path)]
             kind["count"] += 1
             kind["bytes"] += size

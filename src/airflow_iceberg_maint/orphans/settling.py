@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_iceberg_maint.catalog import refresh_table
@@ -100,12 +101,13 @@ def kept_rows(rows: SpilledBatches, keep: Callable[[list[str], pa.RecordBatch], 
 
     Otherwise ``rows`` are closed and the kept ones are a new set of batches.
     """
-    masks = [keep(paths_of(batch), batch) for batch in rows.batches()]
-    if all(map(all, masks)):
+    # A byte a row, not a list slot: the masks of every row are held until the second pass.
+    masks = [np.asarray(keep(paths_of(batch), batch), np.bool_) for batch in rows.batches()]
+    if all(mask.all() for mask in masks):
         return rows
     found = rows.like()
     for batch, mask in zip(rows.batches(), masks, strict=True):
-        found.add(batch.filter(pa.array(mask, pa.bool_())))
+        found.add(batch.filter(pa.array(mask)))
     found.finish()
     rows.close()
     return found
