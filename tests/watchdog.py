@@ -53,13 +53,18 @@ _WATCH = pytest.StashKey["_Watch"]()
 _PREVIOUS = pytest.StashKey[Any]()  # the signal's handler before the session
 
 
+#: multiprocessing's own helpers, which end with this process (a test starting the forkserver is not a leak).
+HELPERS = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
 def _descendants(since: float = 0.0) -> list[psutil.Process]:
     """This process's descendants started at ``since`` (epoch seconds) or later."""
     found = []
     try:
         for process in psutil.Process().children(recursive=True):
             try:
-                if process.create_time() >= since:
+                command = " ".join(process.cmdline())
+                if process.create_time() >= since and not any(helper in command for helper in HELPERS):
                     found.append(process)
             except psutil.Error:
                 continue
