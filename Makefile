@@ -19,7 +19,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
+# pip's editable install runs setuptools' egg_info, which writes src/airflow_iceberg_maint.egg-info (egg_base is
+# the package root, src/) and leaves it there; src/ is on sys.path (the editable install's .pth), so importlib.metadata
+# then finds the project twice, and Airflow, which reads entry points from every distribution, loads the plugin twice
+# ("Plugin 'iceberg_maint' already registered" on its home page). The installed dist-info is the only metadata needed.
 install: $(STAMP) ## Create the venv (VENV=.venv) and install the package with its test tools, pinned by constraints.txt
+	rm -rf src/*.egg-info
 
 demo: install ## Build .demo/ and show orphan removal (CLI and Airflow) and the index event flow
 	$(PY) scripts/demo.py --root .demo

@@ -24,6 +24,7 @@ test -x "$VENV_NEWEST/bin/python" || python3 -m venv "$VENV_NEWEST"
 grep -v -E '^pyiceberg(-core)?==' constraints.txt >"$VENV_NEWEST/constraints.txt"
 "$VENV_NEWEST/bin/python" -m pip install --quiet --upgrade pip
 "$VENV_NEWEST/bin/python" -m pip install --quiet -c "$VENV_NEWEST/constraints.txt" -e '.[test]'
+rm -rf src/*.egg-info  # a second copy of the metadata on the editable path: see the install target of the Makefile
 # Past the cap in pyproject.toml on purpose: pip warns that the project asks for less.
 "$VENV_NEWEST/bin/python" -m pip install --quiet --upgrade \
   "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]==$newest"

@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+# A test past its time limit fails alone and the run goes on (the limits are pytest-timeout's).
+pytest_plugins = ("tests.watchdog",)
+
 S3_PROPS = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
 #: Azurite's well-known development account.
 AZURITE_ACCOUNT = "devstoreaccount1"

@@ -4,4 +4,10 @@ The core library (everything outside ``airflow_iceberg_maint.airflow``) never im
 Comments cite the safety rules S1 to S17 of ``docs/safety.md``, which names the tests proving each.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    # pyproject.toml's version, as installed: the one place it is written (provider_info reads this too).
+    __version__ = version("airflow-iceberg-maint")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint import __version__
 from tests.airflow.helpers import stored_state
 
 
@@ -36,4 +37,4 @@ def test_airflow_providers_list_shows_the_provider() -> None:
     airflow = Path(sys.executable).with_name("airflow")
     done = subprocess.run([str(airflow), "providers", "list"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert any(line.startswith("airflow-iceberg-maint ") and "0.1.0" in line for line in done.stdout.splitlines())
+    assert any(line.startswith("airflow-iceberg-maint ") and __version__ in line for line in done.stdout.splitlines())

@@ -159,6 +159,16 @@ def _busy_table_and_writer(
     return child, (log_path, stop_path, result_path)
 
 
+def _stop_writer(child: BaseProcess, stop_path: str) -> None:
+    """Ask the writer to stop, and kill it if it has not within two minutes: a test that fails, or is stopped
+    at its time limit (tests/watchdog.py), leaves no writer running."""
+    Path(stop_path).touch()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 @pytest.mark.parametrize("backend", ["sqlite_catalog", "pg_catalog"])
 def test_cutoff_zero_runs_never_delete_a_committed_live_file(
     request: pytest.FixtureRequest, backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -190,8 +200,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
             recheck = start + done.phase_seconds["list_and_reference"] + done.phase_seconds["match"]
             runs.append(Run(start, recheck, time.monotonic(), done.orphan_files))
     finally:
-        Path(stop_path).touch()
-        child.join(timeout=120)
+        _stop_writer(child, stop_path)
     with open(result_path) as fh:
         result = json.load(fh)
     assert result["ok"], result.get("error")
@@ -304,8 +313,7 @@ def test_snapshot_expiry_loop_beside_a_writer_loses_no_live_file(
             assert not live & set(done.deleted_files), sorted(live & set(done.deleted_files))[:5]
             assert oracle.missing(live) == []
     finally:
-        Path(stop_path).touch()
-        child.join(timeout=120)
+        _stop_writer(child, stop_path)
     with open(result_path) as fh:
         result = json.load(fh)
     assert result["ok"], result.get("error")

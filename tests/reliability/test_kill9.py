@@ -1,12 +1,13 @@
 """kill -9 at seeded random points of an orphan run mid-delete, an index refresh, an index expire and a snapshot expiry.
 
-One long-lived table per test, many seeds on it. Each seed forks a child (see ``worker``) that runs
-the real library call, and SIGKILLs it at a seeded point: for the orphan run, once a seeded number
-of planted orphans is seen gone from outside (or after a seeded delay, so listing and reading are
-hit too); for refresh and expire, after a seeded delay spread over the whole operation, commit
-included. Afterwards, against the oracle recorded before the kill: no live file is missing, every
-snapshot reads its rows, index lookups equal a pyiceberg scan with a row filter, and a rerun
-succeeds (an orphan rerun deletes exactly the oracle's orphans).
+One long-lived table per test, many seeds on it (in a bounded run, as many as ``figures.Seeds`` lets run in
+its time budget, at least one after the calibration; every seed under ``make soak``). Each seed forks a child
+(see ``worker``) that runs the real library call, and SIGKILLs it at a seeded point: for the orphan run, once
+a seeded number of planted orphans is seen gone from outside (or after a seeded delay, so listing and reading
+are hit too); for refresh and expire, after a seeded delay spread over the whole operation, commit included.
+Afterwards, against the oracle recorded before the kill: no live file is missing, every snapshot reads its
+rows, index lookups equal a pyiceberg scan with a row filter, and a rerun succeeds (an orphan rerun deletes
+exactly the oracle's orphans).
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ from tests.expiry.history import History
 from tests.expiry.history import _statistics as statistics
 from tests.orphans.scenario import SCHEMA, rows
 from tests.reliability import oracle, worker
-from tests.reliability.figures import report, scale
+from tests.reliability.figures import Seeds, report, scale
 
 pytestmark = pytest.mark.reliability
 
-SEEDS = scale(20, 50)
+SEEDS = scale(20, 50)  # at most: a bounded run stops starting seeds once figures.SEED_SECONDS have passed
 PLANTED = 800  # orphans per orphan-run seed: enough that deleting them takes a while
 INDEX = "by_id"
 
@@ -142,16 +143,22 @@ def run_and_kill(s: Setup, target: Callable[..., None], args: tuple[Any, ...], k
     child = s.ctx.Process(target=target, args=(*args, result))
     started = time.monotonic()
     child.start()
-    while child.is_alive():
-        if kill_when(time.monotonic() - started):
-            with contextlib.suppress(ProcessLookupError):  # it may have just ended on its own
+    try:
+        while child.is_alive():
+            if kill_when(time.monotonic() - started):
+                with contextlib.suppress(ProcessLookupError):  # it may have just ended on its own
+                    os.kill(child.pid, signal.SIGKILL)
+                child.join()
+                if child.exitcode == -signal.SIGKILL and not os.path.exists(result):
+                    return Killed(True, time.monotonic() - started)
+                break
+            time.sleep(0.0002)
+        child.join()
+    finally:
+        if child.exitcode is None:  # the test failed or was stopped at its time limit: no child outlives it
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
             child.join()
-            if child.exitcode == -signal.SIGKILL and not os.path.exists(result):
-                return Killed(True, time.monotonic() - started)
-            break
-        time.sleep(0.0002)
-    child.join()
     assert os.path.exists(result), f"the child failed on its own (exit {child.exitcode})"
     with open(result) as fh:
         return Killed(False, time.monotonic() - started, json.load(fh))
@@ -199,7 +206,8 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
     duration = None
     live = oracle.live_files(table)  # the orphan run commits nothing: the oracle holds for every seed
     row_counts = oracle.snapshot_rows(table)
-    for seed in range(SEEDS + 1):  # seed 0 calibrates: a full run, never killed
+    seeds = Seeds(SEEDS + 1, lambda: kills >= seeds.ran // 2)
+    for seed in seeds:  # seed 0 calibrates: a full run, never killed
         rng = random.Random(seed)
         os.makedirs(planted_dir, exist_ok=True)
         planted = {f"{loc}/data/planted/orphan-{seed}-{i}.parquet" for i in range(PLANTED)}
@@ -236,10 +244,10 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
         assert oracle.listing(loc) == live
         check_table(s, row_counts, live)
         check_lookups(table, rng)
-    assert kills >= SEEDS // 2, f"only {kills} of {SEEDS} seeds were killed before the run finished"
+    assert kills >= seeds.ran // 2, f"only {kills} of {seeds.ran} seeds were killed before the run finished"
     report(
         "kill9_orphan_run",
-        seeds=SEEDS,
+        seeds=seeds.ran,
         kills=kills,
         kills_by_deleted_count=by_count,
         finished_before_kill=completed - 1,
@@ -290,7 +298,10 @@ def _kill_index_op(
     kills = completed = committed_before_kill = lookups = 0
     by_mode = dict.fromkeys(MODES, 0)
     duration = 0.0
-    for seed in range(SEEDS + 1):
+    seeds = Seeds(
+        SEEDS + 1, lambda: kills >= seeds.ran // 2 and bool(committed_before_kill and kills - committed_before_kill)
+    )
+    for seed in seeds:
         rng = random.Random(seed)
         prepare(table, rng)
         table = s.table()
@@ -337,11 +348,11 @@ def _kill_index_op(
     cleaned = clean_orphans(table)
     check_table(s, oracle.snapshot_rows(table), oracle.live_files(table))
     lookups += check_lookups(table, random.Random(-1))
-    assert kills >= SEEDS // 2, f"only {kills} of {SEEDS} seeds were killed before the operation finished"
+    assert kills >= seeds.ran // 2, f"only {kills} of {seeds.ran} seeds were killed before the operation finished"
     assert committed_before_kill and kills - committed_before_kill, f"kills before and after a commit: {by_mode}"
     report(
         name,
-        seeds=SEEDS,
+        seeds=seeds.ran,
         kills=kills,
         **{f"kills_by_{m}": n for m, n in by_mode.items()},
         kills_after_commit=committed_before_kill,
@@ -428,7 +439,11 @@ def test_kill9_snapshot_expiry_around_commit_and_mid_delete(setup: Setup) -> Non
     by_mode = dict.fromkeys(EXPIRY_MODES, 0)
     before_commit = after_commit = 0
     duration, typical = 0.0, 2
-    for seed in range(EXPIRY_SEEDS + 1):
+    seeds = Seeds(
+        EXPIRY_SEEDS + 1,
+        lambda: kills >= seeds.ran // 2 and bool(before_commit and after_commit and mid_delete),
+    )
+    for seed in seeds:
         rng = random.Random(seed)
         _grow(s.table(), seed, rng)
         table = s.table()
@@ -494,11 +509,11 @@ def test_kill9_snapshot_expiry_around_commit_and_mid_delete(setup: Setup) -> Non
         cleaned += clean_orphans(table)  # the next orphan run removes exactly the oracle's orphans
         assert not only_expired & oracle.listing(loc)
         check_table(s, oracle.snapshot_rows(table), oracle.live_files(table))
-    assert kills >= EXPIRY_SEEDS // 2, f"only {kills} of {EXPIRY_SEEDS} seeds were killed before the run finished"
+    assert kills >= seeds.ran // 2, f"only {kills} of {seeds.ran} seeds were killed before the run finished"
     assert before_commit and after_commit and mid_delete, (before_commit, after_commit, mid_delete, by_mode)
     report(
         "kill9_snapshot_expiry",
-        seeds=EXPIRY_SEEDS,
+        seeds=seeds.ran,
         kills=kills,
         **{f"kills_by_{m}": n for m, n in by_mode.items()},
         kills_before_commit=before_commit,
