@@ -116,6 +116,11 @@ class ExpiryConflictError(MaintenanceError):
     retryable = True
 
 
+class ExpiryRestoreError(MaintenanceError):
+    """A commit that landed during the expiry needed something the expiry removed, and it could not be put
+    back exactly; nothing was deleted, and the message names the metadata file that still holds it."""
+
+
 class TableBusyError(MaintenanceError):
     """Another maintenance task held the table's lease for longer than this task would wait."""
 
