@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +30,7 @@ from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from tests.commit_race import race_into_commit
 from tests.expiry.history import after_clock_passes, exists, reachable, snapshot_rows
 from tests.orphans.scenario import SCHEMA, rows
 
@@ -152,18 +152,7 @@ def test_each_kind_of_concurrent_change_alone(sqlite_catalog: Catalog, kind: str
 
 
 def _race_into_the_commit(catalog: Catalog, change: Callable[[], None]) -> None:
-    """Make ``change`` (a real commit by another writer) land inside the expiry's commit call: after
-    every check a REST catalog allows before it, so only what the commit finds afterwards can save it."""
-    commit = catalog.commit_table
-    done: list[bool] = []
-
-    def commit_table(table: Table, requirements: Any, updates: Any) -> Any:
-        if not done and any(isinstance(u, RemoveSnapshotsUpdate) for u in updates):
-            done.append(True)
-            change()
-        return commit(table, requirements, updates)
-
-    catalog.commit_table = commit_table  # type: ignore[method-assign]
+    race_into_commit(catalog, change, lambda updates: any(isinstance(u, RemoveSnapshotsUpdate) for u in updates))
 
 
 def test_rest_a_ref_retention_raised_inside_the_commit_is_restored(rest_catalog: Catalog) -> None:
