@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests that go through pyiceberg's internals (src/airflow_iceberg_maint/pyiceberg_compat.py:
-# manifests, live rows, pruning, deletes), against the newest pyiceberg release the package index
-# offers, so that a break shows here before users see it. When that release is the one
+# manifests, live rows, pruning, deletes, the commit requirement of S18), against the newest
+# pyiceberg release the package index offers, so that a break shows here before users see it. When that release is the one
 # constraints.txt pins, `make test` has already run them and this says so and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +29,4 @@ grep -v -E '^pyiceberg(-core)?==' constraints.txt >"$VENV_NEWEST/constraints.txt
   "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]==$newest"
 "$VENV_NEWEST/bin/python" -c "import sys, pyiceberg; print('newest-pyiceberg: installed', pyiceberg.__version__); sys.exit(pyiceberg.__version__ != '$newest')"
 VENV=$VENV_NEWEST scripts/services.sh run -- "$VENV_NEWEST/bin/python" -m pytest -q \
-  tests/test_pyiceberg_compat.py tests/orphans tests/index
+  tests/test_pyiceberg_compat.py tests/orphans tests/index tests/expiry/test_concurrent_commits.py
