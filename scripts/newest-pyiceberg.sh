@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tests that go through pyiceberg's internals (src/airflow_iceberg_maint/pyiceberg_compat.py:
 # manifests, live rows, pruning, deletes, the commit requirement of S18), against the newest
-# pyiceberg release the package index offers, so that a break shows here before users see it. When that release is the one
-# constraints.txt pins, `make test` has already run them and this says so and stops.
+# pyiceberg release the package index offers, so that a break shows here before users see it.
+# When that release is the one constraints.txt pins, `make test` has already run them and this
+# says so and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

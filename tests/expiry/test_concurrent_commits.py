@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,7 @@ from pyiceberg.types import StringType
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import ExpiryRestoreError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
-from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.expiry.settings import Approval, ExpireOptions
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
@@ -99,12 +100,23 @@ KINDS: dict[str, tuple[Callable[[Table, dict[str, int]], None], tuple[str, ...]]
 }
 
 
-def expire(table: Table, hook: Callable[[ExpiryReport, str], None]) -> ExpiryReport:
-    return expire_snapshots(table, ExpireOptions(), sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], on_stage=hook)
+def expire(table: Table, hook: Callable[[ExpiryReport, str], None], **options: Any) -> ExpiryReport:
+    return expire_snapshots(
+        table, ExpireOptions(**options), sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], on_stage=hook
+    )
 
 
-def run_with_concurrent_writer(catalog: Catalog, kinds: list[str]) -> None:
+def _approval_of_a_dry_run(table: Table) -> Approval:
+    review = expire(table, lambda r, s: None, dry_run=True)
+    return Approval(
+        frozenset(review.expired_snapshot_ids), frozenset(review.removed_refs), frozenset(review.deleted_files)
+    )
+
+
+def run_with_concurrent_writer(catalog: Catalog, kinds: list[str], approved: bool = False) -> None:
+    """``approved``: the run is a reviewed one (S16), approving everything its dry run listed."""
     table, ids = make_history(catalog)
+    approval = _approval_of_a_dry_run(table) if approved else None
     name = ".".join(table.name())
     made: dict[str, tuple[int, list[int]]] = {}  # the writer's refs -> snapshot, rows
     kept_snapshots: set[int] = set()
@@ -122,7 +134,7 @@ def run_with_concurrent_writer(catalog: Catalog, kinds: list[str]) -> None:
         if "table-retention" in kinds:  # nothing is a day old: every snapshot stays
             kept_snapshots.update(s.snapshot_id for s in now.metadata.snapshots)
 
-    report = expire(table, writer)
+    report = expire(table, writer, approved=approval)
     assert made or kept_snapshots or kinds == ["schema"]
 
     for moment in ("after the expiry", "after an orphan run"):
@@ -140,15 +152,16 @@ def run_with_concurrent_writer(catalog: Catalog, kinds: list[str]) -> None:
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=2, unique=True))
-def test_a_change_between_plan_and_commit_is_never_lost(catalog: Catalog, kinds: list[str]) -> None:
-    run_with_concurrent_writer(catalog, kinds)
+@given(kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=2, unique=True), approved=st.booleans())
+def test_a_change_between_plan_and_commit_is_never_lost(catalog: Catalog, kinds: list[str], approved: bool) -> None:
+    run_with_concurrent_writer(catalog, kinds, approved)
 
 
+@pytest.mark.parametrize("approved", [False, True], ids=["plain", "approved"])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_each_kind_of_concurrent_change_alone(sqlite_catalog: Catalog, kind: str) -> None:
-    """Every kind once, whatever hypothesis draws."""
-    run_with_concurrent_writer(sqlite_catalog, [kind])
+def test_each_kind_of_concurrent_change_alone(sqlite_catalog: Catalog, kind: str, approved: bool) -> None:
+    """Every kind once, plain and reviewed, whatever hypothesis draws."""
+    run_with_concurrent_writer(sqlite_catalog, [kind], approved)
 
 
 def _race_into_the_commit(catalog: Catalog, change: Callable[[], None]) -> None:
