@@ -35,7 +35,7 @@ from pyiceberg.table.update import (
 )
 
 from airflow_iceberg_maint.commit_fence import Committed, commit_fenced
-from airflow_iceberg_maint.errors import ExpiryRestoreError
+from airflow_iceberg_maint.errors import ExpiryRestoreError, first_line
 from airflow_iceberg_maint.expiry.retention import Retention
 
 
@@ -114,7 +114,14 @@ def restore_lost(
             f"table {name}: the expiry commit {committed.location} names no previous metadata file, so what a "
             "concurrent commit needed cannot be checked; no file was deleted"
         )
-    predecessor = FromInputFile.table_metadata(table.io.new_input(committed.predecessor))
+    try:
+        predecessor = FromInputFile.table_metadata(table.io.new_input(committed.predecessor))
+    except Exception as exc:  # unreadable: what the other commit needed cannot be told
+        raise ExpiryRestoreError(
+            f"table {name}: a commit landed during the expiry, and the metadata file it made, "
+            f"{committed.predecessor}, cannot be read ({type(exc).__name__}); no file was deleted, and no "
+            "orphan removal should run on this table before it is checked"
+        ) from exc
     snapshots, refs = _lost(committed.metadata, predecessor, plan_again(predecessor))
     if not snapshots and not refs:
         return None
@@ -125,7 +132,9 @@ def restore_lost(
         try:
             restored = commit_fenced(table, committed.metadata, committed.location, updates)
         except CommitFailedException as exc:
-            reason = f"the table changed again ({str(exc).splitlines()[0][:200]})"
+            reason = f"the table changed again ({first_line(exc)})"
+        except Exception as exc:  # the catalog or the store failed: the restore may or may not have landed
+            reason = f"the restore commit failed, it may or may not have landed ({first_line(exc)})"
         else:
             if not restored.applied_on_base:
                 reason = f"another commit landed before the restore ({restored.predecessor})"

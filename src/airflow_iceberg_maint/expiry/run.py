@@ -38,6 +38,7 @@ from airflow_iceberg_maint.errors import (
     InvalidInputError,
     MaintenanceError,
     MetadataReadError,
+    first_line,
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
 from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
@@ -127,6 +128,7 @@ class _Committed:
     after: tuple[TableMetadata, str]  # the metadata after the expiry (committed, or as it would be) and its location
     retention: Retention
     verified: bool  # the commit applied on ``before``
+    restored: str | None = None  # what was put back for a commit that landed under ours (S18)
 
 
 def _plan(
@@ -176,27 +178,19 @@ def _plan_and_commit(
             # The catalog or the store failed while committing (reading the current metadata, writing the
             # new metadata file, the catalog call): whether it landed is not known here, so nothing is deleted.
             raise CommitOutcomeUnknownError(
-                f"table {report.table}: the expiry commit failed ({_first_line(exc)}); whether it landed is "
+                f"table {report.table}: the expiry commit failed ({first_line(exc)}); whether it landed is "
                 "unknown, so no file was deleted (if it landed, the files only the expired snapshots reached "
                 "are orphans the next orphan run removes)"
             ) from exc
         report.committed = True
         verified = applied_on(committed, before, retention)
-        if not verified:
-            # A commit landed that the requirements could not catch (REST): put back what it needs (S18).
-            restored = restore_lost(table, report.table, committed, plan)
-            if restored:
-                log.warning("table %s: %s", report.table, restored)
-        return _Committed(before, (committed.metadata, committed.location), retention, verified)
+        # A commit landed that the requirements could not catch (REST): put back what it needs (S18).
+        restored = None if verified else restore_lost(table, report.table, committed, plan)
+        return _Committed(before, (committed.metadata, committed.location), retention, verified, restored)
     raise ExpiryConflictError(
         f"table {report.table}: the table changed during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
         "committed or deleted"
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def _reload_to_plan_again(table: Table, name: str) -> None:
@@ -206,7 +200,7 @@ def _reload_to_plan_again(table: Table, name: str) -> None:
         raise
     except Exception as exc:
         raise MetadataReadError(
-            f"table {name}: cannot be reloaded to plan the expiry again ({_first_line(exc)}); nothing was "
+            f"table {name}: cannot be reloaded to plan the expiry again ({first_line(exc)}); nothing was "
             "committed or deleted"
         ) from exc
 
@@ -279,6 +273,7 @@ def expire_snapshots(
         report.kept_all_files = (
             "the commit applied on metadata a concurrent commit had changed: every file is kept "
             "(the next orphan run removes what only the expired snapshots reached)"
+            + (f"; {state.restored}" if state.restored else "")
         )
         log.warning("table %s: %s", name, report.kept_all_files)
         return report
