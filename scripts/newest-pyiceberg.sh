@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tests that go through pyiceberg's internals (src/airflow_iceberg_maint/pyiceberg_compat.py:
-# manifests, live rows, pruning, deletes), against the newest pyiceberg release the package index
-# offers, so that a break shows here before users see it. When that release is the one
-# constraints.txt pins, `make test` has already run them and this says so and stops.
+# manifests, live rows, pruning, deletes, the commit requirement of S18), against the newest
+# pyiceberg release the package index offers, so that a break shows here before users see it.
+# When that release is the one constraints.txt pins, `make test` has already run them and this
+# says so and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -30,4 +31,4 @@ rm -rf src/*.egg-info  # a second copy of the metadata on the editable path: see
   "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]==$newest"
 "$VENV_NEWEST/bin/python" -c "import sys, pyiceberg; print('newest-pyiceberg: installed', pyiceberg.__version__); sys.exit(pyiceberg.__version__ != '$newest')"
 VENV=$VENV_NEWEST scripts/services.sh run -- "$VENV_NEWEST/bin/python" -m pytest -q \
-  tests/test_pyiceberg_compat.py tests/orphans tests/index
+  tests/test_pyiceberg_compat.py tests/orphans tests/index tests/expiry/test_concurrent_commits.py

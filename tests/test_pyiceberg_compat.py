@@ -9,21 +9,27 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import EqualTo
 from pyiceberg.io.pyarrow import pyarrow_to_schema
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import CommitTableRequest, Table, TableIdentifier
+from pyiceberg.table.update import SetPropertiesUpdate
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.pyiceberg_compat import (
     AVRO_CODECS,
     bounds_may_match,
+    current_metadata_requirement,
     missing_column_values,
     project_batch,
     read_position_deletes,
+    validates_requirements_in_process,
 )
 from tests.index.row_deletes import commit_position_deletes
 
@@ -90,3 +96,27 @@ def test_read_position_deletes_maps_each_data_file_to_its_deleted_positions(sqli
 def test_the_avro_codecs_pyiceberg_writes_are_known() -> None:
     assert {"null", "deflate", "snappy", "zstandard"} <= set(AVRO_CODECS)
     assert AVRO_CODECS["null"] is None
+
+
+def test_assert_current_metadata_refuses_a_commit_on_changed_metadata_in_the_catalog(
+    sqlite_catalog: SqlCatalog,
+) -> None:
+    """The catalog validates our requirement in-process: equal metadata commits, any other commit since refuses it."""
+    table = _table(sqlite_catalog)
+    assert validates_requirements_in_process(sqlite_catalog)
+    planned = table.metadata
+    update = SetPropertiesUpdate(updates={"ours": "1"})
+    with sqlite_catalog.load_table("db.t").transaction() as tx:
+        tx.set_properties({"theirs": "1"})
+    with pytest.raises(CommitFailedException, match="changed by another commit"):
+        sqlite_catalog.commit_table(table, (current_metadata_requirement(planned),), (update,))
+    fresh = sqlite_catalog.load_table("db.t")
+    response = sqlite_catalog.commit_table(fresh, (current_metadata_requirement(fresh.metadata),), (update,))
+    assert response.metadata.properties["ours"] == "1"
+
+
+def test_a_rest_request_cannot_carry_assert_current_metadata(sqlite_catalog: SqlCatalog) -> None:
+    """Why REST catalogs get the location check and the restore instead (commit_fence)."""
+    requirement = current_metadata_requirement(_table(sqlite_catalog).metadata)
+    with pytest.raises(ValidationError):
+        CommitTableRequest(identifier=TableIdentifier(namespace=["db"], name="t"), requirements=(requirement,))

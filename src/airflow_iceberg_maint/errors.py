@@ -116,7 +116,18 @@ class ExpiryConflictError(MaintenanceError):
     retryable = True
 
 
+class ExpiryRestoreError(MaintenanceError):
+    """A commit that landed during the expiry needed something the expiry removed, and it could not be put
+    back exactly; nothing was deleted, and the message names the metadata file that still holds it."""
+
+
 class TableBusyError(MaintenanceError):
     """Another maintenance task held the table's lease for longer than this task would wait."""
 
     retryable = True
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for a one-line error naming its cause."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__

@@ -2,7 +2,8 @@
 
 pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
 of a file's columns onto a table schema (with the values of columns a file lacks), reading
-position deletes, the Avro block decoder, and the filesystem a FileIO reads through. Each is
+position deletes, the Avro block decoder, the filesystem a FileIO reads through, and a commit
+requirement of the project's own checked by the catalogs that validate requirements in-process. Each is
 called here with keyword arguments, so a renamed or reordered parameter fails at once instead
 of passing a value to the wrong place.
 ``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
@@ -12,12 +13,15 @@ runs the tests that go through this module against the newest pyiceberg release.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
+from pydantic import PrivateAttr
 from pyiceberg.avro.codecs import KNOWN_CODECS
 from pyiceberg.avro.codecs.codec import Codec
 from pyiceberg.avro.decoder import BinaryDecoder, new_decoder
+from pyiceberg.catalog import Catalog, MetastoreCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.io import FileIO
@@ -25,18 +29,23 @@ from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import TableRequirement, ValidatableTableRequirement
 
 #: Avro ``avro.codec`` name -> its decompressor (None for ``null``).
 AVRO_CODECS: dict[str, type[Codec] | None] = dict(KNOWN_CODECS)  # type: ignore[arg-type]
 
 __all__ = [
     "AVRO_CODECS",
+    "AssertCurrentMetadata",
     "BinaryDecoder",
     "avro_decoder",
     "bounds_may_match",
+    "current_metadata_requirement",
     "missing_column_values",
     "project_batch",
     "read_position_deletes",
+    "validates_requirements_in_process",
 ]
 
 
@@ -106,3 +115,39 @@ def file_io_filesystem(io: FileIO, scheme: str, authority: str) -> Any | None:
     if isinstance(io, FsspecFileIO):
         return io.get_fs(scheme)
     return None
+
+
+class AssertCurrentMetadata(ValidatableTableRequirement):
+    """The table's current metadata must be exactly ``expected``, the metadata a plan read.
+
+    pyiceberg's ``MetastoreCatalog`` subclasses (SQL, Glue, Hive, DynamoDB) call ``validate`` on the
+    metadata they read under their atomic swap (``_update_and_stage_table``), so any commit that landed
+    since (a new ref, a property, a snapshot, a schema) fails ours with ``CommitFailedException``. Not a
+    type of the REST protocol: a REST catalog's request refuses it (``validates_requirements_in_process``).
+    """
+
+    type: str = "assert-current-metadata"
+    _expected: TableMetadata = PrivateAttr()
+
+    def __init__(self, expected: TableMetadata) -> None:
+        super().__init__(type="assert-current-metadata")
+        self._expected = expected
+
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
+        if base_metadata is None:
+            raise CommitFailedException("Requirement failed: current table metadata is missing")
+        if base_metadata != self._expected:
+            raise CommitFailedException(
+                "Requirement failed: the table was changed by another commit since the plan read it "
+                f"(last updated {base_metadata.last_updated_ms}, planned on {self._expected.last_updated_ms})"
+            )
+
+
+def current_metadata_requirement(expected: TableMetadata) -> TableRequirement:
+    """``AssertCurrentMetadata(expected)``, typed as the requirements a catalog's ``commit_table`` takes."""
+    return cast(TableRequirement, AssertCurrentMetadata(expected))
+
+
+def validates_requirements_in_process(catalog: Catalog) -> bool:
+    """Whether ``catalog`` checks each requirement's ``validate`` against its current metadata inside its commit."""
+    return isinstance(catalog, MetastoreCatalog)

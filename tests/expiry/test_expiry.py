@@ -236,11 +236,11 @@ def test_a_commit_after_the_plan_keeps_the_file_it_references(sqlite_catalog: Ca
     snapshot_rows(table)  # every snapshot, the re-adding one included, still reads
 
 
-def test_a_commit_that_moves_no_ref_before_ours_keeps_every_file(sqlite_catalog: Catalog) -> None:
-    """The catalog applies our updates on its current metadata: unless that is what we planned on, keep all."""
+def test_a_commit_that_moves_no_ref_before_ours_makes_the_run_plan_again(sqlite_catalog: Catalog) -> None:
+    """S18: a SQL catalog refuses our commit when any commit landed since the plan (here a property), and
+    the run plans again on it (the catalog would otherwise apply our updates on metadata we never read)."""
     history = build_history(sqlite_catalog)
     table = history.table
-    files = reachable(table)
     done: list[bool] = []
 
     def set_property(report: ExpiryReport, stage: str) -> None:
@@ -251,8 +251,11 @@ def test_a_commit_that_moves_no_ref_before_ours_keeps_every_file(sqlite_catalog:
 
     report = expire(table, set_property, older_than=datetime.now(UTC), retain_last=1)
 
-    assert report.committed and report.expired_snapshot_ids and report.kept_all_files
-    assert report.deleted_files == [] and all(exists(table, p) for p in files)
+    assert report.committed and report.commit_attempts == 2 and report.kept_all_files is None
+    table = sqlite_catalog.load_table("db.events")
+    assert table.properties["owner"] == "someone" and report.deleted_files
+    assert not [p for p in reachable(table) if not exists(table, p)]
+    snapshot_rows(table)
 
 
 def test_a_commit_the_store_fails_raises_a_clear_error_and_deletes_nothing(sqlite_catalog: Catalog) -> None:

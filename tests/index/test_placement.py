@@ -9,6 +9,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
@@ -19,6 +20,7 @@ from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from tests.commit_race import race_into_commit
 from tests.orphans.scenario import SCHEMA, rows
 
 OLD = 946684800  # 2000-01-01: older than any cutoff
@@ -99,3 +101,24 @@ def test_another_tables_indexes_under_the_scan_location_are_kept_whole(sqlite_ca
     assert report.orphan_files == [orphan] and report.deleted_file_count == 1
     assert _files(folder) == index_files
     assert report.protected_locations == [{"location": folder, "reason": f"table db.other writes under {folder!r}"}]
+
+
+@pytest.mark.parametrize("catalog_kind", ["sqlite", pytest.param("rest", marks=pytest.mark.rest)])
+def test_a_location_another_writer_records_meanwhile_is_kept_and_ours_refused(
+    request: pytest.FixtureRequest, catalog_kind: str, tmp_path: Path
+) -> None:
+    """S18: the other writer's ``write.index.path`` lands between our checks and our commit; it stays, and
+    ours is refused naming it (SQL: the commit is refused and the checks run again; REST: found after it)."""
+    catalog = request.getfixturevalue(f"{catalog_kind}_catalog")
+    table = load_table(catalog, ".".join(_table(catalog).name()))
+    theirs, ours = f"file://{tmp_path}/theirs", f"file://{tmp_path}/ours"
+
+    def other_writer() -> None:
+        with catalog.load_table(".".join(table.name())).transaction() as tx:
+            tx.set_properties({INDEX_PATH_PROPERTY: theirs})
+
+    race_into_commit(catalog, other_writer, lambda updates: True)
+    with pytest.raises(InvalidInputError, match="theirs"):
+        use_index_location(table, ours)
+
+    assert catalog.load_table(".".join(table.name())).properties[INDEX_PATH_PROPERTY] == theirs

@@ -2,8 +2,10 @@
 
 Pipeline (the dry run runs all of it but the commit and the delete):
 1. refuse ``gc.enabled=false`` (S12) and bad input (S7); resolve the cutoff and retain-last;
-2. plan the retention (``retention``), keeping pinned snapshots (S13), and commit it; when a
-   ref moved meanwhile the catalog refuses and the run plans again;
+2. plan the retention (``retention``), keeping pinned snapshots (S13), and commit it through the
+   fence (S18): when the table changed meanwhile the commit is refused and the run plans again
+   (from the table's properties as they are then); a change the catalog could not refuse is
+   found after the commit, and what it needs is put back (``restore``);
 3. read what the expired snapshots reached and subtract what the committed metadata and every
    reference source reach (``files``); a commit that did not apply on the planned metadata
    keeps every file;
@@ -36,12 +38,14 @@ from airflow_iceberg_maint.errors import (
     InvalidInputError,
     MaintenanceError,
     MetadataReadError,
+    first_line,
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
 from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
+from airflow_iceberg_maint.expiry.restore import restore_lost
 from airflow_iceberg_maint.expiry.retention import Retention, plan_retention
-from airflow_iceberg_maint.expiry.settings import ExpireOptions, Settings, resolve_settings
+from airflow_iceberg_maint.expiry.settings import ExpireOptions, resolve_settings
 from airflow_iceberg_maint.fs.backends import table_storage
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
@@ -124,20 +128,37 @@ class _Committed:
     after: tuple[TableMetadata, str]  # the metadata after the expiry (committed, or as it would be) and its location
     retention: Retention
     verified: bool  # the commit applied on ``before``
+    restored: str | None = None  # what was put back for a commit that landed under ours (S18)
+
+
+def _plan(
+    table: Table, options: ExpireOptions, pins: Sequence[SnapshotPin], now: datetime
+) -> Callable[[TableMetadata], Retention]:
+    """Plan the retention of some metadata of ``table``, from its own properties (they may have changed)."""
+
+    def plan(metadata: TableMetadata) -> Retention:
+        settings = resolve_settings(metadata.properties, options, now)
+        pinned = pinned_snapshots(table, pins)
+        return plan_retention(metadata, settings, int(now.timestamp() * 1000), pinned, options.approved)
+
+    return plan
 
 
 def _plan_and_commit(
     table: Table,
-    settings: Settings,
     options: ExpireOptions,
     pins: Sequence[SnapshotPin],
     report: ExpiryReport,
     on_stage: ExpiryStageHook | None,
-    now_ms: int,
+    now: datetime,
 ) -> _Committed:
+    plan = _plan(table, options, pins, now)
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
         before, before_location = table.metadata, table.metadata_location
-        retention = plan_retention(before, settings, now_ms, pinned_snapshots(table, pins), options.approved)
+        refuse_gc_disabled(table)  # each plan reads the properties again: a concurrent commit may change them
+        settings = resolve_settings(before.properties, options, now)
+        report.older_than, report.retain_last = settings.cutoff, settings.retain_last
+        retention = plan(before)
         report.expired_snapshot_ids, report.removed_refs = retention.expired_snapshot_ids, retention.removed_refs
         report.not_approved_snapshot_ids = retention.not_approved_snapshot_ids
         report.not_approved_refs = retention.not_approved_refs
@@ -150,28 +171,26 @@ def _plan_and_commit(
         try:
             committed = commit_expiry(table, retention)
         except CommitFailedException as exc:
-            log.info("table %s: a ref moved during the expiry (%s); planning again", report.table, exc)
+            log.info("table %s: the table changed during the expiry (%s); planning again", report.table, exc)
             _reload_to_plan_again(table, report.table)
             continue
         except Exception as exc:
             # The catalog or the store failed while committing (reading the current metadata, writing the
             # new metadata file, the catalog call): whether it landed is not known here, so nothing is deleted.
             raise CommitOutcomeUnknownError(
-                f"table {report.table}: the expiry commit failed ({_first_line(exc)}); whether it landed is "
+                f"table {report.table}: the expiry commit failed ({first_line(exc)}); whether it landed is "
                 "unknown, so no file was deleted (if it landed, the files only the expired snapshots reached "
                 "are orphans the next orphan run removes)"
             ) from exc
         report.committed = True
-        return _Committed(before, committed, retention, applied_on(committed[0], before, before_location, retention))
+        verified = applied_on(committed, before, retention)
+        # A commit landed that the requirements could not catch (REST): put back what it needs (S18).
+        restored = None if verified else restore_lost(table, report.table, committed, plan)
+        return _Committed(before, (committed.metadata, committed.location), retention, verified, restored)
     raise ExpiryConflictError(
-        f"table {report.table}: refs moved during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
+        f"table {report.table}: the table changed during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
         "committed or deleted"
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
 def _reload_to_plan_again(table: Table, name: str) -> None:
@@ -181,7 +200,7 @@ def _reload_to_plan_again(table: Table, name: str) -> None:
         raise
     except Exception as exc:
         raise MetadataReadError(
-            f"table {name}: cannot be reloaded to plan the expiry again ({_first_line(exc)}); nothing was "
+            f"table {name}: cannot be reloaded to plan the expiry again ({first_line(exc)}); nothing was "
             "committed or deleted"
         ) from exc
 
@@ -239,7 +258,7 @@ def expire_snapshots(
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
     report.approved = options.approved is not None
     started = time.perf_counter()
-    state = _plan_and_commit(table, settings, options, pins, report, on_stage, int(now.timestamp() * 1000))
+    state = _plan_and_commit(table, options, pins, report, on_stage, now)
     report.phase_seconds["commit"] = round(time.perf_counter() - started, 3)
     log.info(
         "table %s: %s %d snapshots and %d refs",
@@ -254,6 +273,7 @@ def expire_snapshots(
         report.kept_all_files = (
             "the commit applied on metadata a concurrent commit had changed: every file is kept "
             "(the next orphan run removes what only the expired snapshots reached)"
+            + (f"; {state.restored}" if state.restored else "")
         )
         log.warning("table %s: %s", name, report.kept_all_files)
         return report
