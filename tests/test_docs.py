@@ -10,17 +10,32 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The documents for users and contributors; docs/benchmarks/ holds the dated history of the figures.
+DOCUMENTS = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "benchmarks").glob("*.md")),
+]
 
-_spec = importlib.util.spec_from_file_location("operator_docs", ROOT / "scripts" / "operator_docs.py")
-assert _spec is not None and _spec.loader is not None
-operator_docs = importlib.util.module_from_spec(_spec)
-sys.modules["operator_docs"] = operator_docs  # dataclasses look their module up while the class is built
-_spec.loader.exec_module(operator_docs)
+
+def _script(name: str) -> ModuleType:
+    """A module of scripts/, loaded by path (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+operator_docs = _script("operator_docs")
+airflow_reference = _script("airflow_reference")  # imports operator_docs by name, loaded above
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -124,7 +139,7 @@ def test_the_outside_pointer_check_catches_spec_section_references() -> None:
 
 
 def test_no_comment_or_document_points_at_documents_outside_the_repository() -> None:
-    places = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    places = list(DOCUMENTS)
     for folder in ("src", "dags", "scripts", "bench", "tests"):
         places += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml", ".yml", ".md", ".sh"}]
     here = Path(__file__).resolve()
@@ -138,11 +153,30 @@ def test_no_comment_or_document_points_at_documents_outside_the_repository() -> 
     assert not found, "\n".join(found)
 
 
-def test_the_operator_parameter_tables_of_airflow_md_are_current() -> None:
-    text = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
-    block = operator_docs.current_block(text)
-    assert block is not None, "docs/airflow.md lost its generated block"
-    assert block == operator_docs.render(), "stale: run python scripts/operator_docs.py"
+def test_the_generated_airflow_reference_is_current() -> None:
+    committed = (ROOT / "docs" / "airflow-reference.md").read_text(encoding="utf-8")
+    assert committed == airflow_reference.render(), "stale: run python scripts/airflow_reference.py"
+
+
+def test_the_airflow_reference_holds_every_class_dag_and_option() -> None:
+    text = airflow_reference.render()
+    headings = set(re.findall(r"^### `(\w+)`$", text, flags=re.MULTILINE))
+    classes = {c.name for c in operator_docs.public_classes(operator_docs.collect())}
+    dag_ids = {dag.dag_id for dag in airflow_reference.dags()}
+    assert len(dag_ids) == len(list((ROOT / "dags").glob("*.py"))), "a file of dags/ defines no DAG the script reads"
+    assert classes | dag_ids <= headings
+    manual = next(d for d in airflow_reference.dags() if d.dag_id == "iceberg_orphan_cleanup_manual")
+    params = {p.name: p for p in manual.params}
+    assert params["table"].default is None and params["dry_run"].default == "True"
+    assert params["location"].type == "null or string"
+    options = airflow_reference.config_options()
+    assert {"report_location", "state_url", "manual_dag_id"} <= set(options)
+    assert "Set it on the workers and the api-server alike." in (options["state_url"]["description"] or "")
+
+
+def test_the_airflow_guide_holds_no_test_inventory() -> None:
+    guide = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
+    assert not re.findall(r"tests/[\w/]+\.py", guide), "test inventories belong in CONTRIBUTING.md"
 
 
 def test_every_public_operator_and_sensor_is_documented() -> None:
