@@ -221,10 +221,35 @@ def test_the_readme_dag_uses_only_parameters_the_operators_take() -> None:
 def test_the_readme_is_read_in_five_minutes() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
-    # A fresh machine needs two commands; the contributors' everyday ones are listed apart.
+    # A fresh machine needs two commands; the contributors' everyday ones are in CONTRIBUTING.md.
     set_up = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert re.findall(r"^make (\w+)", set_up, flags=re.MULTILINE) == ["demo", "test"]
-    assert "make unit" in readme and "make help" in readme
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "make unit" in contributing and "make help" in contributing and "make soak" in contributing
+    # Users first: what it is, installing, a DAG and the command line come before building it from a checkout.
+    sections = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
+    order = [next((i for i, s in enumerate(sections) if s.startswith(name)), -1) for name in _README_ORDER]
+    assert -1 not in order and order == sorted(order), f"README sections {sections}: expected {_README_ORDER} in order"
+    assert not re.search(r"^## Contributing", readme, flags=re.MULTILINE), "contributing belongs in CONTRIBUTING.md"
+
+
+_README_ORDER = ["Install", "One DAG", "The command line", "What was measured", "Set up"]
+
+
+def test_the_readme_figures_are_current_not_targets() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    measured = readme.split("## What was measured", 1)[1].split("\n## ", 1)[0]
+    assert not re.search(r"\btargets?\b|not met|\bwas \d", measured), "the README gives today's figures only"
+
+
+def test_benchmarks_md_has_a_section_for_each_bench_script() -> None:
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        name = f"bench/{script.name}"
+        assert any(name in section for section in sections if not section.startswith("How")), f"no section runs {name}"
+    dated = re.findall(r"^### \d{4}-\d\d-\d\d", text, flags=re.MULTILINE)
+    assert not dated, "dated entries go to docs/benchmarks/history.md"
 
 
 _SRC = ROOT / "src"
