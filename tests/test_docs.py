@@ -174,6 +174,15 @@ def test_the_airflow_reference_holds_every_class_dag_and_option() -> None:
     assert "Set it on the workers and the api-server alike." in (options["state_url"]["description"] or "")
 
 
+def test_the_airflow_guide_counts_what_the_code_holds() -> None:
+    opening = " ".join((ROOT / "docs" / "airflow.md").read_text(encoding="utf-8").split("\n## ", 1)[0].split())
+    counted = re.search(r"(\d+) operators, (\d+) sensors and (\d+) triggers, and ships (\d+) sample DAGs", opening)
+    assert counted, "docs/airflow.md opens with what the provider holds"
+    public = [c.name for c in operator_docs.public_classes(operator_docs.collect())]
+    held = [sum(name.endswith(kind) for name in public) for kind in ("Operator", "Sensor", "Trigger")]
+    assert [int(n) for n in counted.groups()] == [*held, len(airflow_reference.dags())]
+
+
 def test_the_airflow_guide_holds_no_test_inventory() -> None:
     guide = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
     assert not re.findall(r"tests/[\w/]+\.py", guide), "test inventories belong in CONTRIBUTING.md"
