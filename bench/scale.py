@@ -184,7 +184,7 @@ def write_inventory(work: Path, endpoint: str, files: int, orphans: int, taken: 
 
     Written straight to the server, not through the counting proxy: the inventory is AWS's work,
     not the scan's. Its rows are the objects the build made, named as ``build`` names them (listing
-    10^6 keys from moto would take 20 minutes, ``docs/benchmarks.md``), each with the build marker's
+    10^6 keys from moto would take 20 minutes, ``docs/benchmarks/history.md``), each with the build marker's
     time, which is later than every one of them, and the table's metadata folder as listed.
     """
     s3 = _s3(endpoint)

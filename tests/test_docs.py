@@ -10,17 +10,32 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The documents for users and contributors; docs/benchmarks/ holds the dated history of the figures.
+DOCUMENTS = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "benchmarks").glob("*.md")),
+]
 
-_spec = importlib.util.spec_from_file_location("operator_docs", ROOT / "scripts" / "operator_docs.py")
-assert _spec is not None and _spec.loader is not None
-operator_docs = importlib.util.module_from_spec(_spec)
-sys.modules["operator_docs"] = operator_docs  # dataclasses look their module up while the class is built
-_spec.loader.exec_module(operator_docs)
+
+def _script(name: str) -> ModuleType:
+    """A module of scripts/, loaded by path (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+operator_docs = _script("operator_docs")
+airflow_reference = _script("airflow_reference")  # imports operator_docs by name, loaded above
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -124,7 +139,7 @@ def test_the_outside_pointer_check_catches_spec_section_references() -> None:
 
 
 def test_no_comment_or_document_points_at_documents_outside_the_repository() -> None:
-    places = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    places = list(DOCUMENTS)
     for folder in ("src", "dags", "scripts", "bench", "tests"):
         places += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".yaml", ".yml", ".md", ".sh"}]
     here = Path(__file__).resolve()
@@ -138,11 +153,39 @@ def test_no_comment_or_document_points_at_documents_outside_the_repository() -> 
     assert not found, "\n".join(found)
 
 
-def test_the_operator_parameter_tables_of_airflow_md_are_current() -> None:
-    text = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
-    block = operator_docs.current_block(text)
-    assert block is not None, "docs/airflow.md lost its generated block"
-    assert block == operator_docs.render(), "stale: run python scripts/operator_docs.py"
+def test_the_generated_airflow_reference_is_current() -> None:
+    committed = (ROOT / "docs" / "airflow-reference.md").read_text(encoding="utf-8")
+    assert committed == airflow_reference.render(), "stale: run python scripts/airflow_reference.py"
+
+
+def test_the_airflow_reference_holds_every_class_dag_and_option() -> None:
+    text = airflow_reference.render()
+    headings = set(re.findall(r"^### `(\w+)`$", text, flags=re.MULTILINE))
+    classes = {c.name for c in operator_docs.public_classes(operator_docs.collect())}
+    dag_ids = {dag.dag_id for dag in airflow_reference.dags()}
+    assert len(dag_ids) == len(list((ROOT / "dags").glob("*.py"))), "a file of dags/ defines no DAG the script reads"
+    assert classes | dag_ids <= headings
+    manual = next(d for d in airflow_reference.dags() if d.dag_id == "iceberg_orphan_cleanup_manual")
+    params = {p.name: p for p in manual.params}
+    assert params["table"].default is None and params["dry_run"].default == "True"
+    assert params["location"].type == "null or string"
+    options = airflow_reference.config_options()
+    assert {"report_location", "state_url", "manual_dag_id"} <= set(options)
+    assert "Set it on the workers and the api-server alike." in (options["state_url"]["description"] or "")
+
+
+def test_the_airflow_guide_counts_what_the_code_holds() -> None:
+    opening = " ".join((ROOT / "docs" / "airflow.md").read_text(encoding="utf-8").split("\n## ", 1)[0].split())
+    counted = re.search(r"(\d+) operators, (\d+) sensors and (\d+) triggers, and ships (\d+) sample DAGs", opening)
+    assert counted, "docs/airflow.md opens with what the provider holds"
+    public = [c.name for c in operator_docs.public_classes(operator_docs.collect())]
+    held = [sum(name.endswith(kind) for name in public) for kind in ("Operator", "Sensor", "Trigger")]
+    assert [int(n) for n in counted.groups()] == [*held, len(airflow_reference.dags())]
+
+
+def test_the_airflow_guide_holds_no_test_inventory() -> None:
+    guide = (ROOT / "docs" / "airflow.md").read_text(encoding="utf-8")
+    assert not re.findall(r"tests/[\w/]+\.py", guide), "test inventories belong in CONTRIBUTING.md"
 
 
 def test_every_public_operator_and_sensor_is_documented() -> None:
@@ -187,95 +230,32 @@ def test_the_readme_dag_uses_only_parameters_the_operators_take() -> None:
 def test_the_readme_is_read_in_five_minutes() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
-    # A fresh machine needs two commands; the contributors' everyday ones are listed apart.
+    # A fresh machine needs two commands; the contributors' everyday ones are in CONTRIBUTING.md.
     set_up = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert re.findall(r"^make (\w+)", set_up, flags=re.MULTILINE) == ["demo", "test"]
-    assert "make unit" in readme and "make help" in readme
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "make unit" in contributing and "make help" in contributing and "make soak" in contributing
+    # Users first: what it is, installing, a DAG and the command line come before building it from a checkout.
+    sections = re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)
+    order = [next((i for i, s in enumerate(sections) if s.startswith(name)), -1) for name in _README_ORDER]
+    assert -1 not in order and order == sorted(order), f"README sections {sections}: expected {_README_ORDER} in order"
+    assert not re.search(r"^## Contributing", readme, flags=re.MULTILINE), "contributing belongs in CONTRIBUTING.md"
 
 
-_SRC = ROOT / "src"
-_AIRFLOW_RELATIVE = ("operators.", "sensors.", "triggers.", "hooks.", "ui.")
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+_README_ORDER = ["Install", "One DAG", "The command line", "What was measured", "Set up"]
 
 
-def _module_file(dotted: str) -> Path | None:
-    base = _SRC.joinpath(*dotted.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def test_the_readme_figures_are_current_not_targets() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    measured = readme.split("## What was measured", 1)[1].split("\n## ", 1)[0]
+    assert not re.search(r"\btargets?\b|not met|\bwas \d", measured), "the README gives today's figures only"
 
 
-def _top_level_names(body: list[ast.stmt]) -> dict[str, ast.stmt]:
-    """What a module or class body defines: classes, functions, assigned and imported names."""
-    names: dict[str, ast.stmt] = {}
-    for node in body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            names[node.name] = node
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(target, ast.Name):
-                    names[target.id] = node
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                names[(alias.asname or alias.name).split(".")[0]] = node
-    return names
-
-
-def resolves(dotted: str) -> bool:
-    """Whether ``package.module.Name[.member]`` names a module of src/ and something it defines (read with ``ast``)."""
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        path = _module_file(".".join(parts[:split]))
-        if path is None:
-            continue
-        body = ast.parse(path.read_text(encoding="utf-8")).body
-        for name in parts[split:]:
-            node = _top_level_names(body).get(name)
-            if node is None:
-                return False
-            body = node.body if isinstance(node, ast.ClassDef) else []
-        return True
-    return False
-
-
-def code_references(path: Path) -> list[tuple[int, str]]:
-    """The dotted names of this package a document gives: ``airflow_iceberg_maint....`` code spans and
-    imports, and ``operators.x.Class`` spans (or sensors, triggers, hooks, ui), relative to the Airflow package."""
-    found: list[tuple[int, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        imported = re.match(r"\s*from (airflow_iceberg_maint[\w.]*) import ([\w, ]+)", line)
-        if imported:
-            found += [(number, f"{imported.group(1)}.{n.strip()}") for n in imported.group(2).split(",") if n.strip()]
-        for span in re.findall(r"`([^`]+)`", line):
-            span = span.strip().removesuffix("()")
-            if not _DOTTED.match(span):
-                continue
-            if span.startswith("airflow_iceberg_maint."):
-                found.append((number, span))
-            elif span.startswith(_AIRFLOW_RELATIVE):
-                found.append((number, "airflow_iceberg_maint.airflow." + span))
-    return found
-
-
-def test_the_reference_checker_finds_wrong_module_paths(tmp_path: Path) -> None:
-    page = tmp_path / "page.md"
-    page.write_text(
-        "`operators.index.IcebergCreateMissingIndexesOperator` and "
-        "`operators.index_definitions.IcebergCreateMissingIndexesOperator`, `sales.orders`\n"
-        "from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor\n",
-        encoding="utf-8",
-    )
-    references = code_references(page)
-    assert references == [
-        (1, "airflow_iceberg_maint.airflow.operators.index.IcebergCreateMissingIndexesOperator"),
-        (1, "airflow_iceberg_maint.airflow.operators.index_definitions.IcebergCreateMissingIndexesOperator"),
-        (2, "airflow_iceberg_maint.airflow.sensors.due.IcebergTableDueSensor"),
-    ]
-    assert [resolves(name) for _, name in references] == [False, True, True]
-
-
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_module_and_class_a_document_names_exists(document: Path) -> None:
-    wrong = [f"{document.name}:{number}: {name}" for number, name in code_references(document) if not resolves(name)]
-    assert not wrong, "no such module or name in src/:\n" + "\n".join(wrong)
+def test_benchmarks_md_has_a_section_for_each_bench_script() -> None:
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        name = f"bench/{script.name}"
+        assert any(name in section for section in sections if not section.startswith("How")), f"no section runs {name}"
+    dated = re.findall(r"^### \d{4}-\d\d-\d\d", text, flags=re.MULTILINE)
+    assert not dated, "dated entries go to docs/benchmarks/history.md"
