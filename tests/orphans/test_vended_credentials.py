@@ -14,7 +14,7 @@ import botocore.exceptions
 import pytest
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.errors import StorageError
+from airflow_iceberg_maint.errors import IncompleteMetadataError, StorageError
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.s3_client import S3_CLIENT
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
@@ -22,6 +22,7 @@ from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from tests.orphans.catalog_cases import CatalogCase, cutoff_after_writes, older_than
+from tests.orphans.scenario import SCHEMA, rows
 from tests.vending import LIFETIME_SECONDS, OUTSIDER, VendedTable, VendingServer
 
 pytestmark = pytest.mark.rest
@@ -109,3 +110,32 @@ def test_a_run_longer_than_the_credentials_lifetime_renews_them(vended: VendedTa
     # The FileIO's pyarrow filesystem does not renew: with the ended credentials it is refused.
     with pytest.raises(StorageError, match=r"cannot be listed.*INVALID_ACCESS_KEY_ID"):
         list(storage_for(root, {**loaded, S3_CLIENT: "file-io"}).list_files(root, lambda _: True))
+
+
+def test_a_nested_tables_metadata_file_is_refused_to_every_identity_its_own_included(vended: VendedTable) -> None:
+    """Issue 31, finding 9: the loader reads a table's metadata file with the table's own configuration
+    from the load response (pyiceberg builds ``table.io`` from the catalog's properties, then the
+    table's ``config`` and ``storage-credentials`` over them), here its vended keys. SeaweedFS refuses
+    the read of a ``*.metadata.json`` below another table's ``data/`` folder to every identity: its
+    table-bucket layout check runs on GET and HEAD too, and below ``data/`` it admits only data file
+    names (``.parquet``, ``.orc``, ``.avro``, ``.lance``). No choice of credentials can read it."""
+    outer = vended.catalog.load_table("db.t")
+    inner = vended.catalog.create_table("db.inner", schema=SCHEMA, location=f"{outer.location()}/data/inner")
+    inner.append(rows(0, 4))
+    loaded = vended.catalog.load_table("db.inner")
+    props = loaded.io.properties
+    assert props["s3.access-key-id"] == loaded.config["s3.access-key-id"]  # the table's own keys
+    assert props["s3.access-key-id"].startswith("ASIA")
+    own = vended.server.client("s3", *vended_keys(props))
+    key = loaded.metadata_location.removeprefix(f"s3://{vended.bucket}/")
+    manifest_list = loaded.current_snapshot().manifest_list.removeprefix(f"s3://{vended.bucket}/")
+    assert own.get_object(Bucket=vended.bucket, Key=manifest_list)["Body"].read()  # an .avro beside it reads
+    for client in (own, vended.admin):
+        with pytest.raises(botocore.exceptions.ClientError, match="AccessDenied"):
+            client.get_object(Bucket=vended.bucket, Key=key)
+    with pytest.raises(IncompleteMetadataError, match="ACCESS_DENIED"):
+        load_table(vended.catalog, "db.inner")
+    # The outer table's metadata file, in its own metadata/ folder, reads with its own keys.
+    outer_keys = vended_keys(vended.catalog.load_table("db.t").io.properties)
+    outer_key = outer.metadata_location.removeprefix(f"s3://{vended.bucket}/")
+    assert vended.server.client("s3", *outer_keys).get_object(Bucket=vended.bucket, Key=outer_key)["Body"].read()

@@ -73,6 +73,8 @@ class FileIOStorage:
     def list_level(self, directory: str, keep: KeepComponent) -> tuple[list[FileInfo], list[str]]:
         base = self._name(directory.rstrip("/"))
         try:
+            # What the store holds now, not what an fsspec filesystem cached of it (s3fs keeps listings).
+            self.fs.invalidate_cache(base)
             entries = self.fs.ls(base, detail=True)
         except FileNotFoundError:
             entries = []

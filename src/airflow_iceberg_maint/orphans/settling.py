@@ -17,17 +17,18 @@ from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadError, PrefixMismatchError
 from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
-from airflow_iceberg_maint.fs.storage import FileInfo, SupportsBulkDelete
+from airflow_iceberg_maint.fs.storage import FileInfo, Storage
 from airflow_iceberg_maint.orphans.listed_rows import inodes_of, paths_of, rows_of
 from airflow_iceberg_maint.orphans.matching import conflict_pairs
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, protection_set
+from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, outermost, protection_set
 from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.orphans.tables_now import TablesNow, folders_below
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ScanRun:
 
     report: OrphanReport
     options: OrphanOptions
-    storage: SupportsBulkDelete
+    storage: Storage
     walk: ReferenceWalk
     sources: Sequence[ReferenceSource]
     phases: Phases
@@ -118,6 +119,34 @@ def _outside(rows: SpilledBatches, kept: LocationSet) -> SpilledBatches:
     return kept_rows(rows, lambda paths, _: [not kept.covers(p) for p in paths])
 
 
+def _outside_tables_now(run: ScanRun, orphans: SpilledBatches, protected: list[ProtectedLocation]) -> SpilledBatches:
+    """The rows to delete but those in another table's location as storage holds it now (S8, S17).
+
+    ``protected`` (found from the listing and the catalog) may be older than what it protects: an
+    inventory, or a listing taken before a table was created inside the location. Each folder a
+    delete touches is looked at again (``tables_now``); a file not spelled under the root is kept.
+    """
+    report, walk = run.report, run.walk
+    table = walk.table
+    base = report.location.rstrip("/") + "/"
+    folders = folders_below((p for batch in orphans.batches() for p in paths_of(batch)), report.location)
+    calls = run.storage.list_calls
+    now = TablesNow(run.storage, table.io, str(table.metadata.table_uuid), table.metadata.location, walk.equivalence)
+    found = outermost(now.protections(folders))
+    report.list_calls += run.storage.list_calls - calls
+    kept = protection_set(found, walk.equivalence)
+    before = len(orphans)
+    orphans = kept_rows(orphans, lambda paths, _: [p.startswith(base) and not kept.covers(p) for p in paths])
+    if found:
+        report.protected_locations = [p.to_json() for p in outermost([*protected, *found])]
+        report.kept_protected += before - len(orphans)
+        log.warning(
+            "kept whole, as other tables' locations found when deleting: %s",
+            "; ".join(f"{p.location} ({p.reason})" for p in found),
+        )
+    return orphans
+
+
 def _with_conflicts(orphans: SpilledBatches, conflicts: list[FileInfo]) -> SpilledBatches:
     """The orphans and then the conflicting files, as one set of rows (``prefix_mismatch_mode`` delete)."""
     both = orphans.like()
@@ -154,6 +183,7 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
     before = len(orphans)
     orphans = recheck(orphans, walk, sources, run.known)
     report.kept_by_recheck = before - len(orphans)
+    orphans = _outside_tables_now(run, orphans, protected)
     report.snapshots += walk.snapshots  # the walk's own reads, the re-check's included
     report.manifests_read += walk.manifests_read
     tally(report, orphans)
