@@ -18,8 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import GreaterThanOrEqual
 from pyiceberg.table import Table
 
 import airflow_iceberg_maint
@@ -31,7 +33,10 @@ from airflow_iceberg_maint import (
     create_index,
     expire_index_extracts,
     expire_snapshots,
+    index_lag,
+    list_indexes,
     lookup_index,
+    lookup_index_range,
     refresh_index,
     remove_orphan_files,
     remove_unreferenced_index_files,
@@ -189,6 +194,37 @@ def test_expiry_keeps_the_index_pin_and_every_index_file_beside_the_callers_pins
     )
     assert not index_files & set(report.deleted_files)
     assert all(Path(p.removeprefix("file://")).exists() for p in index_files)
+
+
+def test_the_index_operations_list_look_up_expire_and_clean(sqlite_catalog: Catalog) -> None:
+    table = _indexed_table(sqlite_catalog)
+    first_extract = table.snapshots()[1].snapshot_id
+    info = create_index(table, "by_category", ordering=["category", "id"], identity=["id"])
+
+    assert info.ordering == ["category", "id"] and info.extracts == 0 and info.location.endswith("/index/by_category")
+    listed = {i.name: i for i in list_indexes("db.events", catalog=sqlite_catalog)}
+    assert sorted(listed) == ["by_category", "by_id"] and listed["by_category"] == info
+    assert listed["by_id"].extracts == 1 and listed["by_id"].newest_extract_snapshot_id == first_extract
+
+    refreshed = refresh_index(table, "by_id")
+    assert refreshed.extract.source_table_snapshot_id == table.snapshots()[-1].snapshot_id
+    assert index_lag(table, "by_id").snapshots_behind == 0
+    expected = table.scan(row_filter=GreaterThanOrEqual("id", 48)).to_arrow().to_pylist()
+    ranged = lookup_index_range(table, "by_id", low=48, high=None)
+    assert sorted(r["id"] for r in ranged.rows.to_pylist()) == sorted(r["id"] for r in expected)
+    assert lookup_index(table, "by_id", pa.array([3, 104])).rows.column("id").to_pylist() == [3, 104]
+
+    expired = expire_index_extracts(table, "by_id", retain_last=1)
+    assert len(expired.expired_extract_ids) == 1 and expired.deleted_file_count > 0 and not expired.failed
+    assert list_indexes(table)[1].extracts == 1
+
+    leftover = _local(table) / "index" / "by_id" / "leftover.parquet"
+    leftover.write_bytes(b"no extract lists this")
+    _age(leftover.parent, TEN_DAYS)
+    cleaned = remove_unreferenced_index_files(table, "by_id", older_than_days=1, dry_run=False)
+    assert [Path(p).name for p in cleaned.unreferenced_files] == ["leftover.parquet"]
+    assert cleaned.deleted_file_count == 1 and not leftover.exists()
+    assert lookup_index(table, "by_id", [7]).rows.num_rows == 1
 
 
 def _future() -> datetime:
