@@ -10,7 +10,9 @@ from typing import TypeAlias
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint import catalog as catalogs
+from airflow_iceberg_maint.catalog import load_table as load_complete
+from airflow_iceberg_maint.catalog import open_catalog as open_configured
+from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 
@@ -28,7 +30,7 @@ def open_catalog(name: str = DEFAULT_CATALOG) -> Catalog:
     """
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"catalog {name!r}: expected a catalog name or a pyiceberg Catalog")
-    return catalogs.open_catalog(name)
+    return open_configured(name)
 
 
 def load_table(identifier: str, catalog: CatalogLike = DEFAULT_CATALOG) -> Table:
@@ -40,15 +42,15 @@ def load_table(identifier: str, catalog: CatalogLike = DEFAULT_CATALOG) -> Table
     """
     if not isinstance(identifier, str):
         raise InvalidInputError(f"table {identifier!r}: expected 'namespace.table' or a pyiceberg Table")
-    catalogs.parse_identifier(identifier)  # refused before any catalog is opened
-    return catalogs.load_table(catalog if isinstance(catalog, Catalog) else open_catalog(catalog), identifier)
+    parse_identifier(identifier)  # refused before any catalog is opened
+    return load_complete(catalog if isinstance(catalog, Catalog) else open_catalog(catalog), identifier)
 
 
 def resolve_table(table: TableLike, catalog: CatalogLike) -> Table:
     """The table to work on: a name is loaded from ``catalog``; a ``Table`` is loaded again from its own catalog,
     so that its metadata is complete and current whatever the caller's object holds (``catalog`` is not used)."""
     if isinstance(table, Table):
-        return catalogs.load_table(table.catalog, ".".join(table.name()))
+        return load_complete(table.catalog, ".".join(table.name()))
     return load_table(table, catalog)
 
 
