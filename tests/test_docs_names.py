@@ -72,6 +72,10 @@ def _top_level_names(body: list[ast.stmt]) -> dict[str, ast.stmt]:
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
                 names[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, ast.If):
+            # Names defined under a condition: the package's API, imported under ``if TYPE_CHECKING:`` and
+            # loaded on first use, is among them.
+            names.update(_top_level_names(node.body))
     return names
 
 

@@ -6,15 +6,14 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.api.cleanup import expire_snapshots
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.cli.orphans import _positive
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
-from airflow_iceberg_maint.expiry.settings import ExpireOptions, check_retain_last
+from airflow_iceberg_maint.expiry.run import ExpiryReport
+from airflow_iceberg_maint.expiry.settings import check_retain_last
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_expiry_run
 
@@ -70,16 +69,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.retain_last is not None:
         check_retain_last(args.retain_last, "--retain-last")
     store = SqlStateStore()  # opened first: a bad state URL is refused before anything is expired
-    options = ExpireOptions(
-        older_than=args.older_than,
-        older_than_days=args.older_than_days,
-        retain_last=args.retain_last,
-        dry_run=args.dry_run,
-        max_concurrent_deletes=args.max_concurrent_deletes,
-    )
     with table_lease(args, args.table):
-        table = load_table(cli_catalog(args), args.table)
-        report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now)
+        report = expire_snapshots(
+            args.table,
+            catalog=cli_catalog(args),
+            older_than=args.older_than,
+            older_than_days=args.older_than_days,
+            retain_last=args.retain_last,
+            dry_run=args.dry_run,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+        )
         result = report.to_json()
         # Bookkeeping for `due`: only a real run without failed deletes moves the last-expiry clock.
         record_expiry_run(store, result, datetime.now(UTC))

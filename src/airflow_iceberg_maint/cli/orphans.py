@@ -8,15 +8,13 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, remove_orphan_files
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
 from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
-from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
-from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES, OrphanOptions
-from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
 
@@ -94,22 +92,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _remove(args: argparse.Namespace) -> dict[str, Any]:
-    table = load_table(cli_catalog(args), args.table)
-    options = OrphanOptions(
-        older_than=args.older_than,
-        older_than_days=args.older_than_days,
-        location=args.location,
-        dry_run=args.dry_run,
-        prefix_mismatch_mode=args.prefix_mismatch_mode,
-        equal_schemes=args.equal_schemes,
-        equal_authorities=args.equal_authorities,
-        max_concurrent_deletes=args.max_concurrent_deletes,
-        only_this_table=args.only_this_table,
-        listing=args.listing,
-        memory_budget_mb=args.memory_budget_mb,
-    )
     try:
-        report = remove_orphan_files(table, options, sources=[INDEX_FILES])
+        report = remove_orphan_files(
+            args.table,
+            catalog=cli_catalog(args),
+            older_than=args.older_than,
+            older_than_days=args.older_than_days,
+            location=args.location,
+            dry_run=args.dry_run,
+            prefix_mismatch_mode=PrefixMismatchMode(args.prefix_mismatch_mode),
+            equal_schemes=args.equal_schemes,
+            equal_authorities=args.equal_authorities,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+            only_this_table=args.only_this_table,
+            listing=args.listing,
+            memory_budget_mb=args.memory_budget_mb,
+        )
     except PrefixMismatchError as exc:
         # The pairs are the useful part of this failure: print them before the one-line error.
         if args.json and isinstance(exc.report, OrphanReport):
