@@ -21,10 +21,12 @@ from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import SqlLeases
+from airflow_iceberg_maint.policy.lease import Lease
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.policy.state import SqlStateStore, default_state_url
 from airflow_iceberg_maint.progress import reporting
+from tests.lease_helpers import hold
 from tests.orphans.scenario import SCHEMA, rows
 from tests.orphans.test_cli import _env, _run, _table_with_orphan
 
@@ -38,13 +40,9 @@ def _store() -> SqlLeases:
     return SqlLeases(default_state_url())  # the database the subprocesses use (tests/conftest.py)
 
 
-def _task_holds(table: str, expires_at: datetime) -> None:
-    assert _store().acquire(table, TASK, expires_at, datetime.now(UTC)) is None
-
-
-def _in_ten_minutes() -> datetime:
-    # Whole seconds: the lease's time goes through the database and back into the message.
-    return datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=10)
+def _task_holds(table: str, ttl: timedelta = timedelta(minutes=10)) -> Lease:
+    """The lease of ``table`` taken as an Airflow task takes it; its expiry time is the database's."""
+    return hold(_store(), table, TASK, ttl)
 
 
 def _busy(command: str, table: str, until: datetime) -> str:
@@ -80,8 +78,8 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
 ) -> None:
     catalog = _two_snapshots(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.events", until)
+    task = _task_holds("db.events")
+    until = task.expires_at
     before, files = catalog.load_table("db.events").metadata_location, _files(tmp_path / "wh")
     args = ["expire-snapshots", "db.events", "--older-than", datetime.now(UTC).isoformat(), "--json"]
 
@@ -98,7 +96,7 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
     assert SqlStateStore().get(table_uuid, SNAPSHOT_EXPIRY) is None  # not even recorded as an attempt
     assert _store().holder("db.events").owner == TASK  # type: ignore[union-attr]
 
-    _store().release("db.events", TASK)
+    _store().release(task)
     done = _run(env, *args)
 
     assert done.returncode == 0, done.stderr
@@ -110,8 +108,8 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
 def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
     files = _files(tmp_path / "wh")
 
     busy = _run(env, "orphans", "db.t", "--older-than-days", "3", "--json")
@@ -120,7 +118,7 @@ def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp
     assert _files(tmp_path / "wh") == files
 
     # The task's worker was killed: its lease expired without being released.
-    _task_holds("db.t", datetime.now(UTC) - timedelta(seconds=1))
+    _task_holds("db.t", timedelta(0))
     done = _run(env, "orphans", "db.t", "--older-than-days", "3", "--json")
 
     assert done.returncode == 0, done.stderr
@@ -130,7 +128,7 @@ def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp
 
 def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
-    _task_holds("db.t", _in_ten_minutes())
+    _task_holds("db.t")
     dry = _run(_env(tmp_path), "orphans", "db.t", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["orphan_files"] == [f"file://{orphan}"]
@@ -140,8 +138,8 @@ def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
 def test_lease_wait_waits_for_the_release_then_runs_or_gives_up(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
 
     short = _run(env, "orphans", "db.t", "--lease-wait", "0.2", "--json")
     assert short.returncode == EXIT_TABLE_BUSY
@@ -162,7 +160,7 @@ def test_lease_wait_waits_for_the_release_then_runs_or_gives_up(tmp_path: Path) 
         try:
             wait_for(lambda: "waiting for it at most 120 s" in log.read_text(), "the run to find the lease held")
             assert os.path.exists(orphan) and waiting.poll() is None
-            _store().release("db.t", TASK)
+            _store().release(task)
             out, _ = waiting.communicate(timeout=120)
         finally:
             if waiting.poll() is None:
@@ -207,8 +205,8 @@ def test_two_command_line_runs_never_overlap(tmp_path: Path, capsys, monkeypatch
 def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
     _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
     files = _files(tmp_path / "wh")
 
     create = _run(env, "index", "create", "db.t", "by_id", "--ordering", "id", "--json")

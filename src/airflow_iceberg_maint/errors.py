@@ -120,3 +120,8 @@ class TableBusyError(MaintenanceError):
     """Another maintenance task held the table's lease for longer than this task would wait."""
 
     retryable = True
+
+
+class LeaseLostError(TableBusyError):
+    """The run's lease was taken by another run, or may have expired: the run stopped before its next
+    delete batch or commit (S15). Like ``TableBusyError``, another run holds the table: try again later."""

@@ -26,9 +26,11 @@ from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishO
 from airflow_iceberg_maint.airflow.table_lease import VariableLeases
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import Lease, SqlLeases
+from airflow_iceberg_maint.policy.lease import Lease
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.progress import reporting
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
+from tests.lease_helpers import hold
 
 TABLE = "demo.orders"
 
@@ -44,25 +46,30 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> 
 def test_one_holder_at_a_time_until_released_or_expired(kind: str, state_url: str) -> None:
     store = SqlLeases(state_url) if kind == "sql" else VariableLeases()
     table = f"db.lease_{kind}"
-    now = datetime.now(UTC)
-    soon, later = now + timedelta(seconds=60), now + timedelta(seconds=120)
-    assert store.acquire(table, "a", soon, now) is None
-    assert store.acquire(table, "b", later, now) == Lease(table, "a", soon)  # held: b is told by whom
-    assert store.acquire(table, "a", later, now) is None  # the holder renews (a retry of the same task)
-    assert store.holder(table) == Lease(table, "a", later)
-    store.release(table, "b")  # not b's: nothing happens
-    assert store.holder(table) == Lease(table, "a", later)
-    # A holder killed without releasing: once its lease expires, b takes it.
-    assert store.acquire(table, "b", later + timedelta(seconds=60), later) is None
-    assert store.holder(table) == Lease(table, "b", later + timedelta(seconds=60))
-    store.release(table, "b")
+    ttl = timedelta(seconds=60)
+    a = hold(store, table, "a", ttl)
+    told = store.acquire(table, "b", ttl, "token-b", "")
+    assert (told.owner, told.token) == ("a", a.token)  # held: b is told by whom
+    assert store.renew(a, ttl)  # the holder renews under its token
+    again = hold(store, table, "a", ttl)  # a retry of the same task takes it over at once, with a new token
+    assert not store.renew(a, ttl)  # the first try's token no longer renews it
+    store.release(Lease(table, "b", again.expires_at, "token-b"))  # not b's: nothing happens
+    store.release(a)  # an old token of a: nothing happens either
+    assert store.holder(table) == again
+    store.release(again)
+    assert store.holder(table) is None
+    # A holder killed without releasing: once its lease expires, b takes it, and the old token no longer renews.
+    gone = hold(store, table, "a", timedelta(0))
+    b = hold(store, table, "b", ttl)
+    assert not store.renew(gone, ttl)
+    store.release(b)
     assert store.holder(table) is None
 
 
 def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadline(state_url: str) -> None:
     store = SqlLeases(state_url)
     now = datetime.now(UTC)
-    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    other = hold(store, TABLE, "other")
     waiting = TableLeaseTrigger(
         table=TABLE,
         owner="me",
@@ -74,14 +81,14 @@ def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadli
     async def release_then_wait() -> object:
         event = asyncio.ensure_future(next_event(waiting, timeout=30))
         await asyncio.sleep(0)  # the trigger's first look finds the lease held
-        await asyncio.to_thread(store.release, TABLE, "other")
+        await asyncio.to_thread(store.release, other)
         return await event
 
     fired = asyncio.run(release_then_wait())
     assert fired is not None
     assert fired.payload == {"status": "free", "table": TABLE, "deadline": (now + timedelta(hours=1)).isoformat()}
 
-    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    hold(store, TABLE, "other")
     late = TableLeaseTrigger(table=TABLE, owner="me", deadline=now.isoformat(), state_url=state_url)
     gave_up = asyncio.run(next_event(late, timeout=30))
     assert gave_up is not None and gave_up.payload["status"] == "timeout"
@@ -92,9 +99,8 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog
 ) -> None:
     store = SqlLeases(state_url)
-    now = datetime.now(UTC)
-    until = now + timedelta(hours=1)
-    store.acquire(TABLE, "manual/run_1/remove_orphan_files/-1", until, now)
+    holder = hold(store, TABLE, "manual/run_1/remove_orphan_files/-1")
+    until = holder.expires_at
     snapshots = len(catalog.load_table(TABLE).metadata.snapshots)
 
     def expirer(**kwargs: object) -> IcebergExpireSnapshotsOperator:
@@ -119,7 +125,7 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     assert len(catalog.load_table(TABLE).metadata.snapshots) == snapshots
 
     # The lease is released when the task ends, failed or not.
-    store.release(TABLE, "manual/run_1/remove_orphan_files/-1")
+    store.release(holder)
     with pytest.raises(AirflowFailException):
         expirer(retain_last=0).execute({"ti": TaskContextTI()})
     assert store.holder(TABLE) is None
@@ -166,9 +172,7 @@ def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
 def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, state_url: str, tmp_path: Path) -> None:
     """The finish task deletes, so it takes the lease before it reads its scratch (here, none exists)."""
     store = SqlLeases(state_url)
-    now = datetime.now(UTC)
-    until = now + timedelta(hours=1)
-    store.acquire(TABLE, "scheduled/run_1/expire_snapshots/0", until, now)
+    held = hold(store, TABLE, "scheduled/run_1/expire_snapshots/0")
 
     def finisher(**kwargs: object) -> IcebergFinishOrphanShardsOperator:
         scratch = f"file://{tmp_path}/no-scratch"
@@ -182,7 +186,7 @@ def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, st
     assert (deferred.value.trigger.table, deferred.value.trigger.owner) == (TABLE, "unit/manual__unit/finish/-1")
     with pytest.raises(AirflowException, match=r"another maintenance task holds its lease \(scheduled/run_1/"):
         finisher(lease_timeout=0).execute({"ti": TaskContextTI()})
-    assert store.holder(TABLE) == Lease(TABLE, "scheduled/run_1/expire_snapshots/0", until)
+    assert store.holder(TABLE) == held
 
 
 def _dags_test(dag_id: str, log: Path) -> subprocess.Popen[bytes]:

@@ -5,6 +5,10 @@ A real run of ``orphans``, ``expire-snapshots``, ``index create|refresh|expire``
 the table, as the Airflow tasks do, so that it never overlaps an Airflow task on the same database
 nor another ``iceberg-maint`` run. A dry run changes nothing and takes no lease: it can run beside a
 long maintenance run without holding it up.
+
+Without ``$ICEBERG_MAINT_STATE_URL`` the lease would live in this host's own SQLite file, which no
+Airflow task and no run on another host sees: a real run then refuses to start unless
+``ICEBERG_MAINT_LEASE=local`` says that a lease among this host's runs is enough.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from airflow_iceberg_maint.catalog import parse_identifier
-from airflow_iceberg_maint.errors import TableBusyError
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, SqlLeases, held, take
-from airflow_iceberg_maint.policy.state import default_state_url
+from airflow_iceberg_maint.errors import InvalidInputError, TableBusyError
+from airflow_iceberg_maint.policy.fence import held
+from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, take
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.policy.state import STATE_URL_ENV, default_state_url
 
 _LOG = logging.getLogger(__name__)
+#: ``local``: a real run may keep its lease in this host's default state file (seen by no Airflow task).
+LEASE_ENV = "ICEBERG_MAINT_LEASE"
 
 
 def _seconds(text: str) -> float:
@@ -61,7 +69,7 @@ def table_lease(args: argparse.Namespace, table: str) -> Iterator[None]:
     if getattr(args, "dry_run", False):
         yield
         return
-    store = SqlLeases(default_state_url())
+    store = SqlLeases(_lease_store_url(table))
     ttl = timedelta(seconds=DEFAULT_TTL_SECONDS)
     try:
         lease = take(store, table, run_owner(args), ttl, args.lease_wait, _LOG)
@@ -71,3 +79,18 @@ def table_lease(args: argparse.Namespace, table: str) -> Iterator[None]:
     _LOG.info("table %s: lease taken by %s, until %s unless renewed", table, lease.owner, lease.expires_at)
     with held(store, lease, ttl, _LOG):
         yield
+
+
+def _lease_store_url(table: str) -> str:
+    """The state store's URL when it is one Airflow tasks can share, or with the explicit opt-out; else refused."""
+    scope = os.environ.get(LEASE_ENV, "")
+    if scope not in ("", "local"):
+        raise InvalidInputError(f"${LEASE_ENV} {scope!r}: expected 'local' or unset")
+    if os.environ.get(STATE_URL_ENV) or scope == "local":
+        return default_state_url()
+    raise InvalidInputError(
+        f"table {table}: ${STATE_URL_ENV} is not set, so the table's lease would be kept in this host's own "
+        f"state file ({default_state_url()}), which Airflow tasks and runs on other hosts do not see: set "
+        f"${STATE_URL_ENV} to the database the Airflow tasks use (their state_url), or {LEASE_ENV}=local to "
+        "lease the table among this host's runs only; nothing was changed"
+    )
