@@ -31,7 +31,7 @@ class Fence:
     def __init__(self, store: LeaseStore, lease: Lease, ttl: timedelta, log: LeaseLog) -> None:
         self.lease, self._store, self._ttl, self._log = lease, store, ttl.total_seconds(), log
         self._lock = threading.Lock()
-        self._lost: LeaseLostError | None = None
+        self._lost: str | None = None  # why, once lost: every later check fails for that reason
         # Just taken (by a statement sent before now): held for ``ttl`` from about now.
         self._confirmed = time.monotonic()
 
@@ -39,25 +39,23 @@ class Fence:
         """Pass if the lease is still ours (extending it), else raise ``LeaseLostError`` naming ``before``."""
         with self._lock:
             if self._lost is not None:
-                raise self._lost
+                raise self._stop(before, self._lost)
             sent = time.monotonic()
             try:
                 renewed = self._store.renew(self.lease, timedelta(seconds=self._ttl))
             except Exception as exc:
-                silent = sent - self._confirmed
+                silent = time.monotonic() - self._confirmed  # the failed statement's own wait included
                 if silent < self._ttl * 2 / 3:
                     self._log.warning("lease of %s not renewed (still held for now): %s", self.lease.table, exc)
                     return
                 why = (
                     f"the state store has not answered for {silent:.0f} s (ttl {self._ttl:g} s), so it may have expired"
                 )
-                self._lost = self._stop(
-                    before, f"{why} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-                )
-                raise self._lost from exc
+                self._lost = f"{why} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                raise self._stop(before, self._lost) from exc
             if not renewed:
-                self._lost = self._stop(before, self._taken())
-                raise self._lost
+                self._lost = self._taken()
+                raise self._stop(before, self._lost)
             self._confirmed = sent
 
     def renew(self) -> bool:
