@@ -8,7 +8,9 @@ the same table, defers until it is released and only then changes the table.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -262,3 +264,54 @@ def test_two_task_runs_on_one_table_take_turns(
     assert expired["expired_snapshot_count"] == 1
     assert [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots] == snapshots[1:]
     assert store.holder(TABLE) is None  # both released
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2] == "T"
+
+
+def test_a_stalled_orphan_task_loses_its_lease_to_an_iceberg_maint_run_and_deletes_nothing_more(
+    demo_tables: dict, state_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Finding 4 of issue 31: the task (a 2 s lease) stops after its plan; ``iceberg-maint orphans`` on the same
+    state store takes the lease once it expired, and only then is the task continued: it stops before deleting."""
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_STATE_URL", state_url)
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_LEASE_DIR", str(tmp_path))
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)  # the command line's lease store: the tasks' state_url
+    old, paused, log = demo_tables[TABLE]["old"], tmp_path / "paused", tmp_path / "stalled.log"
+    seen: dict[str, object] = {}
+    task = _dags_test("lease_stalled", log)
+    try:
+        wait_for(lambda: task.poll() is not None or (paused.exists() and _stopped(int(paused.read_text()))), "a stop")
+        assert task.poll() is None, log.read_text()[-4000:]
+
+        class ContinueTheTask:  # the command's first phase: it holds the lease; the task goes on meanwhile
+            def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+                if "holder" in seen:
+                    return
+                seen["holder"] = SqlLeases(state_url).holder(TABLE)
+                os.kill(int(paused.read_text()), signal.SIGCONT)
+                task.wait(timeout=180)
+                seen["old still there"] = old.exists()
+
+        with reporting(ContinueTheTask()):
+            argv = ["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--lease-wait", "60"]
+            status = main([*argv, "--json"])
+    finally:
+        if task.poll() is None:
+            os.kill(task.pid, signal.SIGCONT)
+            task.kill()
+            task.wait()
+
+    assert status == 0, capsys.readouterr().err
+    holder = seen["holder"]
+    assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
+    assert seen["old still there"] is True  # the task deleted nothing while the command held the lease
+    assert task_states("lease_stalled", "%") == {("remove_orphan_files", -1): "failed"}
+    assert (
+        f"lost before a delete batch: another maintenance run holds its lease ({holder.owner}, until "
+        f"{holder.expires_at.isoformat()}); the run stopped there, nothing more was deleted or committed"
+    ) in log.read_text()
+    assert json.loads(capsys.readouterr().out)["deleted_file_count"] == 1 and not old.exists()
+    assert SqlLeases(state_url).holder(TABLE) is None
