@@ -2,7 +2,7 @@
 
 Three runs: A and B, and A2, a retry of A (the same owner: it takes A's lease over at once, and A
 must then fail its checks). Each step is a take, a check (the fence a delete batch or commit
-passes), a release, or time passing beyond the ttl (``jump``: every lease's expiry moved back, as
+passes), a release, or time passing beyond the ttl (``jump``: the lease's expiry moved back, as
 the database's clock moving on would). A run that passed a take or check holds the table until
 time passes beyond the ttl; no other run may pass a take or check while it does.
 """
@@ -14,6 +14,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.policy.fence import Fence
 from airflow_iceberg_maint.policy.lease import try_take
 from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from tests.conftest import _service
 
 LOG = logging.getLogger(__name__)
 TTL = timedelta(seconds=60)
@@ -35,10 +37,15 @@ STEPS = st.lists(
 )
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/state.db" if request.param == "sqlite" else _service("TEST_PG_URL")
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
-def test_two_runs_never_both_pass_a_check_at_overlapping_times(tmp_path: Path, steps: list[tuple[str, str]]) -> None:
-    url = f"sqlite:///{tmp_path}/state.db"
+def test_two_runs_never_both_pass_a_check_at_overlapping_times(state_url: str, steps: list[tuple[str, str]]) -> None:
+    url = state_url
     store = SqlLeases(url)
     table = f"db.t{uuid.uuid4().hex[:12]}"
     fences: dict[str, Fence] = {}
@@ -74,5 +81,6 @@ def test_two_runs_never_both_pass_a_check_at_overlapping_times(tmp_path: Path, s
             holding = None if holding == run else holding
         elif action == "jump":
             with sa.create_engine(url).begin() as conn:
-                conn.execute(sa.text("UPDATE iceberg_maint_leases SET expires_at = expires_at - :s"), {"s": 2 * 60})
+                jump = "UPDATE iceberg_maint_leases SET expires_at = expires_at - :s WHERE table_name = :t"
+                conn.execute(sa.text(jump), {"s": 2 * TTL.total_seconds(), "t": table})
             holding = None
