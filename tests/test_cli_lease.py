@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import sqlalchemy as sa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
@@ -215,3 +217,69 @@ def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
     assert _files(tmp_path / "wh") == files
     listed = _run(env, "index", "list", "db.t", "--json")  # reading takes no lease
     assert listed.returncode == 0 and json.loads(listed.stdout)["indexes"] == []
+
+
+def test_a_run_that_loses_its_lease_exits_4_with_one_line_and_deletes_nothing_more(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The command's lease is taken over while it runs (time passing beyond its ttl, then a task's take):
+    it stops before its first delete batch."""
+    orphan = _table_with_orphan(tmp_path)
+    env = _env(tmp_path)
+    for key in [k for k in env if k.startswith("PYICEBERG_CATALOG__")]:
+        monkeypatch.setenv(key, env[key])
+    seen: dict[str, Lease] = {}
+
+    class TakeItOver:  # a progress reporter: when the deleting phase starts, another run takes the lease
+        def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+            if phase != "deleting" or "task" in seen:
+                return
+            jump = "UPDATE iceberg_maint_leases SET expires_at = expires_at - 3600 WHERE table_name = 'db.t'"
+            with sa.create_engine(default_state_url()).begin() as conn:
+                conn.execute(sa.text(jump))  # the database's clock past the command's lease
+            seen["task"] = _task_holds("db.t")
+
+    with reporting(TakeItOver()):
+        status = main(["--progress", "off", "orphans", "db.t", "--older-than-days", "3", "--json"])
+
+    task = seen["task"]
+    assert status == EXIT_TABLE_BUSY
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(
+        rf"iceberg-maint orphans: table db\.t: lease of iceberg-maint orphans on {re.escape(socket.gethostname())} "
+        rf"\(pid {os.getpid()}, run [0-9a-f]{{8}}\) lost before a delete batch: another maintenance run holds its "
+        rf"lease \({re.escape(TASK)}, until {re.escape(task.expires_at.isoformat())}\); the run stopped there, "
+        "nothing more was deleted or committed",
+        last,
+    ), last
+    assert os.path.exists(orphan)
+    assert _store().holder("db.t") == task  # the command's release did not drop the task's lease
+
+
+def test_a_real_run_without_a_shared_lease_store_is_refused_unless_told_local(tmp_path: Path) -> None:
+    """Without $ICEBERG_MAINT_STATE_URL the lease would be this host's alone, unseen by Airflow tasks."""
+    orphan = _table_with_orphan(tmp_path)
+    env = {k: v for k, v in _env(tmp_path).items() if k != "ICEBERG_MAINT_STATE_URL"}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    files = _files(tmp_path / "wh")
+
+    refused = _run(env, "orphans", "db.t", "--older-than-days", "3", "--json")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        "iceberg-maint orphans: table db.t: $ICEBERG_MAINT_STATE_URL is not set, so the table's lease would be "
+        f"kept in this host's own state file (sqlite:///{tmp_path}/state/iceberg-maint/state.db), which Airflow "
+        "tasks and runs on other hosts do not see: set $ICEBERG_MAINT_STATE_URL to the database the Airflow tasks "
+        "use (their state_url), or ICEBERG_MAINT_LEASE=local to lease the table among this host's runs only; "
+        "nothing was changed\n"
+    )
+    assert _files(tmp_path / "wh") == files
+    bad = _run({**env, "ICEBERG_MAINT_LEASE": "shared"}, "orphans", "db.t", "--json")
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "iceberg-maint orphans: $ICEBERG_MAINT_LEASE 'shared': expected 'local' or unset\n",
+    )
+    assert _run(env, "orphans", "db.t", "--dry-run", "--json").returncode == 0  # a dry run takes no lease
+
+    local = _run({**env, "ICEBERG_MAINT_LEASE": "local"}, "orphans", "db.t", "--older-than-days", "3", "--json")
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout)["deleted_file_count"] == 1 and not os.path.exists(orphan)
