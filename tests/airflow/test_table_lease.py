@@ -309,6 +309,7 @@ def test_a_stalled_orphan_task_loses_its_lease_to_an_iceberg_maint_run_and_delet
     assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
     assert seen["old still there"] is True  # the task deleted nothing while the command held the lease
     assert task_states("lease_stalled", "%") == {("remove_orphan_files", -1): "failed"}
+    assert (f"AirflowException: table {TABLE}: lease of lease_stalled/") in log.read_text()
     assert (
         f"lost before a delete batch: another maintenance run holds its lease ({holder.owner}, until "
         f"{holder.expires_at.isoformat()}); the run stopped there, nothing more was deleted or committed"

@@ -156,6 +156,8 @@ class TableTaskMixin(TableLeaseMixin):
     def maintain(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
+        except LeaseLostError as exc:  # names its table itself
+            raise task_exception(None, exc) from exc
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table}", exc) from exc
 
