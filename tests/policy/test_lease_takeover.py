@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.policy import process
@@ -137,3 +138,21 @@ def test_kill9_of_an_index_refresh_then_another_refresh_at_once_takes_the_lease(
     assert SqlLeases(default_state_url()).holder("db.t") is None
     token = uuid.uuid4().hex  # and the table's lease is free for anyone
     assert SqlLeases(default_state_url()).acquire("db.t", "next", HOUR, token, "").token == token
+
+
+def test_a_lease_table_of_the_previous_release_gets_its_new_columns_and_its_lease_still_holds(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/old.db"
+    with sa.create_engine(url).begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE iceberg_maint_leases (table_name VARCHAR(512) PRIMARY KEY, owner VARCHAR(1024) NOT NULL, "
+                "expires_at FLOAT NOT NULL)"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO iceberg_maint_leases VALUES ('db.t', 'old run', 4102444800)"))  # 2100
+
+    store = SqlLeases(url)
+    holder = store.holder("db.t")
+    assert holder is not None and (holder.owner, holder.token, holder.process) == ("old run", "", "")
+    mine, got = try_take(store, "db.t", "new run", HOUR, LOG)
+    assert not mine and got == holder
