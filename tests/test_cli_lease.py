@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,13 +19,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import sqlalchemy as sa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import SqlLeases
+from airflow_iceberg_maint.policy.lease import Lease
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.policy.state import SqlStateStore, default_state_url
 from airflow_iceberg_maint.progress import reporting
+from tests.lease_helpers import hold
 from tests.orphans.scenario import SCHEMA, rows
 from tests.orphans.test_cli import _env, _run, _table_with_orphan
 
@@ -38,13 +42,9 @@ def _store() -> SqlLeases:
     return SqlLeases(default_state_url())  # the database the subprocesses use (tests/conftest.py)
 
 
-def _task_holds(table: str, expires_at: datetime) -> None:
-    assert _store().acquire(table, TASK, expires_at, datetime.now(UTC)) is None
-
-
-def _in_ten_minutes() -> datetime:
-    # Whole seconds: the lease's time goes through the database and back into the message.
-    return datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=10)
+def _task_holds(table: str, ttl: timedelta = timedelta(minutes=10)) -> Lease:
+    """The lease of ``table`` taken as an Airflow task takes it; its expiry time is the database's."""
+    return hold(_store(), table, TASK, ttl)
 
 
 def _busy(command: str, table: str, until: datetime) -> str:
@@ -80,8 +80,8 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
 ) -> None:
     catalog = _two_snapshots(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.events", until)
+    task = _task_holds("db.events")
+    until = task.expires_at
     before, files = catalog.load_table("db.events").metadata_location, _files(tmp_path / "wh")
     args = ["expire-snapshots", "db.events", "--older-than", datetime.now(UTC).isoformat(), "--json"]
 
@@ -98,7 +98,7 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
     assert SqlStateStore().get(table_uuid, SNAPSHOT_EXPIRY) is None  # not even recorded as an attempt
     assert _store().holder("db.events").owner == TASK  # type: ignore[union-attr]
 
-    _store().release("db.events", TASK)
+    _store().release(task)
     done = _run(env, *args)
 
     assert done.returncode == 0, done.stderr
@@ -110,8 +110,8 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
 def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
     files = _files(tmp_path / "wh")
 
     busy = _run(env, "orphans", "db.t", "--older-than-days", "3", "--json")
@@ -120,7 +120,7 @@ def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp
     assert _files(tmp_path / "wh") == files
 
     # The task's worker was killed: its lease expired without being released.
-    _task_holds("db.t", datetime.now(UTC) - timedelta(seconds=1))
+    _task_holds("db.t", timedelta(0))
     done = _run(env, "orphans", "db.t", "--older-than-days", "3", "--json")
 
     assert done.returncode == 0, done.stderr
@@ -130,7 +130,7 @@ def test_orphans_fails_at_once_on_a_held_lease_and_takes_over_an_expired_one(tmp
 
 def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
-    _task_holds("db.t", _in_ten_minutes())
+    _task_holds("db.t")
     dry = _run(_env(tmp_path), "orphans", "db.t", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["orphan_files"] == [f"file://{orphan}"]
@@ -140,8 +140,8 @@ def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
 def test_lease_wait_waits_for_the_release_then_runs_or_gives_up(tmp_path: Path) -> None:
     orphan = _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
 
     short = _run(env, "orphans", "db.t", "--lease-wait", "0.2", "--json")
     assert short.returncode == EXIT_TABLE_BUSY
@@ -162,7 +162,7 @@ def test_lease_wait_waits_for_the_release_then_runs_or_gives_up(tmp_path: Path) 
         try:
             wait_for(lambda: "waiting for it at most 120 s" in log.read_text(), "the run to find the lease held")
             assert os.path.exists(orphan) and waiting.poll() is None
-            _store().release("db.t", TASK)
+            _store().release(task)
             out, _ = waiting.communicate(timeout=120)
         finally:
             if waiting.poll() is None:
@@ -207,8 +207,8 @@ def test_two_command_line_runs_never_overlap(tmp_path: Path, capsys, monkeypatch
 def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
     _table_with_orphan(tmp_path)
     env = _env(tmp_path)
-    until = _in_ten_minutes()
-    _task_holds("db.t", until)
+    task = _task_holds("db.t")
+    until = task.expires_at
     files = _files(tmp_path / "wh")
 
     create = _run(env, "index", "create", "db.t", "by_id", "--ordering", "id", "--json")
@@ -217,3 +217,40 @@ def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
     assert _files(tmp_path / "wh") == files
     listed = _run(env, "index", "list", "db.t", "--json")  # reading takes no lease
     assert listed.returncode == 0 and json.loads(listed.stdout)["indexes"] == []
+
+
+def test_a_run_that_loses_its_lease_exits_4_with_one_line_and_deletes_nothing_more(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The command's lease is taken over while it runs (time passing beyond its ttl, then a task's take):
+    it stops before its first delete batch."""
+    orphan = _table_with_orphan(tmp_path)
+    env = _env(tmp_path)
+    for key in [k for k in env if k.startswith("PYICEBERG_CATALOG__")]:
+        monkeypatch.setenv(key, env[key])
+    seen: dict[str, Lease] = {}
+
+    class TakeItOver:  # a progress reporter: when the deleting phase starts, another run takes the lease
+        def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+            if phase != "deleting" or "task" in seen:
+                return
+            jump = "UPDATE iceberg_maint_leases SET expires_at = expires_at - 3600 WHERE table_name = 'db.t'"
+            with sa.create_engine(default_state_url()).begin() as conn:
+                conn.execute(sa.text(jump))  # the database's clock past the command's lease
+            seen["task"] = _task_holds("db.t")
+
+    with reporting(TakeItOver()):
+        status = main(["--progress", "off", "orphans", "db.t", "--older-than-days", "3", "--json"])
+
+    task = seen["task"]
+    assert status == EXIT_TABLE_BUSY
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(
+        rf"iceberg-maint orphans: table db\.t: lease of iceberg-maint orphans on {re.escape(socket.gethostname())} "
+        rf"\(pid {os.getpid()}, run [0-9a-f]{{8}}\) lost before a delete batch: another maintenance run holds its "
+        rf"lease \({re.escape(TASK)}, until {re.escape(task.expires_at.isoformat())}\); the run stopped there, "
+        "nothing more was deleted or committed",
+        last,
+    ), last
+    assert os.path.exists(orphan)
+    assert _store().holder("db.t") == task  # the command's release did not drop the task's lease

@@ -127,6 +127,11 @@ class TableBusyError(MaintenanceError):
     retryable = True
 
 
+class LeaseLostError(TableBusyError):
+    """The run's lease was taken by another run, or may have expired: the run stopped before its next
+    delete batch or commit (S15). Like ``TableBusyError``, another run holds the table: try again later."""
+
+
 def first_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters), for a one-line error naming its cause."""
     lines = str(exc).strip().splitlines()

@@ -8,7 +8,9 @@ the same table, defers until it is released and only then changes the table.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,12 +25,14 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishOrphanShardsOperator
-from airflow_iceberg_maint.airflow.table_lease import VariableLeases
+from airflow_iceberg_maint.airflow.table_lease import VariableLeases, lease_store_for
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import Lease, SqlLeases
+from airflow_iceberg_maint.policy.lease import Lease
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.progress import reporting
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
+from tests.lease_helpers import hold
 
 TABLE = "demo.orders"
 
@@ -44,25 +48,30 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> 
 def test_one_holder_at_a_time_until_released_or_expired(kind: str, state_url: str) -> None:
     store = SqlLeases(state_url) if kind == "sql" else VariableLeases()
     table = f"db.lease_{kind}"
-    now = datetime.now(UTC)
-    soon, later = now + timedelta(seconds=60), now + timedelta(seconds=120)
-    assert store.acquire(table, "a", soon, now) is None
-    assert store.acquire(table, "b", later, now) == Lease(table, "a", soon)  # held: b is told by whom
-    assert store.acquire(table, "a", later, now) is None  # the holder renews (a retry of the same task)
-    assert store.holder(table) == Lease(table, "a", later)
-    store.release(table, "b")  # not b's: nothing happens
-    assert store.holder(table) == Lease(table, "a", later)
-    # A holder killed without releasing: once its lease expires, b takes it.
-    assert store.acquire(table, "b", later + timedelta(seconds=60), later) is None
-    assert store.holder(table) == Lease(table, "b", later + timedelta(seconds=60))
-    store.release(table, "b")
+    ttl = timedelta(seconds=60)
+    a = hold(store, table, "a", ttl)
+    told = store.acquire(table, "b", ttl, "token-b", "")
+    assert (told.owner, told.token) == ("a", a.token)  # held: b is told by whom
+    assert store.renew(a, ttl)  # the holder renews under its token
+    again = hold(store, table, "a", ttl)  # a retry of the same task takes it over at once, with a new token
+    assert not store.renew(a, ttl)  # the first try's token no longer renews it
+    store.release(Lease(table, "b", again.expires_at, "token-b"))  # not b's: nothing happens
+    store.release(a)  # an old token of a: nothing happens either
+    assert store.holder(table) == again
+    store.release(again)
+    assert store.holder(table) is None
+    # A holder killed without releasing: once its lease expires, b takes it, and the old token no longer renews.
+    gone = hold(store, table, "a", timedelta(0))
+    b = hold(store, table, "b", ttl)
+    assert not store.renew(gone, ttl)
+    store.release(b)
     assert store.holder(table) is None
 
 
 def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadline(state_url: str) -> None:
     store = SqlLeases(state_url)
     now = datetime.now(UTC)
-    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    other = hold(store, TABLE, "other")
     waiting = TableLeaseTrigger(
         table=TABLE,
         owner="me",
@@ -74,14 +83,14 @@ def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadli
     async def release_then_wait() -> object:
         event = asyncio.ensure_future(next_event(waiting, timeout=30))
         await asyncio.sleep(0)  # the trigger's first look finds the lease held
-        await asyncio.to_thread(store.release, TABLE, "other")
+        await asyncio.to_thread(store.release, other)
         return await event
 
     fired = asyncio.run(release_then_wait())
     assert fired is not None
     assert fired.payload == {"status": "free", "table": TABLE, "deadline": (now + timedelta(hours=1)).isoformat()}
 
-    store.acquire(TABLE, "other", now + timedelta(hours=1), now)
+    hold(store, TABLE, "other")
     late = TableLeaseTrigger(table=TABLE, owner="me", deadline=now.isoformat(), state_url=state_url)
     gave_up = asyncio.run(next_event(late, timeout=30))
     assert gave_up is not None and gave_up.payload["status"] == "timeout"
@@ -92,9 +101,8 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog
 ) -> None:
     store = SqlLeases(state_url)
-    now = datetime.now(UTC)
-    until = now + timedelta(hours=1)
-    store.acquire(TABLE, "manual/run_1/remove_orphan_files/-1", until, now)
+    holder = hold(store, TABLE, "manual/run_1/remove_orphan_files/-1")
+    until = holder.expires_at
     snapshots = len(catalog.load_table(TABLE).metadata.snapshots)
 
     def expirer(**kwargs: object) -> IcebergExpireSnapshotsOperator:
@@ -119,7 +127,7 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     assert len(catalog.load_table(TABLE).metadata.snapshots) == snapshots
 
     # The lease is released when the task ends, failed or not.
-    store.release(TABLE, "manual/run_1/remove_orphan_files/-1")
+    store.release(holder)
     with pytest.raises(AirflowFailException):
         expirer(retain_last=0).execute({"ti": TaskContextTI()})
     assert store.holder(TABLE) is None
@@ -163,12 +171,54 @@ def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
     assert SqlLeases(state_url).holder(TABLE) is None
 
 
+def test_out_of_the_box_a_task_and_an_iceberg_maint_run_on_one_host_exclude_each_other(
+    demo_tables: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """No state URL anywhere: the command's default state file is the host's, and a task takes it too (S15)."""
+    for name in ("ICEBERG_MAINT_STATE_URL", "AIRFLOW__ICEBERG_MAINT__STATE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    host = SqlLeases(f"sqlite:///{tmp_path}/state/iceberg-maint/state.db")  # what both read by default
+    seen: dict[str, object] = {}
+
+    class TaskDuringTheRun:  # at the command's first phase, a task without a state_url tries the same table
+        def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+            if "holder" in seen:
+                return
+            seen["holder"] = host.holder(TABLE)
+            expirer = IcebergExpireSnapshotsOperator(
+                task_id="expire", table=TABLE, report_location=f"file://{tmp_path}/r", lease_timeout=0
+            )
+            try:
+                expirer.execute({"ti": TaskContextTI()})
+            except AirflowException as exc:
+                seen["task"] = str(exc)
+
+    with reporting(TaskDuringTheRun()):
+        status = main(["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--json"])
+    assert status == 0, capsys.readouterr().err
+    holder = seen["holder"]
+    assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
+    assert str(seen["task"]).startswith(f"table {TABLE}: another maintenance task holds its lease ({holder.owner}, ")
+    assert host.holder(TABLE) is None
+
+    # The other way round: the task's store holds it, in the host's file and in the Variable.
+    task = hold(lease_store_for(None), TABLE, "a task of the maintenance DAG")
+    for store in (host, VariableLeases()):
+        held = store.holder(TABLE)
+        assert held is not None and (held.owner, held.token) == (task.owner, task.token)
+    capsys.readouterr()
+    busy = main(["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--json"])
+    assert busy == 4
+    assert "another maintenance run holds its lease (a task of the maintenance DAG, until " in capsys.readouterr().err
+    lease_store_for(None).release(task)
+    assert host.holder(TABLE) is None and VariableLeases().holder(TABLE) is None
+
+
 def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, state_url: str, tmp_path: Path) -> None:
     """The finish task deletes, so it takes the lease before it reads its scratch (here, none exists)."""
     store = SqlLeases(state_url)
-    now = datetime.now(UTC)
-    until = now + timedelta(hours=1)
-    store.acquire(TABLE, "scheduled/run_1/expire_snapshots/0", until, now)
+    held = hold(store, TABLE, "scheduled/run_1/expire_snapshots/0")
 
     def finisher(**kwargs: object) -> IcebergFinishOrphanShardsOperator:
         scratch = f"file://{tmp_path}/no-scratch"
@@ -182,7 +232,7 @@ def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, st
     assert (deferred.value.trigger.table, deferred.value.trigger.owner) == (TABLE, "unit/manual__unit/finish/-1")
     with pytest.raises(AirflowException, match=r"another maintenance task holds its lease \(scheduled/run_1/"):
         finisher(lease_timeout=0).execute({"ti": TaskContextTI()})
-    assert store.holder(TABLE) == Lease(TABLE, "scheduled/run_1/expire_snapshots/0", until)
+    assert store.holder(TABLE) == held
 
 
 def _dags_test(dag_id: str, log: Path) -> subprocess.Popen[bytes]:
@@ -258,3 +308,55 @@ def test_two_task_runs_on_one_table_take_turns(
     assert expired["expired_snapshot_count"] == 1
     assert [s.snapshot_id for s in catalog.load_table(TABLE).metadata.snapshots] == snapshots[1:]
     assert store.holder(TABLE) is None  # both released
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2] == "T"
+
+
+def test_a_stalled_orphan_task_loses_its_lease_to_an_iceberg_maint_run_and_deletes_nothing_more(
+    demo_tables: dict, state_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Finding 4 of issue 31: the task (a 2 s lease) stops after its plan; ``iceberg-maint orphans`` on the same
+    state store takes the lease once it expired, and only then is the task continued: it stops before deleting."""
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_STATE_URL", state_url)
+    monkeypatch.setenv("ICEBERG_MAINT_TEST_LEASE_DIR", str(tmp_path))
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)  # the command line's lease store: the tasks' state_url
+    old, paused, log = demo_tables[TABLE]["old"], tmp_path / "paused", tmp_path / "stalled.log"
+    seen: dict[str, object] = {}
+    task = _dags_test("lease_stalled", log)
+    try:
+        wait_for(lambda: task.poll() is not None or (paused.exists() and _stopped(int(paused.read_text()))), "a stop")
+        assert task.poll() is None, log.read_text()[-4000:]
+
+        class ContinueTheTask:  # the command's first phase: it holds the lease; the task goes on meanwhile
+            def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
+                if "holder" in seen:
+                    return
+                seen["holder"] = SqlLeases(state_url).holder(TABLE)
+                os.kill(int(paused.read_text()), signal.SIGCONT)
+                task.wait(timeout=180)
+                seen["old still there"] = old.exists()
+
+        with reporting(ContinueTheTask()):
+            argv = ["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--lease-wait", "60"]
+            status = main([*argv, "--json"])
+    finally:
+        if task.poll() is None:
+            os.kill(task.pid, signal.SIGCONT)
+            task.kill()
+            task.wait()
+
+    assert status == 0, capsys.readouterr().err
+    holder = seen["holder"]
+    assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
+    assert seen["old still there"] is True  # the task deleted nothing while the command held the lease
+    assert task_states("lease_stalled", "%") == {("remove_orphan_files", -1): "failed"}
+    assert (f"AirflowException: table {TABLE}: lease of lease_stalled/") in log.read_text()
+    assert (
+        f"lost before a delete batch: another maintenance run holds its lease ({holder.owner}, until "
+        f"{holder.expires_at.isoformat()}); the run stopped there, nothing more was deleted or committed"
+    ) in log.read_text()
+    assert json.loads(capsys.readouterr().out)["deleted_file_count"] == 1 and not old.exists()
+    assert SqlLeases(state_url).holder(TABLE) is None

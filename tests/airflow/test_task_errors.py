@@ -17,6 +17,7 @@ RETRYABLE = [
     errors.IncompleteMetadataError,
     errors.ExpiryConflictError,
     errors.TableBusyError,
+    errors.LeaseLostError,
 ]
 FINAL = [
     errors.InvalidInputError,

@@ -59,6 +59,8 @@ class Setup:
     catalog: SqlCatalog
     tmp: Path
     ctx: Any = field(default_factory=worker.context)
+    #: The lease store of the orphan runs and index refreshes, and of their reruns (finding 8 of issue 31).
+    state_url: str = ""
 
     def table(self) -> Table:
         return self.catalog.load_table("db.events")
@@ -97,7 +99,7 @@ def make_setup(tmp_path: Path) -> Setup:
     )
     refresh_index(table, INDEX)
     clean_orphans(table)  # the history's own orphans (expired snapshot, old metadata): every seed starts clean
-    s = Setup(uri, warehouse, catalog, tmp_path)
+    s = Setup(uri, warehouse, catalog, tmp_path, state_url=f"sqlite:///{tmp_path}/leases.db")
     warm = s.ctx.Process(target=time.sleep, args=(0,))  # start the fork server now, not inside a timed run
     warm.start()
     warm.join()
@@ -225,7 +227,10 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
         else:
             kill_when = Trigger(rng.uniform(0, duration))
         outcome = run_and_kill(
-            s, worker.orphan_run, (s.catalog_uri, s.warehouse, "db.events", cutoff.isoformat()), kill_when
+            s,
+            worker.leased_orphan_run,
+            (s.state_url, s.catalog_uri, s.warehouse, "db.events", cutoff.isoformat()),
+            kill_when,
         )
         if seed == 0:
             duration = outcome.seconds
@@ -239,7 +244,8 @@ def test_kill9_orphan_run_mid_delete(setup: Setup) -> None:
             completed += 1
             assert gone == planted
 
-        rerun = remove_orphan_files(table, OrphanOptions(older_than=cutoff), sources=[INDEX_FILES])
+        with worker.leased(s.state_url, "db.events"):  # at once: a lease the killed run held is taken over
+            rerun = remove_orphan_files(table, OrphanOptions(older_than=cutoff), sources=[INDEX_FILES])
         assert set(rerun.orphan_files) == planted - gone and rerun.failed == []
         assert oracle.listing(loc) == live
         check_table(s, row_counts, live)
@@ -369,10 +375,12 @@ def test_kill9_index_refresh_mid_commit(setup: Setup) -> None:
         table.append(rows(1000 + 100 * rng.randint(0, 10_000), rng.randint(5, 40)))
 
     def rerun(table: Table, _: tuple[Any, ...]) -> None:
-        result = refresh_index(table, INDEX)
+        with worker.leased(setup.state_url, "db.events"):  # at once: a lease the killed run held is taken over
+            result = refresh_index(table, INDEX)
         assert result.extract.source_table_snapshot_id == table.current_snapshot().snapshot_id
 
-    _kill_index_op(setup, "kill9_index_refresh", prepare, worker.index_refresh, lambda rng: (), rerun)
+    refresh = partial(worker.leased_index_refresh, setup.state_url)
+    _kill_index_op(setup, "kill9_index_refresh", prepare, refresh, lambda rng: (), rerun)
 
 
 def test_kill9_index_expire_mid_commit(setup: Setup) -> None:

@@ -9,9 +9,12 @@ makes) and writes its JSON result to ``result_path`` when, and only when, it fin
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -23,6 +26,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.policy.fence import held
+from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, take
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 
 PRELOAD = [__name__, "airflow_iceberg_maint.orphans.manifest_pool", "pyiceberg.io.pyarrow"]
 
@@ -36,6 +42,26 @@ def _finish(result_path: str, result: dict[str, Any]) -> None:
     with open(temporary, "w") as fh:
         json.dump(result, fh, default=str)
     os.replace(temporary, result_path)
+
+
+@contextmanager
+def leased(state_url: str, name: str) -> Iterator[None]:
+    """Hold the table's lease as ``iceberg-maint`` does (default ttl; a held lease fails at once): a run killed
+    with -9 leaves it held, and the next run, started at once, must take it over (issue 31, finding 8)."""
+    store, ttl = SqlLeases(state_url), timedelta(seconds=DEFAULT_TTL_SECONDS)
+    log = logging.getLogger(__name__)
+    with held(store, take(store, name, f"kill9 run (pid {os.getpid()})", ttl, 0, log), ttl, log):
+        yield
+
+
+def leased_orphan_run(state_url: str, catalog_uri: str, warehouse: str, name: str, older: str, result: str) -> None:
+    with leased(state_url, name):
+        orphan_run(catalog_uri, warehouse, name, older, result)
+
+
+def leased_index_refresh(state_url: str, catalog_uri: str, warehouse: str, name: str, index: str, result: str) -> None:
+    with leased(state_url, name):
+        index_refresh(catalog_uri, warehouse, name, index, result)
 
 
 def orphan_run(catalog_uri: str, warehouse: str, name: str, older_than_iso: str, result_path: str) -> None:

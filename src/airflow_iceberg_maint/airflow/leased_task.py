@@ -22,8 +22,9 @@ from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.table_lease import lease_store_for
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.table_lease import FREE, TIMEOUT, TableLeaseTrigger
-from airflow_iceberg_maint.errors import MaintenanceError, TableBusyError
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, Lease, held
+from airflow_iceberg_maint.errors import LeaseLostError, MaintenanceError, TableBusyError
+from airflow_iceberg_maint.policy.fence import held
+from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, Lease, try_take
 
 DEFAULT_LEASE_TIMEOUT_SECONDS = 6 * 3600.0
 DEFAULT_LEASE_POLL_SECONDS = 30.0
@@ -40,7 +41,8 @@ class TableLeaseMixin:
     """Put it before ``BaseOperator`` in the bases; the operator has a ``table`` and implements ``maintain``.
 
     :param lease_timeout: seconds to wait in all for the table's lease (default 6 hours; 0: give up at once).
-    :param lease_ttl: seconds a lease lasts unless renewed (default 600); a killed worker holds it this long.
+    :param lease_ttl: seconds a lease lasts unless renewed (default 60); a worker killed on another host holds
+        it this long, and a task stalled this long loses it (it stops at its next delete batch or commit).
     :param lease_poll_interval: seconds between the trigger's looks at the lease (default 30).
     """
 
@@ -104,13 +106,16 @@ class TableLeaseMixin:
         now = datetime.now(UTC)
         try:
             store = lease_store_for(self.state_url)
-            holder = store.acquire(table, owner, now + ttl, now)
+            mine, holder = try_take(store, table, owner, ttl, self.log)
         except MaintenanceError as exc:
             raise task_exception(f"table {table}", exc) from exc
-        if holder is None:
-            self.log.info("table %s: lease taken by %s, until %s unless renewed", table, owner, now + ttl)
-            with held(store, Lease(table, owner, now + ttl), ttl, self.log):
-                return self.maintain(context)
+        if mine:
+            self.log.info("table %s: lease taken by %s, until %s unless renewed", table, owner, holder.expires_at)
+            try:
+                with held(store, holder, ttl, self.log):
+                    return self.maintain(context)
+            except LeaseLostError as exc:  # lost before the work began (inside it, ``maintain`` reports it)
+                raise task_exception(None, exc) from exc
         deadline = (
             datetime.fromisoformat(deadline_text) if deadline_text else now + timedelta(seconds=self.lease_timeout)
         )
@@ -151,6 +156,8 @@ class TableTaskMixin(TableLeaseMixin):
     def maintain(self, context: Context) -> dict[str, Any]:
         try:
             return self._run(context)
+        except LeaseLostError as exc:  # names its table itself
+            raise task_exception(None, exc) from exc
         except MaintenanceError as exc:
             raise task_exception(f"table {self.table}", exc) from exc
 

@@ -3,22 +3,30 @@
 The lease lives where the cleanup state does (``IcebergMaintenanceHook.state_store``):
 
 * with a ``state_url`` (or ``[iceberg_maint] state_url``), in the table ``iceberg_maint_leases``
-  of that database (``SqlLeases``), taken with one atomic insert or conditional update: two tasks,
-  or a task and an ``iceberg-maint`` run on the same database, can never both hold it;
-* otherwise in the Airflow Variable ``iceberg_maint.lease.<table>``, written then read back.
-  The Task SDK offers no compare-and-set on Variables, so two tasks that read a free lease in
-  the same instant can both take it; set a ``state_url`` where that matters.
+  of that database (``SqlLeases``), taken, renewed and checked with one conditional statement
+  judged by the database's clock: two tasks, or a task and an ``iceberg-maint`` run on the same
+  database, can never both hold it;
+* otherwise in the Airflow Variable ``iceberg_maint.lease.<table>``, written then read back,
+  judged by each worker's clock, AND in the state file of the worker's host that ``iceberg-maint``
+  uses by default (``policy.state.default_state_url``), taken first (``HostAndVariableLeases``).
+  So out of the box an Airflow task and an ``iceberg-maint`` run on the same host exclude each
+  other, and tasks on any worker exclude each other through the Variable. The Task SDK offers no
+  compare-and-set on Variables, so two tasks on different hosts that read a free lease in the same
+  instant can both take it, and a command-line run on another host sees neither: set a
+  ``state_url`` shared by both where that matters.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_iceberg_maint.airflow import config
-from airflow_iceberg_maint.policy.lease import Lease, LeaseStore, SqlLeases
+from airflow_iceberg_maint.policy.lease import Lease, LeaseStore
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.policy.state import default_state_url
 
 VARIABLE_PREFIX = "iceberg_maint.lease."
 
@@ -26,23 +34,36 @@ VARIABLE_PREFIX = "iceberg_maint.lease."
 class VariableLeases:
     """Leases as Airflow Variables: written, then read back (no compare-and-set; see the module)."""
 
-    def acquire(self, table: str, owner: str, expires_at: datetime, now: datetime) -> Lease | None:
+    def acquire(
+        self, table: str, owner: str, ttl: timedelta, token: str, process: str, stale: str | None = None
+    ) -> Lease:
+        now = datetime.now(UTC)
         current = self.holder(table)
-        if current is not None and not current.free_for(owner, now):
+        if current is not None and not (current.free_for(owner, now) or current.token == stale):
             return current
-        mine = Lease(table, owner, expires_at)
-        _variables().set(_key(table), json.dumps(mine.to_json()), description=f"iceberg-maint lease of {table}")
-        after = self.holder(table)
-        return None if after is not None and after.owner == owner else after
+        self._write(Lease(table, owner, now + ttl, token, process))
+        return self.holder(table) or Lease(table, "(released meanwhile)", now)
+
+    def renew(self, lease: Lease, ttl: timedelta) -> bool:
+        now = datetime.now(UTC)
+        current = self.holder(lease.table)
+        if current is None or (current.owner, current.token) != (lease.owner, lease.token) or current.expires_at <= now:
+            return False
+        self._write(Lease(lease.table, lease.owner, now + ttl, lease.token, lease.process))
+        return True
 
     def holder(self, table: str) -> Lease | None:
         raw = _variables().get(_key(table), None)
         return Lease.from_json(json.loads(raw)) if raw else None
 
-    def release(self, table: str, owner: str) -> None:
-        current = self.holder(table)
-        if current is not None and current.owner == owner:
-            _variables().delete(_key(table))
+    def release(self, lease: Lease) -> None:
+        current = self.holder(lease.table)
+        if current is not None and (current.owner, current.token) == (lease.owner, lease.token):
+            _variables().delete(_key(lease.table))
+
+    def _write(self, lease: Lease) -> None:
+        text = json.dumps(lease.to_json())
+        _variables().set(_key(lease.table), text, description=f"iceberg-maint lease of {lease.table}")
 
 
 def _variables() -> Any:
@@ -62,7 +83,42 @@ def _key(table: str) -> str:
     return f"{VARIABLE_PREFIX}{table}"
 
 
+class HostAndVariableLeases:
+    """Two leases held as one: the host's state file (the command line's default store), then the Variable.
+
+    The host's is taken first and given back when the Variable is held, so that a task and an
+    ``iceberg-maint`` run on one host, or two tasks anywhere, never both hold the table.
+    """
+
+    def __init__(self, host: LeaseStore, variables: LeaseStore) -> None:
+        self.host, self.variables = host, variables
+
+    def acquire(
+        self, table: str, owner: str, ttl: timedelta, token: str, process: str, stale: str | None = None
+    ) -> Lease:
+        first = self.host.acquire(table, owner, ttl, token, process, stale)
+        if first.token != token:
+            return first
+        second = self.variables.acquire(table, owner, ttl, token, process, stale)
+        if second.token != token:
+            self.host.release(first)
+        return second
+
+    def renew(self, lease: Lease, ttl: timedelta) -> bool:
+        return self.host.renew(lease, ttl) and self.variables.renew(lease, ttl)
+
+    def holder(self, table: str) -> Lease | None:
+        return self.host.holder(table) or self.variables.holder(table)
+
+    def release(self, lease: Lease) -> None:
+        try:
+            self.variables.release(lease)
+        finally:
+            self.host.release(lease)
+
+
 def lease_store_for(state_url: str | None) -> LeaseStore:
-    """Where the cleanup state is: the database of ``state_url`` (or ``[iceberg_maint] state_url``), or Variables."""
+    """Where the cleanup state is: the database of ``state_url`` (or ``[iceberg_maint] state_url``), or else
+    the Variables together with the host's default state file (``HostAndVariableLeases``)."""
     url = state_url or config.state_url()
-    return SqlLeases(url) if url else VariableLeases()
+    return SqlLeases(url) if url else HostAndVariableLeases(SqlLeases(default_state_url()), VariableLeases())

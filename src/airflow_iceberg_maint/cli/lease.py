@@ -5,6 +5,11 @@ A real run of ``orphans``, ``expire-snapshots``, ``index create|refresh|expire``
 the table, as the Airflow tasks do, so that it never overlaps an Airflow task on the same database
 nor another ``iceberg-maint`` run. A dry run changes nothing and takes no lease: it can run beside a
 long maintenance run without holding it up.
+
+Without ``$ICEBERG_MAINT_STATE_URL`` the lease lives in this host's default state file, which an
+Airflow task without a ``state_url`` on the same host takes too (``airflow.table_lease``): out of
+the box the two exclude each other on one host. Across hosts they share a lease only through a
+state store both name (``$ICEBERG_MAINT_STATE_URL`` and the tasks' ``state_url``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from datetime import timedelta
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import TableBusyError
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, SqlLeases, held, take
+from airflow_iceberg_maint.policy.fence import held
+from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, take
+from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.policy.state import default_state_url
 
 _LOG = logging.getLogger(__name__)

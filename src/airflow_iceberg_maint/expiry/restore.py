@@ -130,6 +130,7 @@ def restore_lost(
     reason = _inexact(committed.metadata, predecessor, updates)
     if reason is None:
         try:
+            # Not fenced by the lease (S15): it only puts back what this run's own commit removed.
             restored = commit_fenced(table, committed.metadata, committed.location, updates)
         except CommitFailedException as exc:
             reason = f"the table changed again ({first_line(exc)})"

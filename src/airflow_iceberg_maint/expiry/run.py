@@ -31,6 +31,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
@@ -168,6 +169,7 @@ def _plan_and_commit(
             on_stage(report, "retention")
         if options.dry_run or not retention.changes_anything:
             return _Committed(before, (metadata_after(before, retention), before_location), retention, True)
+        fencing.guard("the expiry's commit")  # the run's lease (S15); outside the try, which reads any error as unknown
         try:
             committed = commit_expiry(table, retention)
         except CommitFailedException as exc:

@@ -22,8 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
+
+#: Files ``delete_each`` deletes between two checks of the run's lease.
+EACH_BATCH = 1_000
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,15 @@ class BatchDeleter:
             for (head, bucket), keys in by_bucket.items()
             for i in range(0, len(keys), self.max_keys)
         ]
+        lease = fencing.current()  # the workers run outside the run's context: each checks it before its batch
+
+        def batch(head: str, bucket: str, keys: list[str]) -> tuple[str, list[str], list[tuple[str, str]], int]:
+            if lease is not None:
+                lease.check("a delete batch")
+            return (head, *self._delete_batch(bucket, keys))
+
         with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-            results = pool.map(lambda b: (b[0], *self._delete_batch(b[1], b[2])), batches)
+            results = pool.map(lambda b: batch(*b), batches)
             for head, deleted, failed, requests in results:
                 outcome.deleted.extend(head + k for k in deleted)
                 outcome.failed.extend((head + k, err) for k, err in failed)
@@ -230,10 +241,13 @@ def delete_each(
 
     outcome = DeleteOutcome()
     with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
-        for path, error in zip(paths, pool.map(delete, paths), strict=True):
-            outcome.requests += 1
-            if error is None:
-                outcome.deleted.append(path)
-            else:
-                outcome.failed.append((path, error))
+        for start in range(0, len(paths), EACH_BATCH):
+            fencing.guard("a delete batch")
+            chunk = paths[start : start + EACH_BATCH]
+            for path, error in zip(chunk, pool.map(delete, chunk), strict=True):
+                outcome.requests += 1
+                if error is None:
+                    outcome.deleted.append(path)
+                else:
+                    outcome.failed.append((path, error))
     return outcome

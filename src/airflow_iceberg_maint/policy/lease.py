@@ -3,32 +3,36 @@
 Orphan removal, snapshot expiry and index maintenance of one table must not overlap, whoever
 starts them: an Airflow task, or an ``iceberg-maint`` run. Each takes the table's lease before it
 touches the table and releases it when it ends, failed or not. The lease is keyed by the table's
-name as given (``namespace.table``), the same for both. It has an expiry time, renewed every third
-of ``ttl`` while the run lasts (``held``), so a process killed with ``kill -9`` holds it at most
-``ttl``; the same owner takes its own lease over at once (a retry of an Airflow task).
+name as given (``namespace.table``), the same for both.
 
-``SqlLeases`` keeps the leases in the table ``iceberg_maint_leases`` of the state store's database
-(the command line's ``$ICEBERG_MAINT_STATE_URL``, an Airflow ``state_url``), taken with one atomic
-insert or conditional update: two runs can never both hold one. The Airflow layer adds a store in
-Airflow Variables and a wait that defers (``airflow.table_lease``, ``airflow.leased_task``).
+Each take writes a new token. While the run lasts the lease is renewed every third of its ttl,
+and checked before every delete batch and every commit (``policy.fence``): a run whose lease was
+taken over, or may have expired, stops there with ``LeaseLostError``. That fencing is what makes a
+short ttl safe (``DEFAULT_TTL_SECONDS``): a run stalled past it loses the table instead of working
+on beside the next holder. A lease whose process has ended on this host is taken over at once
+(``policy.process``); the same owner takes its own lease over at once (a retry of an Airflow task).
+
+``sql_leases.SqlLeases`` keeps the leases in the state store's database, judged by the database's
+clock. The Airflow layer adds a store in Airflow Variables and a wait that defers
+(``airflow.table_lease``, ``airflow.leased_task``).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import sqlalchemy as sa
+from airflow_iceberg_maint.errors import TableBusyError
+from airflow_iceberg_maint.policy.process import gone_here, this_process
 
-from airflow_iceberg_maint.errors import StorageError, TableBusyError
-from airflow_iceberg_maint.policy.state import state_engine
-
-DEFAULT_TTL_SECONDS = 600.0
+#: A lease lasts this long unless renewed (every third of it). Short, so that a holder killed on
+#: another host blocks the table for at most a minute (on this host, not at all); long enough that
+#: a state-store hiccup or a slow delete batch (one request of up to 1,000 keys, with its retries)
+#: does not cost the lease. A run stalled past it stops at its next fence check.
+DEFAULT_TTL_SECONDS = 60.0
 #: Longest pause between two tries of a run that waits for a held lease (``take``).
 POLL_SECONDS = 1.0
 
@@ -38,91 +42,66 @@ class Lease:
     table: str
     owner: str
     expires_at: datetime
+    #: New for each take: a renewal or check matches it, so a lease taken over is not renewed by the old holder.
+    token: str = ""
+    #: The holder's process (``policy.process``), "" when not known.
+    process: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "owner": self.owner, "expires_at": self.expires_at.isoformat()}
+        body = {"table": self.table, "owner": self.owner, "expires_at": self.expires_at.isoformat()}
+        return {**body, "token": self.token, "process": self.process}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Lease:
-        return cls(str(body["table"]), str(body["owner"]), datetime.fromisoformat(body["expires_at"]))
+        expires_at = datetime.fromisoformat(body["expires_at"])
+        return cls(str(body["table"]), str(body["owner"]), expires_at, body.get("token", ""), body.get("process", ""))
 
     def free_for(self, owner: str, now: datetime) -> bool:
-        return self.owner == owner or self.expires_at <= now
+        """Whether ``owner`` may take it now (a hint for a waiter: the take itself decides)."""
+        return self.owner == owner or self.expires_at <= now or bool(self.process and gone_here(self.process))
 
 
 class LeaseStore(Protocol):
-    def acquire(self, table: str, owner: str, expires_at: datetime, now: datetime) -> Lease | None:
-        """Take (or renew) the lease for ``owner``: None when taken, else the current holder's lease."""
+    def acquire(
+        self, table: str, owner: str, ttl: timedelta, token: str, process: str, stale: str | None = None
+    ) -> Lease:
+        """Take the lease for ``owner`` under ``token`` when it is free, expired, ``owner``'s own, or held
+        under the token ``stale``; the lease as it is afterwards (ours when its token is ``token``)."""
+        ...
+
+    def renew(self, lease: Lease, ttl: timedelta) -> bool:
+        """Extend ``lease`` by ``ttl`` if it is still held under its token and not expired; whether it was."""
         ...
 
     def holder(self, table: str) -> Lease | None: ...
 
-    def release(self, table: str, owner: str) -> None: ...
+    def release(self, lease: Lease) -> None: ...
 
 
 class LeaseLog(Protocol):
-    """What ``held`` needs of a logger: a ``logging.Logger``, or an Airflow task's (structlog)."""
+    """What the lease needs of a logger: a ``logging.Logger``, or an Airflow task's (structlog)."""
 
     def warning(self, msg: str, /, *args: Any) -> Any: ...
 
     def error(self, msg: str, /, *args: Any) -> Any: ...
 
 
-_METADATA = sa.MetaData()
-_LEASES = sa.Table(
-    "iceberg_maint_leases",
-    _METADATA,
-    sa.Column("table_name", sa.String(512), primary_key=True),
-    sa.Column("owner", sa.String(1024), nullable=False),
-    sa.Column("expires_at", sa.Float, nullable=False),  # seconds since the epoch, UTC
-)
+def try_take(store: LeaseStore, table: str, owner: str, ttl: timedelta, log: LeaseLog) -> tuple[bool, Lease]:
+    """One try at the lease: whether it is ours now, and the lease as it is (ours, or the holder's).
+
+    A holder whose process has ended on this host (``policy.process.gone_here``) is taken over at
+    once, by a take conditional on that holder's token.
+    """
+    token, process = uuid.uuid4().hex, this_process()
+    got = store.acquire(table, owner, ttl, token, process)
+    if got.token != token and got.process and gone_here(got.process):
+        log.warning("table %s: taking over the lease of %s: its process has ended", table, got.owner)
+        got = store.acquire(table, owner, ttl, token, process, stale=got.token)
+    return got.token == token, got
 
 
-class SqlLeases:
-    """Leases in one SQL table; taking one is a single atomic statement."""
-
-    def __init__(self, url: str) -> None:
-        self._engine = state_engine(url)
-        try:
-            _METADATA.create_all(self._engine)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"lease store {url}: {exc}".splitlines()[0]) from exc
-
-    def acquire(self, table: str, owner: str, expires_at: datetime, now: datetime) -> Lease | None:
-        row = {"owner": owner, "expires_at": expires_at.timestamp()}
-        try:
-            with self._engine.begin() as conn:
-                taken = conn.execute(
-                    sa.update(_LEASES)
-                    .where(
-                        _LEASES.c.table_name == table,
-                        sa.or_(_LEASES.c.owner == owner, _LEASES.c.expires_at <= now.timestamp()),
-                    )
-                    .values(**row)
-                ).rowcount
-                if taken:
-                    return None
-            with self._engine.begin() as conn:
-                conn.execute(sa.insert(_LEASES).values(table_name=table, **row))
-            return None
-        except sa.exc.IntegrityError:  # another run inserted it between our two statements
-            # Reported as held even if it was released meanwhile: the caller asks again later.
-            return self.holder(table) or Lease(table, "(released meanwhile)", now)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"lease of {table}: {exc}".splitlines()[0]) from exc
-
-    def holder(self, table: str) -> Lease | None:
-        query = sa.select(_LEASES.c.owner, _LEASES.c.expires_at).where(_LEASES.c.table_name == table)
-        try:
-            with self._engine.connect() as conn:
-                row = conn.execute(query).one_or_none()
-        except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"lease of {table}: {exc}".splitlines()[0]) from exc
-        return None if row is None else Lease(table, row.owner, datetime.fromtimestamp(row.expires_at, UTC))
-
-    def release(self, table: str, owner: str) -> None:
-        with self._engine.begin() as conn:
-            conn.execute(sa.delete(_LEASES).where(_LEASES.c.table_name == table, _LEASES.c.owner == owner))
+def busy_with(holder: Lease) -> str:
+    return f"another maintenance run holds its lease ({holder.owner}, until {holder.expires_at.isoformat()})"
 
 
 def take(store: LeaseStore, table: str, owner: str, ttl: timedelta, wait: float, log: LeaseLog) -> Lease:
@@ -134,47 +113,16 @@ def take(store: LeaseStore, table: str, owner: str, ttl: timedelta, wait: float,
     deadline = time.monotonic() + wait
     waiting = False
     while True:
-        now = datetime.now(UTC)
-        holder = store.acquire(table, owner, now + ttl, now)
-        if holder is None:
-            return Lease(table, owner, now + ttl)
+        mine, got = try_take(store, table, owner, ttl, log)
+        if mine:
+            return got
         left = deadline - time.monotonic()
-        held_by = f"another maintenance run holds its lease ({holder.owner}, until {holder.expires_at.isoformat()})"
         if left <= 0:
             waited = f"; gave up after waiting {wait:g} s" if wait > 0 else ""
-            raise TableBusyError(f"table {table}: {held_by}{waited}")
+            raise TableBusyError(f"table {table}: {busy_with(got)}{waited}")
         if not waiting:
-            log.warning("table %s: %s; waiting for it at most %g s", table, held_by, wait)
+            log.warning("table %s: %s; waiting for it at most %g s", table, busy_with(got), wait)
             waiting = True
-        expires_in = (holder.expires_at - now).total_seconds()
-        # A lease just released between two statements reads as expiring now: wait a little anyway.
+        # A hint only (this host's clock against the store's): the take itself is judged by the store.
+        expires_in = (got.expires_at - datetime.now(UTC)).total_seconds()
         time.sleep(min(POLL_SECONDS, left, max(expires_in, 0.05)))
-
-
-@contextmanager
-def held(store: LeaseStore, lease: Lease, ttl: timedelta, log: LeaseLog) -> Iterator[Lease]:
-    """Keep a taken lease: renew it every third of ``ttl`` while the body runs, release it after, failed or not."""
-    stop = threading.Event()
-
-    def renew() -> None:
-        while not stop.wait(ttl.total_seconds() / 3):
-            now = datetime.now(UTC)
-            try:
-                holder = store.acquire(lease.table, lease.owner, now + ttl, now)
-            except Exception as exc:  # the next renewal may succeed; the lease holds until it expires
-                log.warning("lease of %s not renewed: %s", lease.table, exc)
-                continue
-            if holder is not None:
-                log.error("lease of %s lost to %s (not renewed before it expired)", lease.table, holder.owner)
-
-    renewer = threading.Thread(target=renew, name=f"lease {lease.table}", daemon=True)
-    renewer.start()
-    try:
-        yield lease
-    finally:
-        stop.set()
-        renewer.join()
-        try:
-            store.release(lease.table, lease.owner)
-        except Exception as exc:  # it expires on its own
-            log.warning("lease of %s not released (it expires at %s): %s", lease.table, lease.expires_at, exc)

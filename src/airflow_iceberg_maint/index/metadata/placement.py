@@ -17,6 +17,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.update import SetPropertiesUpdate
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.errors import IndexCommitConflictError, InvalidInputError
@@ -84,6 +85,7 @@ def _commit_location(table: Table, wanted: str) -> None:
     between, which this commit overwrote, is put back and the location refused.
     """
     base = table.metadata
+    fencing.guard("the commit of the index location")  # the run's lease (S15)
     committed = commit_fenced(
         table, base, table.metadata_location, [SetPropertiesUpdate(updates={INDEX_PATH_PROPERTY: wanted})]
     )

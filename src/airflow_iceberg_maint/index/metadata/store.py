@@ -26,6 +26,7 @@ from dataclasses import replace
 from botocore.exceptions import BotoCoreError, ClientError
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
     IndexCommitConflictError,
@@ -189,6 +190,7 @@ class IndexStore:
         if self.versions(name):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         location = self.version_location(name, 1)
+        fencing.guard(f"the commit of index {name!r}")
         if not self._create_version(name, location, 1, metadata.to_bytes()):
             raise IndexExistsError(f"index {name!r}: already exists on table {self.table_location!r}")
         return location
@@ -219,6 +221,7 @@ class IndexStore:
             limit = max_attempts if max_attempts is not None else base.commit_num_retries() + 1
             new = self._next_metadata(name, base, base_location, update(base))
             location = self.version_location(name, version + 1)
+            fencing.guard(f"the commit of index {name!r}")  # the run's lease, before each attempt (S15)
             progress.in_doubt = True  # from here until the create is known to have lost
             if self._create_version(name, location, version + 1, new.to_bytes()):
                 progress.committed = location
@@ -324,6 +327,8 @@ class IndexStore:
         dropped = [e.metadata_file for e in base.metadata_log if e.metadata_file not in kept]
         if base_location not in kept:
             dropped.append(base_location)
+        if dropped:
+            fencing.guard(f"deleting old metadata of index {base.location!r}")
         for location in dropped:
             try:
                 self.files.delete(location)
