@@ -28,6 +28,7 @@ FINAL = [
     errors.IndexNotFoundError,
     errors.IndexExistsError,
     errors.UnsupportedStoreError,
+    errors.DamagedMetadataError,
 ]
 
 
