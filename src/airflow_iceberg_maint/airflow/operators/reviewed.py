@@ -33,6 +33,7 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.policy.state import record_orphan_run
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
+from airflow_iceberg_maint.reviewed_table import refuse_another_table
 
 #: Paths an approval form lists; the report holds them all.
 REVIEW_PATHS = 20
@@ -128,6 +129,7 @@ class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
         reviewed = read_report(uri, {**run.hook.catalog.properties, **run.table.io.properties})
         if reviewed.get("table") != run.table_name or not reviewed.get("dry_run"):
             raise InvalidInputError(f"approved_report {uri}: not a dry run of table {run.table_name}")
+        refuse_another_table(uri, run.table_name, reviewed.get("table_uuid"), run.table.metadata.table_uuid)
         approved = set(reviewed["orphan_files"])
         # The reviewed run's cutoff and location (both checked when it ran), so "still an orphan" means the same.
         run.options = replace(

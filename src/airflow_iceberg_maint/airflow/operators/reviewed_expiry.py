@@ -97,5 +97,7 @@ class IcebergExpireApprovedSnapshotsOperator(IcebergExpireSnapshotsOperator):
                 snapshot_ids=frozenset(int(i) for i in reviewed["expired_snapshot_ids"]),
                 refs=frozenset(reviewed["removed_refs"]),
                 files=frozenset(reviewed["deleted_files"]),
+                table_uuid=str(reviewed.get("table_uuid")),
+                report=uri,
             ),
         )
