@@ -81,6 +81,9 @@ class IcebergExpireApprovedSnapshotsOperator(IcebergExpireSnapshotsOperator):
         super().__init__(**kwargs)
         self.approved_report = approved_report
 
+    def _approved_report(self) -> str | None:
+        return arguments.optional_str(self.approved_report, "approved_report")
+
     def _options(self, now: datetime) -> ExpireOptions:
         uri = arguments.optional_str(self.approved_report, "approved_report")
         if not uri:
