@@ -191,11 +191,24 @@ def _created_again(catalog: SqlCatalog, name: str, tag: bool) -> tuple[str, str]
     return str(table.metadata.table_uuid), table.location().removeprefix("file://")
 
 
-def _refused_another_table(uri: str, old: str, new: str) -> str:
-    return (
+def _refused_as_another_table(
+    kind: type, uri: str, old: str, new: str, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    """Run the approved operator ``kind`` on ``db.t`` with the reviewed report ``uri``: refused, naming both UUIDs."""
+    context["ti"].run_id = "manual__approved"
+    approved = kind(
+        task_id="approved",
+        table="db.t",
+        approved_report=uri,
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/reports",
+    )
+    refused = (
         rf"approved_report {uri}: reviewed table db\.t with UUID {old}, but table db\.t now has UUID {new} "
         r"\(dropped and created again\): the approval is not for this table; nothing was changed"
     )
+    with pytest.raises(AirflowFailException, match=refused):
+        approved.execute(context)
 
 
 def test_an_approved_expiry_of_a_table_dropped_and_created_again_is_refused(
@@ -217,16 +230,9 @@ def test_an_approved_expiry_of_a_table_dropped_and_created_again_is_refused(
     new_uuid, _ = _created_again(catalog, "db.t", tag=True)
     before = catalog.load_table("db.t").metadata
 
-    context["ti"].run_id = "manual__approved"
-    expire = IcebergExpireApprovedSnapshotsOperator(
-        task_id="expire_approved",
-        table="db.t",
-        approved_report=dry["report"],
-        state_url=state_url,
-        report_location=f"file://{tmp_path}/reports",
+    _refused_as_another_table(
+        IcebergExpireApprovedSnapshotsOperator, dry["report"], old_uuid, new_uuid, state_url, tmp_path, context
     )
-    with pytest.raises(AirflowFailException, match=_refused_another_table(dry["report"], old_uuid, new_uuid)):
-        expire.execute(context)
     after = catalog.load_table("db.t").metadata
     assert after == before and "audit" in after.refs
 
@@ -245,14 +251,7 @@ def test_an_approved_orphan_delete_of_a_table_dropped_and_created_again_is_refus
     assert again == location  # the same place: the reviewed orphan is an orphan of the new table too
     files = sorted(Path(location).rglob("*"))
 
-    context["ti"].run_id = "manual__approved"
-    delete = IcebergDeleteApprovedOrphansOperator(
-        task_id="delete_approved",
-        table="db.t",
-        approved_report=dry["report"],
-        state_url=state_url,
-        report_location=f"file://{tmp_path}/reports",
+    _refused_as_another_table(
+        IcebergDeleteApprovedOrphansOperator, dry["report"], old_uuid, new_uuid, state_url, tmp_path, context
     )
-    with pytest.raises(AirflowFailException, match=_refused_another_table(dry["report"], old_uuid, new_uuid)):
-        delete.execute(context)
     assert sorted(Path(location).rglob("*")) == files
