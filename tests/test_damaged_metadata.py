@@ -73,6 +73,13 @@ WRONG_TYPES: list[tuple[tuple[Any, ...], Any]] = [
     (("snapshots", 0, "timestamp-ms"), {"at": 1}),
     (("refs", "main", "snapshot-id"), [1]),
     (("refs", "main"), "main"),
+    (("refs", "main", "type"), 5),
+    (("properties",), [1]),
+    (("schemas", 0, "fields"), "id"),
+    (("partition-specs", 0, "fields"), "x"),
+    (("sort-orders",), 3),
+    (("snapshot-log",), {"a": 1}),
+    (("metadata-log",), [{"metadata-file": 1}]),
 ]
 
 
@@ -187,6 +194,9 @@ def test_damaged_metadata_is_one_line_exit_2_and_nothing_is_deleted(
             f"iceberg-maint {command[0]}: table '{name}': its metadata file file://{current[name]}"
         )
         assert "nothing was done" in lines[0], (what, err)
+        # Damaged, not unreadable: a DamagedMetadataError, which an Airflow task does not retry.
+        damaged = ("cannot be parsed", "is not valid table metadata", "lists its manifests inline")
+        assert any(phrase in lines[0] for phrase in damaged), (what, err)
         if what == "v1 inline manifests":
             assert "lists its manifests inline ('manifests', format v1)" in lines[0] and "refused" in lines[0]
         assert _files(tmp_path) == before, what
