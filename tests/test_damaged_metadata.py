@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -122,6 +122,12 @@ def _set(body: Any, path: tuple[Any, ...], value: Any) -> Any:
     return body
 
 
+def _wrong_type(original: bytes, path: tuple[Any, ...], value: Any) -> bytes:
+    body = json.loads(original)
+    _set(body, path, value)
+    return json.dumps(body).encode()
+
+
 def _inline_manifests(original: bytes) -> bytes:
     """The v1 metadata with each snapshot's manifests listed inline instead of in a manifest list."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -151,9 +157,7 @@ def corruptions(current: dict[str, Path], originals: dict[str, bytes]) -> st.Sea
             spot.map(lambda i: (name, data[:i], f"truncated at {i}")),
             spot.map(lambda i: (name, data[:i] + b"\x01" + data[i + 1 :], f"control byte at {i}")),
             spot.map(lambda i: (name, data[:i] + b"\xff" + data[i + 1 :], f"not UTF-8 at {i}")),
-            st.sampled_from(WRONG_TYPES).map(
-                lambda w: (name, edit(name, lambda b: _set(b, w[0], w[1])), f"{w[0]} = {w[1]!r}")
-            ),
+            st.sampled_from(WRONG_TYPES).map(lambda w: (name, _wrong_type(data, *w), f"{w[0]} = {w[1]!r}")),
             st.sampled_from([*REQUIRED[version], "snapshots"]).map(
                 lambda f: (name, edit(name, lambda b: b.pop(f)), f"no {f}")
             ),
@@ -201,6 +205,9 @@ def test_damaged_metadata_is_one_line_exit_2_and_nothing_is_deleted(
             assert "lists its manifests inline ('manifests', format v1)" in lines[0] and "refused" in lines[0]
         assert _files(tmp_path) == before, what
 
+    for path, value in WRONG_TYPES:  # each wrong type every time, besides the drawn cases
+        damage = ("db.t", _wrong_type(originals["db.t"], path, value), f"{path} = {value!r}")
+        check = example(damage=damage, command=COMMANDS[0])(check)
     check()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
@@ -26,6 +27,8 @@ from airflow_iceberg_maint.errors import DamagedMetadataError, IncompleteMetadat
 
 # What a file that cannot be parsed raises besides pydantic's errors.
 _UNPARSABLE = (ValueError, PyicebergValidationError, EOFError, zlib.error, gzip.BadGzipFile)
+# The module whose frames parse table metadata.
+_PARSER = "pyiceberg.table.metadata"
 # How much of an error's own text a line keeps (pydantic quotes the input it could not parse).
 _DETAIL_CHARS = 300
 
@@ -47,7 +50,7 @@ def metadata_failure(identifier: str, exc: Exception, location: str | None = Non
                 "of in a manifest list, which this tool cannot read; refused, nothing was done"
             )
         return DamagedMetadataError(f"{subject} cannot be parsed ({_summary(invalid)}); nothing was done")
-    if isinstance(exc, _UNPARSABLE):  # not JSON, not UTF-8, an unknown format version, broken gzip
+    if isinstance(exc, _UNPARSABLE) or _raised_while_parsing(exc):  # not JSON, not UTF-8, broken gzip...
         return DamagedMetadataError(f"{subject} cannot be parsed ({_text(exc)}); nothing was done")
     return IncompleteMetadataError(
         f"{subject} cannot be read ({_text(exc)}); a catalog's answer may leave snapshots out, so nothing was done"
@@ -96,15 +99,26 @@ def _clip(text: str) -> str:
     return line if len(line) <= _DETAIL_CHARS else line[: _DETAIL_CHARS - 3] + "..."
 
 
+def _frames(exc: BaseException) -> Iterator[FrameType]:
+    for one in _causes(exc):
+        tb = one.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+
+
+def _raised_while_parsing(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of pyiceberg's parsing of table metadata (a validator's own error, a
+    ``TypeError`` on a value of the wrong type), not out of reading it."""
+    return any(frame.f_globals.get("__name__") == _PARSER for frame in _frames(exc))
+
+
 def _file_being_read(exc: BaseException) -> str | None:
     """The location of the last ``InputFile`` a frame of the failure held (a SQL, Glue or Hive catalog
     reads the metadata file itself), or None (a REST catalog sends the metadata in its answer)."""
     found: str | None = None
-    for one in _causes(exc):
-        tb = one.__traceback__
-        while tb is not None:
-            for value in tb.tb_frame.f_locals.values():
-                if isinstance(value, InputFile):
-                    found = value.location
-            tb = tb.tb_next
+    for frame in _frames(exc):
+        for value in frame.f_locals.values():
+            if isinstance(value, InputFile):
+                found = value.location
     return found
