@@ -16,6 +16,11 @@ Trigger it with the table (and the cutoffs; empty expiry fields take the table's
    and location) still finds orphaned (safety rule S16). What was found since is kept and
    counted in their reports. A failed expiry stops the orphan step. On **Reject**, both are
    skipped: nothing is committed or deleted.
+
+The dry runs' reports (``<table>.expiry.dry-run.json``, ``<table>.dry-run.json``) are never
+written over: they stay what the reviewer approved. The approved runs write their own
+(``<table>.expiry.json``, ``<table>.json``), each naming the dry run's in ``approved_report``. A
+reviewed report of another table of the same name (a new UUID) is refused.
 """
 
 from __future__ import annotations

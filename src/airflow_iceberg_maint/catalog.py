@@ -24,9 +24,9 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.serializers import FromInputFile
+from pyiceberg.serializers import Compressor
 from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.utils.config import Config, merge_config
 
 from airflow_iceberg_maint.errors import (
@@ -36,6 +36,8 @@ from airflow_iceberg_maint.errors import (
     TableNotFoundError,
 )
 from airflow_iceberg_maint.fs.vended import remember
+from airflow_iceberg_maint.load_errors import metadata_failure
+from airflow_iceberg_maint.metadata_check import checked_metadata_text
 
 _ENV_PREFIX = "pyiceberg_catalog__"
 # Names a PYICEBERG_CATALOG__<NAME>__<KEY> variable can spell: letters and digits, single - or _ between.
@@ -141,7 +143,8 @@ def open_catalog(name: str = "default", **properties: str) -> Catalog:
 def load_table(catalog: Catalog, identifier: str) -> Table:
     """Load a table with its complete metadata (every snapshot, the whole metadata log).
 
-    pyiceberg's not-found errors become one that names the table. The metadata comes from the
+    pyiceberg's not-found errors become one that names the table; any other failure is a one-line
+    ``IncompleteMetadataError`` (``load_errors``). The metadata comes from the
     table's metadata file (see ``complete_metadata``), so it is the same whatever a catalog returns.
     """
     parts = parse_identifier(identifier)
@@ -149,6 +152,10 @@ def load_table(catalog: Catalog, identifier: str) -> Table:
         loaded = catalog.load_table(parts)
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
         raise TableNotFoundError(f"table {identifier!r}: not found in catalog {catalog.name!r}") from exc
+    except MaintenanceError:
+        raise
+    except Exception as exc:  # a file it cannot parse, a catalog that did not answer: one line (S2, S7)
+        raise metadata_failure(identifier, exc) from exc
     # Credentials the catalog vended with the table are renewed by loading it again (only its FileIO
     # properties are taken from that load, never its metadata).
     remember(loaded.io.properties, lambda: catalog.load_table(parts).io.properties)
@@ -194,13 +201,19 @@ def complete_metadata(identifier: str, loaded: Table) -> TableMetadata:
             f"table {identifier!r}: the catalog gave no metadata file location, so its complete metadata "
             "(every snapshot, the whole metadata log) cannot be read; nothing was done"
         )
+    subject = f"table {identifier!r}: its metadata file {location}"
     try:
-        full = FromInputFile.table_metadata(loaded.io.new_input(location))
+        with (
+            loaded.io.new_input(location).open() as stream,
+            Compressor.get_compressor(location).stream_decompressor(stream) as plain,
+        ):
+            raw = plain.read()
+        # pyiceberg would default fields the spec requires (no snapshots at all): checked first.
+        full = TableMetadataUtil.parse_raw(checked_metadata_text(raw, subject))
+    except MaintenanceError:
+        raise
     except Exception as exc:  # missing, unreadable or not table metadata: never fall back to the partial view
-        raise IncompleteMetadataError(
-            f"table {identifier!r}: its metadata file {location} cannot be read ({type(exc).__name__}: {exc}); "
-            "a catalog's answer may leave snapshots out, so nothing was done"
-        ) from exc
+        raise metadata_failure(identifier, exc, location) from exc
     given = loaded.metadata
     missing = {s.snapshot_id for s in given.snapshots} - {s.snapshot_id for s in full.snapshots}
     disagreements = [

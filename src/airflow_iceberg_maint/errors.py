@@ -48,6 +48,14 @@ class IncompleteMetadataError(MetadataReadError):
     """
 
 
+class DamagedMetadataError(IncompleteMetadataError):
+    """The table's metadata cannot be parsed (truncated, not JSON, a field missing or of the wrong type, a
+    format-v1 snapshot listing its manifests inline): bad input, which no retry changes (a committed
+    metadata file is never rewritten)."""
+
+    retryable = False
+
+
 class PrefixMismatchError(MaintenanceError):
     """Listed files match referenced files by path but not by scheme or authority; nothing was deleted.
 

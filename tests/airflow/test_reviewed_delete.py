@@ -35,6 +35,8 @@ TABLE = "demo.orders"
 
 
 def aged(path: Path) -> Path:
+    if not path.exists():
+        path.write_bytes(b"PAR1" + b"\0" * 60)
     stamp = time.time() - 10 * 86_400
     os.utime(path, (stamp, stamp))
     return path
@@ -176,3 +178,80 @@ def test_an_approved_expiry_refuses_an_orphan_report(
     with pytest.raises(AirflowFailException, match=r"approved_report .*: not an expiry dry run of table demo\.orders"):
         expire.execute(context)
     assert before["old"].exists()
+
+
+def _created_again(catalog: SqlCatalog, name: str, tag: bool) -> tuple[str, str]:
+    """Create ``name`` (two commits; with ``tag``, an ``audit`` tag past its age on the first); its
+    UUID and location. Called twice, the second table has the name, location and tag of the first."""
+    table = catalog.create_table(name, schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1, 2]}))
+    table.overwrite(pa.table({"id": [3]}))
+    if tag:
+        table.manage_snapshots().create_tag(table.metadata.snapshots[0].snapshot_id, "audit", max_ref_age_ms=1).commit()
+    return str(table.metadata.table_uuid), table.location().removeprefix("file://")
+
+
+def _refused_as_another_table(
+    kind: type, uri: str, old: str, new: str, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    """Run the approved operator ``kind`` on ``db.t`` with the reviewed report ``uri``: refused, naming both UUIDs."""
+    context["ti"].run_id = "manual__approved"
+    approved = kind(
+        task_id="approved",
+        table="db.t",
+        approved_report=uri,
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/reports",
+    )
+    refused = (
+        rf"approved_report {uri}: reviewed table db\.t with UUID {old}, but table db\.t now has UUID {new} "
+        r"\(dropped and created again\): the approval is not for this table; nothing was changed"
+    )
+    with pytest.raises(AirflowFailException, match=refused):
+        approved.execute(context)
+
+
+def test_an_approved_expiry_of_a_table_dropped_and_created_again_is_refused(
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    catalog.create_namespace("db")
+    old_uuid, _ = _created_again(catalog, "db.t", tag=True)
+    dry = IcebergExpireSnapshotsOperator(
+        task_id="expire_dry_run",
+        table="db.t",
+        older_than=datetime.now(UTC).isoformat(),
+        retain_last=1,
+        dry_run=True,
+        state_url=state_url,
+        report_location=f"file://{tmp_path}/reports",
+    ).execute(context)
+    assert json.loads(Path(dry["report"].removeprefix("file://")).read_text())["removed_refs"] == ["audit"]
+    catalog.drop_table("db.t")
+    new_uuid, _ = _created_again(catalog, "db.t", tag=True)
+    before = catalog.load_table("db.t").metadata
+
+    _refused_as_another_table(
+        IcebergExpireApprovedSnapshotsOperator, dry["report"], old_uuid, new_uuid, state_url, tmp_path, context
+    )
+    after = catalog.load_table("db.t").metadata
+    assert after == before and "audit" in after.refs
+
+
+def test_an_approved_orphan_delete_of_a_table_dropped_and_created_again_is_refused(
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+) -> None:
+    catalog.create_namespace("db")
+    old_uuid, location = _created_again(catalog, "db.t", tag=False)
+    orphan = aged(Path(location) / "data" / "00000-0-reviewed-orphan.parquet")
+    dry = remover(state_url, tmp_path, table="db.t", dry_run=True).execute(context)
+    reviewed = json.loads(Path(dry["report"].removeprefix("file://")).read_text())
+    assert reviewed["orphan_files"] == [f"file://{orphan}"]
+    catalog.drop_table("db.t")
+    new_uuid, again = _created_again(catalog, "db.t", tag=False)
+    assert again == location  # the same place: the reviewed orphan is an orphan of the new table too
+    files = sorted(Path(location).rglob("*"))
+
+    _refused_as_another_table(
+        IcebergDeleteApprovedOrphansOperator, dry["report"], old_uuid, new_uuid, state_url, tmp_path, context
+    )
+    assert sorted(Path(location).rglob("*")) == files

@@ -42,6 +42,8 @@ def test_manual_dag_with_shards_previews_then_deletes_what_one_task_would(
         assert sharded[key] == one[key]
     report = json.loads(Path(sharded["report"].removeprefix("file://")).read_text())
     assert report["orphan_files"] == [orders["old_uri"]] and orders["old"].exists()
+    # A dry run's report has a dry run's name, sharded or not (S16: no real run writes over it).
+    assert Path(sharded["report"]).name == Path(one["report"]).name == "demo.orders.dry-run.json"
     plan = xcom(MANUAL, preview.run_id, "plan_orphan_shards")
     assert plan["shards"] == 3 and not plan["scratch"].startswith(catalog.load_table("demo.orders").location())
 
@@ -49,6 +51,7 @@ def test_manual_dag_with_shards_previews_then_deletes_what_one_task_would(
     assert real.state == "success"
     summary = xcom(MANUAL, real.run_id, "finish_orphan_shards")
     assert (summary["orphan_file_count"], summary["deleted_file_count"]) == (1, 1)
+    assert Path(summary["report"]).name == "demo.orders.json"
     assert not orders["old"].exists() and orders["fresh"].exists()
     assert len(catalog.load_table("demo.orders").scan().to_arrow()) == 3
     assert stored_state(summary["table_uuid"])["last_success_at"] is not None

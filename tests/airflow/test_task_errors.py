@@ -29,6 +29,7 @@ FINAL = [
     errors.IndexNotFoundError,
     errors.IndexExistsError,
     errors.UnsupportedStoreError,
+    errors.DamagedMetadataError,
 ]
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.settings import Approval
 from tests.expiry.history import build_history, exists, reachable, snapshot_rows
 from tests.expiry.test_expiry import expire
+from tests.orphans.scenario import SCHEMA, rows
 
 
 def test_an_approved_run_expires_and_deletes_only_what_was_reviewed_and_is_still_due(sqlite_catalog: Catalog) -> None:
@@ -36,6 +40,7 @@ def test_an_approved_run_expires_and_deletes_only_what_was_reviewed_and_is_still
         frozenset(review.expired_snapshot_ids),
         frozenset(review.removed_refs),
         frozenset(review.deleted_files) - {unlisted},
+        review.table_uuid,
     )
     report = expire(table, older_than=review.older_than, retain_last=review.retain_last, approved=approval)
 
@@ -65,7 +70,9 @@ def test_an_approved_run_removes_only_approved_refs(sqlite_catalog: Catalog) -> 
     cutoff = datetime.now(UTC)
     review = expire(table, older_than=cutoff, retain_last=1, dry_run=True)
     assert review.removed_refs == ["old", "older"]
-    approval = Approval(frozenset(review.expired_snapshot_ids), frozenset(["old"]), frozenset(review.deleted_files))
+    approval = Approval(
+        frozenset(review.expired_snapshot_ids), frozenset(["old"]), frozenset(review.deleted_files), review.table_uuid
+    )
 
     report = expire(table, older_than=review.older_than, retain_last=1, approved=approval)
 
@@ -80,3 +87,41 @@ def test_an_approved_run_removes_only_approved_refs(sqlite_catalog: Catalog) -> 
         history.ids["a2"],
     }
     assert not [p for p in reachable(after) if not exists(after, p)]
+
+
+def _tagged_table(catalog: Catalog) -> Table:
+    """``db.t`` with an overwritten snapshot tagged ``audit``, the tag already past its age."""
+    table = catalog.create_table("db.t", schema=SCHEMA)
+    table.append(rows(0, 3))
+    table.overwrite(rows(3, 3))
+    table.manage_snapshots().create_tag(table.metadata.snapshots[0].snapshot_id, "audit", max_ref_age_ms=1).commit()
+    return table
+
+
+def test_an_approval_of_a_table_since_dropped_and_created_again_is_refused(sqlite_catalog: Catalog) -> None:
+    reviewed = _tagged_table(sqlite_catalog)
+    review = expire(reviewed, older_than=datetime.now(UTC), retain_last=1, dry_run=True)
+    assert review.removed_refs == ["audit"]
+    approval = Approval(
+        frozenset(review.expired_snapshot_ids),
+        frozenset(review.removed_refs),
+        frozenset(review.deleted_files),
+        review.table_uuid,
+        "reviewed.json",
+    )
+    sqlite_catalog.drop_table("db.t")
+    again = _tagged_table(sqlite_catalog)  # the same name and tag, another table: nobody reviewed it
+    new_uuid = str(again.metadata.table_uuid)
+    assert new_uuid != review.table_uuid
+    before = sqlite_catalog.load_table("db.t").metadata
+
+    with pytest.raises(InvalidInputError) as refused:
+        expire(again, older_than=review.older_than, retain_last=1, approved=approval)
+
+    assert str(refused.value) == (
+        f"approved_report reviewed.json: reviewed table db.t with UUID {review.table_uuid}, but table db.t now has "
+        f"UUID {new_uuid} (dropped and created again): the approval is not for this table; nothing was changed"
+    )
+    after = sqlite_catalog.load_table("db.t").metadata
+    assert after == before and "audit" in after.refs
+    assert all(exists(again, p) for p in reachable(again))

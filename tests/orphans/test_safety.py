@@ -120,8 +120,8 @@ def test_a_table_that_cannot_be_reloaded_for_the_re_check_deletes_nothing(sqlite
     with pytest.raises(
         MetadataReadError,
         match=(
-            r"^table db\.t: cannot be reloaded for the re-check before deleting \(FileNotFoundError: .*"
-            r"\.metadata\.json.*\); nothing was deleted$"
+            r"^table 'db\.t': its metadata file .*\.metadata\.json cannot be read \(FileNotFoundError: .*\); "
+            r"a catalog's answer may leave snapshots out, so nothing was done$"
         ),
     ):
         remove_orphan_files(table, sources=[INDEX_FILES, sources.COMMIT_THEN_LOSE_METADATA])

@@ -1,7 +1,9 @@
 """Full orphan-removal reports, written as JSON files or objects next to (never inside) tables.
 
 XCom carries only a summary; the complete orphan list goes to ``<base>/<dag>/<run>/<table>.json``
-through pyiceberg's FileIO, so any location the catalog can write (local, ``s3://``) works. The
+(a dry run's to ``<table>.dry-run.json``: in a reviewed run the dry run a person approved and the
+run that executed the approval each keep their own file, S16) through pyiceberg's FileIO, so any
+location the catalog can write (local, ``s3://``) works. The
 base is the operator's ``report_location``, else the ``[iceberg_maint] report_location`` option,
 which the status page reads too. A run writes its report before it deletes anything (stage
 ``planned``) and again when it ends (``done``) or fails (with ``error``), so the files a run
@@ -42,9 +44,13 @@ def default_report_base() -> str:
     return config.report_location()
 
 
-def report_uri(base: str, dag_id: str, run_id: str, table: str, map_index: int | None) -> str:
-    """One report per task try target: a retry overwrites the report of the failed try."""
-    name = _UNSAFE.sub("_", table) + (f".{map_index}" if map_index is not None and map_index >= 0 else "")
+def report_uri(base: str, dag_id: str, run_id: str, table: str, map_index: int | None, *, dry_run: bool = False) -> str:
+    """One report per task try target: a retry overwrites the report of the failed try.
+
+    A dry run's report has a name of its own, so no real run of the same DAG run writes over it.
+    """
+    name = _UNSAFE.sub("_", table) + (".dry-run" if dry_run else "")
+    name += f".{map_index}" if map_index is not None and map_index >= 0 else ""
     return f"{base.rstrip('/')}/{_UNSAFE.sub('_', dag_id)}/{_UNSAFE.sub('_', run_id)}/{name}.json"
 
 

@@ -54,6 +54,7 @@ from airflow_iceberg_maint.fs.storage import DeleteOutcome
 from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reviewed_table import refuse_another_table
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,8 @@ def expire_snapshots(
     settings = resolve_settings(table.properties, options, now)
     refuse_gc_disabled(table)
     name = ".".join(table.name())
+    if options.approved is not None:  # later reloads and the commit assert this UUID too
+        refuse_another_table(options.approved.report, name, options.approved.table_uuid, table.metadata.table_uuid)
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
     report.approved = options.approved is not None
     started = time.perf_counter()

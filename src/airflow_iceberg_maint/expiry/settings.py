@@ -25,6 +25,8 @@ class Approval:
     snapshot_ids: frozenset[int]
     refs: frozenset[str]
     files: frozenset[str]
+    table_uuid: str  # the reviewed table's: a table created again under its name is another table
+    report: str = ""  # where the reviewed list came from, for errors
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,7 @@ class RunRecord:
     error: str | None = None
     report: str | None = None
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    approved_report: str | None = None  # a reviewed run: the report of the dry run a person approved
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +132,7 @@ class RunRecord:
             "error": self.error,
             "report": self.report,
             "phase_seconds": dict(self.phase_seconds),
+            "approved_report": self.approved_report,
         }
 
     @classmethod
@@ -144,6 +146,7 @@ class RunRecord:
             error=body.get("error"),
             report=body.get("report"),
             phase_seconds={str(k): float(v) for k, v in (body.get("phase_seconds") or {}).items()},
+            approved_report=body.get("approved_report"),
         )
 
 

@@ -147,7 +147,8 @@ class TableStatus:
 
 
 def _last_run_json(run: RunRecord) -> dict[str, Any]:
-    return {k: v for k, v in run.to_json().items() if k not in ("kind", "phase_seconds")}
+    # From the cleanup state, which keeps no phases nor approved report: those are in ``runs``.
+    return {k: v for k, v in run.to_json().items() if k not in ("kind", "phase_seconds", "approved_report")}
 
 
 def table_rows(

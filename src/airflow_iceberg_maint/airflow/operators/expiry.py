@@ -157,7 +157,9 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
         base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
         refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata)])
         ti = context["ti"]
-        uri = report_uri(base, ti.dag_id, ti.run_id, f"{table_name}.expiry", getattr(ti, "map_index", None))
+        map_index = getattr(ti, "map_index", None)
+        uri = report_uri(base, ti.dag_id, ti.run_id, f"{table_name}.expiry", map_index, dry_run=options.dry_run)
+        approved = self._approved_report()
         store = self.hook.state_store
         io_properties = dict(table.io.properties)
 
@@ -174,11 +176,11 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
         except MaintenanceError as exc:
             self._record_failure(store, table, table_name, options.dry_run, exc)
             raise
-        body = report.to_json()
+        body = {**report.to_json(), **({"approved_report": approved} if approved else {})}
         write_report(uri, {**body, "stage": "done"}, io_properties)
         at = cleanup_clock(context, now)
         state = record_expiry_run(store, body, at, uri)
-        record_history(self.hook, table_name, state, self.log, body["phase_seconds"])
+        record_history(self.hook, table_name, state, self.log, body["phase_seconds"], approved)
         self._log_report(report, uri)
         if report.failed:
             raise AirflowException(
@@ -187,6 +189,10 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
                 f"left are orphans the next orphan removal deletes; report: {uri}"
             )
         return expiry_xcom_summary(body, uri, policy)
+
+    def _approved_report(self) -> str | None:
+        """The reviewed dry run's report this run executes (None: not a reviewed run)."""
+        return None
 
     def _record_failure(self, store: StateStore, table: Table, name: str, dry_run: bool, exc: Exception) -> None:
         at = datetime.now(UTC)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
@@ -30,8 +31,10 @@ from airflow_iceberg_maint.airflow.operators.orphans import (
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
+from airflow_iceberg_maint.orphans.shard_files import Scratch
 from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
 from airflow_iceberg_maint.orphans.shard_match import match_shard
+from airflow_iceberg_maint.orphans.shard_plan import read_plan
 from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard
 
 
@@ -152,11 +155,29 @@ class IcebergFinishOrphanShardsOperator(TableLeaseMixin, MaintenanceHookMixin, B
         self.table, self.scratch, self.policy = table, scratch, policy
         self.iceberg_conn_id, self.report_location, self.state_url = iceberg_conn_id, report_location, state_url
 
+    def _planned_dry_run(self, table: Table) -> bool:
+        """Whether the plan is a dry run's, so that the report gets a dry run's name. An unreadable plan
+        counts as a real run here: reading it again fails the step, with the failure recorded."""
+        io_properties = {**self.hook.catalog.properties, **table.io.properties}
+        try:
+            plan = read_plan(Scratch(self.scratch, io_properties), str(table.metadata.table_uuid))
+            return bool(plan["options"]["dry_run"])
+        except (MaintenanceError, KeyError, TypeError):
+            return False
+
     def maintain(self, context: Context) -> dict[str, Any]:
         try:
             table = self.hook.load_table(self.table)
             run = prepare_run(
-                context, self.hook, table, self.table, self.report_location, self.policy, datetime.now(UTC), ()
+                context,
+                self.hook,
+                table,
+                self.table,
+                self.report_location,
+                self.policy,
+                datetime.now(UTC),
+                (),
+                dry_run=self._planned_dry_run(table),
             )
             with failures_recorded(run, self.log):
                 report = finish_sharded_scan(

@@ -264,10 +264,17 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         job = self._job(table_name, table, now)
         other_tables = self._other_tables(self.hook.catalog)
         run = prepare_run(
-            context, self.hook, table, table_name, self.report_location, self.policy, now, other_tables or ()
+            context,
+            self.hook,
+            table,
+            table_name,
+            self.report_location,
+            self.policy,
+            now,
+            other_tables or (),
+            dry_run=self._records_dry_run(job),
         )
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
-        run.dry_run = job.dry_run
         run.options = job.to_options(
             prefix_mismatch_mode=str(self.prefix_mismatch_mode),
             equal_schemes=arguments.mapping(self.equal_schemes, "equal_schemes"),
@@ -277,6 +284,10 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             other_tables=other_tables,
         )
         return run
+
+    def _records_dry_run(self, job: OrphanJobConfig) -> bool:
+        """Whether the run's report and records are a dry run's (its report then has a name of its own)."""
+        return job.dry_run
 
     def _run(self, context: Context) -> dict[str, Any]:
         run = self._prepare(context)
@@ -322,13 +333,15 @@ def prepare_run(
     policy: str | None,
     now: datetime,
     other_tables: Sequence[TablePaths],
+    *,
+    dry_run: bool = False,
 ) -> PreparedRun:
     base = arguments.optional_str(report_location, "report_location") or default_report_base()
     refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
     ti = context["ti"]
-    uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None))
+    uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None), dry_run=dry_run)
     saved = _SavedReport(uri, {**hook.catalog.properties, **table.io.properties})
-    return PreparedRun(hook, table, table_name, arguments.optional_str(policy, "policy"), now, uri, saved)
+    return PreparedRun(hook, table, table_name, arguments.optional_str(policy, "policy"), now, uri, saved, dry_run)
 
 
 @contextmanager
@@ -378,11 +391,14 @@ def record_history(
     state: CleanupState,
     task_log: TaskLog,
     phase_seconds: Mapping[str, float] | None = None,
+    approved_report: str | None = None,
 ) -> None:
-    """Add the attempt just recorded in the state (any kind) to the table's run history (the status page)."""
+    """Add the attempt just recorded in the state (any kind) to the table's run history (the status page);
+    ``approved_report``: the reviewed dry run's report a reviewed run executed."""
     attempt = last_attempt(state)
     if attempt is not None:
-        hook.record_run(table_name, replace(attempt, phase_seconds=dict(phase_seconds or {})), task_log)
+        run = replace(attempt, phase_seconds=dict(phase_seconds or {}), approved_report=approved_report)
+        hook.record_run(table_name, run, task_log)
 
 
 def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:

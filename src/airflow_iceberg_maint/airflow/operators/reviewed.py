@@ -31,8 +31,10 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import delete_on_each_store
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.policy.job_config import OrphanJobConfig
 from airflow_iceberg_maint.policy.state import record_orphan_run
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
+from airflow_iceberg_maint.reviewed_table import refuse_another_table
 
 #: Paths an approval form lists; the report holds them all.
 REVIEW_PATHS = 20
@@ -121,13 +123,17 @@ class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
             raise InvalidInputError("argument approved_report: the URI of the reviewed dry run's report is required")
         return super().maintain(context)
 
+    def _records_dry_run(self, job: OrphanJobConfig) -> bool:
+        return False  # the check is a dry run, but this run deletes: its report and records are a real run's
+
     def _run(self, context: Context) -> dict[str, Any]:
         uri = str(self.approved_report).strip()
         self.is_dry_run = True  # the fresh check; deletes happen below, on the approved list only
-        run = self._prepare(context)
+        run = self._prepare(context)  # its report is a real run's (_records_dry_run), beside the approved one
         reviewed = read_report(uri, {**run.hook.catalog.properties, **run.table.io.properties})
         if reviewed.get("table") != run.table_name or not reviewed.get("dry_run"):
             raise InvalidInputError(f"approved_report {uri}: not a dry run of table {run.table_name}")
+        refuse_another_table(uri, run.table_name, reviewed.get("table_uuid"), run.table.metadata.table_uuid)
         approved = set(reviewed["orphan_files"])
         # The reviewed run's cutoff and location (both checked when it ran), so "still an orphan" means the same.
         run.options = replace(
@@ -151,7 +157,7 @@ class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
         }
         run.saved.write(body, "done")
         state = record_orphan_run(run.hook.state_store, body, cleanup_clock(context, run.now), run.uri)
-        record_history(run.hook, run.table_name, state, self.log, fresh.phase_seconds)
+        record_history(run.hook, run.table_name, state, self.log, fresh.phase_seconds, uri)
         self.log.info(
             "table %s: %d approved, %d deleted; kept %d approved files that are no longer orphans and %d orphans "
             "found since the review; report: %s",

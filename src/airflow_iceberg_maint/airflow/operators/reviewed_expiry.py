@@ -81,6 +81,9 @@ class IcebergExpireApprovedSnapshotsOperator(IcebergExpireSnapshotsOperator):
         super().__init__(**kwargs)
         self.approved_report = approved_report
 
+    def _approved_report(self) -> str | None:
+        return arguments.optional_str(self.approved_report, "approved_report")
+
     def _options(self, now: datetime) -> ExpireOptions:
         uri = arguments.optional_str(self.approved_report, "approved_report")
         if not uri:
@@ -97,5 +100,7 @@ class IcebergExpireApprovedSnapshotsOperator(IcebergExpireSnapshotsOperator):
                 snapshot_ids=frozenset(int(i) for i in reviewed["expired_snapshot_ids"]),
                 refs=frozenset(reviewed["removed_refs"]),
                 files=frozenset(reviewed["deleted_files"]),
+                table_uuid=str(reviewed.get("table_uuid")),
+                report=uri,
             ),
         )
