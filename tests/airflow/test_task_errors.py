@@ -30,6 +30,7 @@ FINAL = [
     errors.IndexExistsError,
     errors.UnsupportedStoreError,
     errors.DamagedMetadataError,
+    errors.ExpiryRestoreError,  # a ref that could not be put back needs a person, not a retry
 ]
 
 
