@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
-from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate, SetSnapshotRefUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, RemoveSnapshotsUpdate, SetSnapshotRefUpdate
 from pyiceberg.types import StringType
 
 from airflow_iceberg_maint.catalog import load_table
@@ -190,14 +190,20 @@ def test_rest_a_ref_retention_raised_inside_the_commit_is_restored(rest_catalog:
     assert not [p for p in reachable(after) if not exists(after, p)]
 
 
-def test_rest_a_tag_on_an_expiring_snapshot_inside_the_commit_fails_naming_it(rest_catalog: Catalog) -> None:
-    """A v2 snapshot cannot be put back exactly (its sequence number is below the table's last): the run
-    fails with one line naming the tag, its snapshot and the metadata file that holds them; nothing deleted."""
+def test_rest_a_restore_that_loses_a_race_fails_naming_the_ref_and_how_to_put_it_back(rest_catalog: Catalog) -> None:
+    """A tag on an expiring snapshot lands inside the expiry's commit, and an append inside the commit that
+    would put the tag back (on a copy, ``test_restore_copies.py``): the restore is refused, and the run fails
+    with one line naming the tag, its snapshot, the metadata file that holds them and how to put it back."""
     table, ids = make_history(rest_catalog)
     name = ".".join(table.name())
     files = reachable(table)
     _race_into_the_commit(
         rest_catalog, lambda: rest_catalog.load_table(name).manage_snapshots().create_tag(ids["s1"], "keep-s1").commit()
+    )
+    race_into_commit(
+        rest_catalog,
+        lambda: rest_catalog.load_table(name).append(rows(900, 3)),
+        lambda updates: any(isinstance(u, AddSnapshotUpdate) for u in updates),
     )
 
     with pytest.raises(ExpiryRestoreError) as raised:
@@ -205,7 +211,12 @@ def test_rest_a_tag_on_an_expiring_snapshot_inside_the_commit_fails_naming_it(re
 
     message = str(raised.value)
     after = load_table(rest_catalog, name)
-    holder = after.metadata.metadata_log[-1].metadata_file
+    holder = next(e.metadata_file for e in after.metadata.metadata_log if "keep-s1" in _refs_in(after, e.metadata_file))
     assert "\n" not in message and "'keep-s1'" in message and str(ids["s1"]) in message and holder in message
-    assert "keep-s1" in FromInputFile.table_metadata(after.io.new_input(holder)).refs
+    assert "the table changed again" in message and "manifest list" in message
+    assert "keep-s1" not in after.metadata.refs
     assert all(exists(after, p) for p in files)
+
+
+def _refs_in(table: Table, metadata_file: str) -> set[str]:
+    return set(FromInputFile.table_metadata(table.io.new_input(metadata_file)).refs)
