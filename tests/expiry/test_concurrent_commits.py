@@ -50,12 +50,10 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
     return request.getfixturevalue(f"{request.param}_catalog")
 
 
-def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
-    """s1 (rows 0-2), replaced by an overwrite (s2: rows 10-12), then an append (s3); a tag ``old`` on s1
-    whose own max-ref-age (1 ms) is long over. The table expires everything older than 1 ms but main's head."""
-    name = f"{getattr(catalog, 'test_namespace', 'db')}.t{uuid.uuid4().hex[:10]}"
-    table = catalog.create_table(
-        name,
+def expiring_table(catalog: Catalog) -> Table:
+    """A new v2 table that expires everything older than 1 ms but main's head."""
+    return catalog.create_table(
+        f"{getattr(catalog, 'test_namespace', 'db')}.t{uuid.uuid4().hex[:10]}",
         schema=SCHEMA,
         properties={
             "format-version": "2",
@@ -63,6 +61,12 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
             "history.expire.min-snapshots-to-keep": "1",
         },
     )
+
+
+def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
+    """s1 (rows 0-2), replaced by an overwrite (s2: rows 10-12), then an append (s3); a tag ``old`` on s1
+    whose own max-ref-age (1 ms) is long over. The table expires everything older than 1 ms but main's head."""
+    table = expiring_table(catalog)
     ids: dict[str, int] = {}
     for step, write in (
         ("s1", lambda: table.append(rows(0, 3))),
@@ -73,7 +77,7 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
         ids[step] = table.metadata.current_snapshot_id  # type: ignore[assignment]
         after_clock_passes(table.metadata.snapshot_by_id(ids[step]).timestamp_ms)  # type: ignore[union-attr]
     table.manage_snapshots().create_tag(ids["s1"], "old", max_ref_age_ms=1).commit()
-    return load_table(catalog, name), ids
+    return load_table(catalog, ".".join(table.name())), ids
 
 
 def _set_ref_age(writer: Table, name: str, age_ms: int) -> None:

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
-from pyiceberg.table.statistics import StatisticsFile
 
 from airflow_iceberg_maint import commit_fence
 from airflow_iceberg_maint.catalog import load_table
@@ -30,10 +29,10 @@ from airflow_iceberg_maint.expiry.snapshot_copies import COPY_OF
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.expiry.history import after_clock_passes, exists, snapshot_rows
-from tests.expiry.test_concurrent_commits import _race_into_the_commit, expire
+from tests.expiry.history import after_clock_passes, exists, set_statistics_file, snapshot_rows
+from tests.expiry.test_concurrent_commits import _race_into_the_commit, expire, expiring_table
 from tests.index.row_deletes import commit_equality_deletes, commit_position_deletes
-from tests.orphans.scenario import SCHEMA, rows
+from tests.orphans.scenario import rows
 
 
 @pytest.fixture(params=["sqlite", pytest.param("rest", marks=pytest.mark.rest)])
@@ -46,16 +45,7 @@ def catalog(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
     """s1 (rows 0-5), pos (rows 0 and 1 deleted by position), eq (row 4 deleted by equality), then an
     overwrite (rows 10-12) and an append (s3). Everything but main's head is older than 1 ms."""
-    name = f"{getattr(catalog, 'test_namespace', 'db')}.t{datetime.now(UTC).strftime('%H%M%S%f')}"
-    table = catalog.create_table(
-        name,
-        schema=SCHEMA,
-        properties={
-            "format-version": "2",
-            "history.expire.max-snapshot-age-ms": "1",
-            "history.expire.min-snapshots-to-keep": "1",
-        },
-    )
+    table = expiring_table(catalog)
     ids: dict[str, int] = {}
 
     def step(name: str) -> None:
@@ -72,22 +62,14 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
     step("s2")
     table.append(rows(20, 3))
     step("s3")
-    return load_table(catalog, name), ids
+    return load_table(catalog, ".".join(table.name())), ids
 
 
 def _statistics_on(table: Table, snapshot_id: int) -> str:
     path = f"{table.location()}/data/stats-{snapshot_id}.parquet"  # SeaweedFS takes no other names
     with table.io.new_output(path).create() as stream:
         stream.write(b"PFA1stats")
-    stats = StatisticsFile(
-        snapshot_id=snapshot_id,
-        statistics_path=path,
-        file_size_in_bytes=9,
-        file_footer_size_in_bytes=4,
-        blob_metadata=[],
-    )
-    with table.update_statistics() as update:
-        update.set_statistics(stats)
+    set_statistics_file(table, snapshot_id, path)
     return path
 
 
