@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint import commit_fence
 from airflow_iceberg_maint.catalog import load_table
@@ -29,7 +30,7 @@ from airflow_iceberg_maint.expiry.snapshot_copies import COPY_OF
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.expiry.history import after_clock_passes, exists, set_statistics_file, snapshot_rows
+from tests.expiry.history import after_clock_passes, exists, reachable, set_statistics_file, snapshot_rows
 from tests.expiry.test_concurrent_commits import _race_into_the_commit, expire, expiring_table
 from tests.index.row_deletes import commit_equality_deletes, commit_position_deletes
 from tests.orphans.scenario import rows
@@ -118,6 +119,12 @@ def _files_of(table: Table, snapshot_id: int) -> set[str]:
     return files
 
 
+def _copy_of(snapshot: Snapshot) -> int | None:
+    """The snapshot a copy copies (a summary answers None for a key it lacks)."""
+    value = snapshot.summary[COPY_OF] if snapshot.summary is not None else None
+    return None if value is None else int(value)
+
+
 def _ancestry(table: Table, snapshot_id: int) -> list[int]:
     chain: list[int] = []
     current: int | None = snapshot_id
@@ -176,19 +183,17 @@ def run_with_refs_made_inside_the_commit(catalog: Catalog, refs: tuple[Ref, ...]
             new = after.metadata.refs[ref].snapshot_id
             copy = after.snapshot_by_id(new)
             assert copy is not None and new != was.snapshot_id and copy.manifest_list == was.manifest_list, moment
-            assert (copy.summary or {}).get(COPY_OF) == str(was.snapshot_id)
+            assert _copy_of(copy) == was.snapshot_id
             assert (copy.sequence_number or 0) > last_sequence_number[0]
             assert f"{ref!r} now on snapshot {new}, a copy of snapshot {was.snapshot_id}" in report.kept_all_files
             assert read[f"ref:{ref}"] == was.live_rows and _scan(after, new) == was.scanned, moment
             # Its ancestors: copies of, or, the original's, in order, the ones the ref keeps first.
-            origins = [int((after.snapshot_by_id(s).summary or {}).get(COPY_OF, s)) for s in _ancestry(after, new)]  # type: ignore[union-attr]
+            origins = [_copy_of(after.snapshot_by_id(s)) or s for s in _ancestry(after, new)]  # type: ignore[arg-type]
             assert origins[: was.depth] == was.ancestry[: was.depth], moment
             assert [s for s in was.ancestry if s in origins] == origins, moment
         assert all(exists(after, p) for p in every_file), moment
         if stats is not None and ids["s1"] in kept_snapshots:  # the copy of s1 has s1's statistics file
-            copies = [
-                s.snapshot_id for s in after.metadata.snapshots if (s.summary or {}).get(COPY_OF) == str(ids["s1"])
-            ]
+            copies = [s.snapshot_id for s in after.metadata.snapshots if _copy_of(s) == ids["s1"]]
             assert [(f.snapshot_id, f.statistics_path) for f in after.metadata.statistics] == [(copies[0], stats)]
             assert exists(after, stats), moment
         if moment == "after the expiry":
@@ -216,3 +221,35 @@ def test_any_refs_dropped_come_back_on_copies(sqlite_catalog: Catalog, refs: tup
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(commit_fence, "validates_requirements_in_process", lambda catalog: False)
         run_with_refs_made_inside_the_commit(sqlite_catalog, refs, statistics)
+
+
+def test_a_table_retention_raised_inside_the_commit_keeps_every_snapshot_it_keeps_as_a_copy(catalog: Catalog) -> None:
+    """Snapshots no ref points at come back as copies too: each reads its original's rows, none of their files
+    goes in an orphan run."""
+    table, _ = make_history(catalog)
+    name = ".".join(table.name())
+    before = snapshot_rows(table)
+    files = reachable(table)
+    _race_into_the_commit(
+        catalog,
+        lambda: (
+            catalog.load_table(name)
+            .transaction()
+            .set_properties({"history.expire.max-snapshot-age-ms": str(86_400_000)})
+            .commit_transaction()
+        ),
+    )
+
+    report = expire(table, lambda r, s: None)
+
+    assert report.committed and report.deleted_files == [] and report.kept_all_files
+    for moment in ("after the expiry", "after an orphan run"):
+        after = load_table(catalog, name)
+        read = snapshot_rows(after)
+        copies = {_copy_of(s): s.snapshot_id for s in after.metadata.snapshots if _copy_of(s) is not None}
+        assert set(report.expired_snapshot_ids) == set(copies), moment
+        assert all(read[f"snapshot:{copy}"] == before[f"snapshot:{old}"] for old, copy in copies.items()), moment
+        assert all(exists(after, p) for p in files), moment
+        if moment == "after the expiry":
+            orphans = remove_orphan_files(after, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
+            assert not orphans.failed and not set(orphans.orphan_files) & files
