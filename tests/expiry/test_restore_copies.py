@@ -23,13 +23,16 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update import AddSnapshotUpdate
 
 from airflow_iceberg_maint import commit_fence
 from airflow_iceberg_maint.catalog import load_table
+from airflow_iceberg_maint.errors import ExpiryRestoreError
 from airflow_iceberg_maint.expiry.snapshot_copies import COPY_OF
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from tests.commit_race import race_into_commit
 from tests.expiry.history import after_clock_passes, exists, reachable, set_statistics_file, snapshot_rows
 from tests.expiry.test_concurrent_commits import _race_into_the_commit, expire, expiring_table
 from tests.index.row_deletes import commit_equality_deletes, commit_position_deletes
@@ -253,3 +256,34 @@ def test_a_table_retention_raised_inside_the_commit_keeps_every_snapshot_it_keep
         if moment == "after the expiry":
             orphans = remove_orphan_files(after, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
             assert not orphans.failed and not set(orphans.orphan_files) & files
+
+
+def test_a_restore_raced_by_snapshots_on_a_new_branch_is_refused_and_the_sequence_number_kept(
+    catalog: Catalog,
+) -> None:
+    """Inside the restore's commit another writer makes a branch and two snapshots on it: that moves no ref the
+    restore asserts, but the copies' sequence numbers are no longer above the table's last, and every copy has
+    a parent, so the catalog refuses the restore instead of lowering the last sequence number (which a copy
+    without a parent would do, and a later commit would reuse). The run fails naming it; nothing is deleted."""
+    table, ids = make_history(catalog)
+    name = ".".join(table.name())
+    files = reachable(table)
+
+    def two_snapshots_on_a_new_branch() -> None:
+        writer = catalog.load_table(name)
+        writer.manage_snapshots().create_branch(ids["s3"], "x").commit()
+        writer.append(rows(900, 1), branch="x")
+        writer.append(rows(901, 1), branch="x")
+
+    _race_into_the_commit(catalog, lambda: _make_refs(catalog.load_table(name), ids, CASES["branch"]))
+    race_into_commit(catalog, two_snapshots_on_a_new_branch, lambda u: any(isinstance(x, AddSnapshotUpdate) for x in u))
+
+    with pytest.raises(ExpiryRestoreError) as raised:
+        expire(table, lambda r, s: None)
+
+    after = load_table(catalog, name)
+    message = str(raised.value)
+    assert "\n" not in message and "branch 'b'" in message and "cannot put back" in message, message
+    assert "b" not in after.metadata.refs and "x" in after.metadata.refs
+    assert after.metadata.last_sequence_number == max(s.sequence_number or 0 for s in after.metadata.snapshots)
+    assert all(exists(after, p) for p in files)

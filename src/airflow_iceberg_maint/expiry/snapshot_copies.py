@@ -4,7 +4,8 @@ A format-v2 snapshot with a parent and a sequence number not above the table's l
 added (the spec; pyiceberg's and Java's builders and SeaweedFS's catalog refuse it), and one added
 without its parent would lower the table's last sequence number. A copy can be added: a new id, the
 next sequence numbers above the table's last, the closest ancestor the table still holds (or the
-copy of it) as parent, and the original's manifest list, schema id and summary.
+copy of it) as parent, else a parent the table no longer holds (``_parent``), and the original's
+manifest list, schema id and summary.
 
 The copy reads exactly what the original read. In v2 every manifest list entry carries its
 manifest's sequence number, and readers inherit the data and file sequence numbers a manifest
@@ -27,8 +28,15 @@ COPY_OF = "iceberg-maint.copy-of-snapshot-id"
 
 def _parent(
     snapshot: Snapshot, present: set[int], predecessor: dict[int, Snapshot], copies: dict[int, Snapshot]
-) -> int | None:
-    """The copy of the closest ancestor that was copied, or the closest one the table still holds."""
+) -> int:
+    """The copy of the closest ancestor that was copied, or the closest one the table still holds; else the
+    original's parent, or the original itself, neither of which the table holds any more.
+
+    Never None: a catalog refuses a snapshot with a parent whose sequence number is not above the table's
+    last, so a copy applied on a commit that added snapshots meanwhile is refused instead of lowering the
+    table's last sequence number (which one without a parent would do). A parent the table does not hold
+    ends its ancestry, as after any expiry.
+    """
     ancestor = snapshot.parent_snapshot_id
     while ancestor is not None:
         if ancestor in copies:
@@ -37,7 +45,7 @@ def _parent(
             return ancestor
         known = predecessor.get(ancestor)
         ancestor = known.parent_snapshot_id if known is not None else None
-    return None
+    return snapshot.parent_snapshot_id if snapshot.parent_snapshot_id is not None else snapshot.snapshot_id
 
 
 def same_content_copies(
