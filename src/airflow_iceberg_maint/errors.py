@@ -126,7 +126,8 @@ class ExpiryConflictError(MaintenanceError):
 
 class ExpiryRestoreError(MaintenanceError):
     """A commit that landed during the expiry needed something the expiry removed, and it could not be put
-    back exactly; nothing was deleted, and the message names the metadata file that still holds it."""
+    back (as it was, or on a v2 table as a same-content copy); nothing was deleted, and the message names the
+    metadata file that still holds it and how to put it back."""
 
 
 class TableBusyError(MaintenanceError):

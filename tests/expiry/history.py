@@ -80,16 +80,21 @@ def _statistics(history: History, name: str, snapshot_id: int, partition: bool =
         table.catalog.commit_table(table, requirements=(), updates=(update,))
         table.refresh()
     else:
-        stats = StatisticsFile(
-            snapshot_id=snapshot_id,
-            statistics_path=path,
-            file_size_in_bytes=9,
-            file_footer_size_in_bytes=4,
-            blob_metadata=[],
-        )
-        with table.update_statistics() as update:
-            update.set_statistics(stats)
+        set_statistics_file(table, snapshot_id, path)
     history.stats[name] = path
+
+
+def set_statistics_file(table: Table, snapshot_id: int, path: str, size: int = 9) -> None:
+    """Record ``path`` (``size`` bytes, written already) as the statistics file of ``snapshot_id``."""
+    stats = StatisticsFile(
+        snapshot_id=snapshot_id,
+        statistics_path=path,
+        file_size_in_bytes=size,
+        file_footer_size_in_bytes=4,
+        blob_metadata=[],
+    )
+    with table.update_statistics() as update:
+        update.set_statistics(stats)
 
 
 def build_history(catalog: Catalog, name: str = "db.events") -> History:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
-from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate, SetSnapshotRefUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, RemoveSnapshotsUpdate, SetSnapshotRefUpdate
 from pyiceberg.types import StringType
 
 from airflow_iceberg_maint.catalog import load_table
@@ -50,12 +50,10 @@ def catalog(request: pytest.FixtureRequest) -> Catalog:
     return request.getfixturevalue(f"{request.param}_catalog")
 
 
-def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
-    """s1 (rows 0-2), replaced by an overwrite (s2: rows 10-12), then an append (s3); a tag ``old`` on s1
-    whose own max-ref-age (1 ms) is long over. The table expires everything older than 1 ms but main's head."""
-    name = f"{getattr(catalog, 'test_namespace', 'db')}.t{uuid.uuid4().hex[:10]}"
-    table = catalog.create_table(
-        name,
+def expiring_table(catalog: Catalog) -> Table:
+    """A new v2 table that expires everything older than 1 ms but main's head."""
+    return catalog.create_table(
+        f"{getattr(catalog, 'test_namespace', 'db')}.t{uuid.uuid4().hex[:10]}",
         schema=SCHEMA,
         properties={
             "format-version": "2",
@@ -63,6 +61,12 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
             "history.expire.min-snapshots-to-keep": "1",
         },
     )
+
+
+def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
+    """s1 (rows 0-2), replaced by an overwrite (s2: rows 10-12), then an append (s3); a tag ``old`` on s1
+    whose own max-ref-age (1 ms) is long over. The table expires everything older than 1 ms but main's head."""
+    table = expiring_table(catalog)
     ids: dict[str, int] = {}
     for step, write in (
         ("s1", lambda: table.append(rows(0, 3))),
@@ -73,7 +77,7 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
         ids[step] = table.metadata.current_snapshot_id  # type: ignore[assignment]
         after_clock_passes(table.metadata.snapshot_by_id(ids[step]).timestamp_ms)  # type: ignore[union-attr]
     table.manage_snapshots().create_tag(ids["s1"], "old", max_ref_age_ms=1).commit()
-    return load_table(catalog, name), ids
+    return load_table(catalog, ".".join(table.name())), ids
 
 
 def _set_ref_age(writer: Table, name: str, age_ms: int) -> None:
@@ -190,14 +194,20 @@ def test_rest_a_ref_retention_raised_inside_the_commit_is_restored(rest_catalog:
     assert not [p for p in reachable(after) if not exists(after, p)]
 
 
-def test_rest_a_tag_on_an_expiring_snapshot_inside_the_commit_fails_naming_it(rest_catalog: Catalog) -> None:
-    """A v2 snapshot cannot be put back exactly (its sequence number is below the table's last): the run
-    fails with one line naming the tag, its snapshot and the metadata file that holds them; nothing deleted."""
+def test_rest_a_restore_that_loses_a_race_fails_naming_the_ref_and_how_to_put_it_back(rest_catalog: Catalog) -> None:
+    """A tag on an expiring snapshot lands inside the expiry's commit, and an append inside the commit that
+    would put the tag back (on a copy, ``test_restore_copies.py``): the restore is refused, and the run fails
+    with one line naming the tag, its snapshot, the metadata file that holds them and how to put it back."""
     table, ids = make_history(rest_catalog)
     name = ".".join(table.name())
     files = reachable(table)
     _race_into_the_commit(
         rest_catalog, lambda: rest_catalog.load_table(name).manage_snapshots().create_tag(ids["s1"], "keep-s1").commit()
+    )
+    race_into_commit(
+        rest_catalog,
+        lambda: rest_catalog.load_table(name).append(rows(900, 3)),
+        lambda updates: any(isinstance(u, AddSnapshotUpdate) for u in updates),
     )
 
     with pytest.raises(ExpiryRestoreError) as raised:
@@ -205,7 +215,12 @@ def test_rest_a_tag_on_an_expiring_snapshot_inside_the_commit_fails_naming_it(re
 
     message = str(raised.value)
     after = load_table(rest_catalog, name)
-    holder = after.metadata.metadata_log[-1].metadata_file
+    holder = next(e.metadata_file for e in after.metadata.metadata_log if "keep-s1" in _refs_in(after, e.metadata_file))
     assert "\n" not in message and "'keep-s1'" in message and str(ids["s1"]) in message and holder in message
-    assert "keep-s1" in FromInputFile.table_metadata(after.io.new_input(holder)).refs
+    assert "the table changed again" in message and "manifest list" in message
+    assert "keep-s1" not in after.metadata.refs
     assert all(exists(after, p) for p in files)
+
+
+def _refs_in(table: Table, metadata_file: str) -> set[str]:
+    return set(FromInputFile.table_metadata(table.io.new_input(metadata_file)).refs)

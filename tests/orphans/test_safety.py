@@ -274,8 +274,10 @@ def test_files_of_a_staged_snapshot_no_ref_points_at_are_kept(sqlite_catalog):
 
 
 def test_statistics_files_are_kept_and_replaced_ones_removed(sqlite_catalog):
-    from pyiceberg.table.statistics import PartitionStatisticsFile, StatisticsFile
+    from pyiceberg.table.statistics import PartitionStatisticsFile
     from pyiceberg.table.update import SetPartitionStatisticsUpdate
+
+    from tests.expiry.history import set_statistics_file
 
     table = _table(sqlite_catalog)
     snapshot_id = table.metadata.current_snapshot_id
@@ -285,19 +287,8 @@ def test_statistics_files_are_kept_and_replaced_ones_removed(sqlite_catalog):
         for name in ("stats-1.puffin", "stats-2.puffin", "partition-stats-1.parquet")
     )
 
-    def stats(path: str) -> StatisticsFile:
-        return StatisticsFile(
-            snapshot_id=snapshot_id,
-            statistics_path=path,
-            file_size_in_bytes=4,
-            file_footer_size_in_bytes=4,
-            blob_metadata=[],
-        )
-
-    with table.update_statistics() as update:
-        update.set_statistics(stats(first))
-    with table.update_statistics() as update:
-        update.set_statistics(stats(second))  # replaces the first for this snapshot
+    set_statistics_file(table, snapshot_id, first, size=4)
+    set_statistics_file(table, snapshot_id, second, size=4)  # replaces the first for this snapshot
     partition_stats = PartitionStatisticsFile(snapshot_id=snapshot_id, statistics_path=partition, file_size_in_bytes=4)
     sqlite_catalog.commit_table(
         table, requirements=(), updates=(SetPartitionStatisticsUpdate(partition_statistics=partition_stats),)
