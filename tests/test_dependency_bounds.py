@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -25,7 +26,7 @@ LOWER = frozenset({">=", ">", "~=", "=="})
 
 def pins(text: str) -> dict[str, Version]:
     """constraints.txt's ``name==version`` lines, by canonical name."""
-    found = {}
+    found: dict[str, Version] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
@@ -34,10 +35,9 @@ def pins(text: str) -> dict[str, Version]:
     return found
 
 
-def runtime_requirements(pyproject: dict[str, object]) -> list[str]:
+def runtime_requirements(pyproject: dict[str, Any]) -> list[str]:
     """The requirements a user's install can bring: ``dependencies`` and the extras other than ``test``."""
     project = pyproject["project"]
-    assert isinstance(project, dict)
     extras = project.get("optional-dependencies", {})
     return list(project["dependencies"]) + [r for extra, reqs in extras.items() if extra != "test" for r in reqs]
 
