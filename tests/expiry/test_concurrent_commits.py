@@ -114,7 +114,10 @@ def expire(table: Table, hook: Callable[[ExpiryReport, str], None], **options: A
 def _approval_of_a_dry_run(table: Table) -> Approval:
     review = expire(table, lambda r, s: None, dry_run=True)
     return Approval(
-        frozenset(review.expired_snapshot_ids), frozenset(review.removed_refs), frozenset(review.deleted_files)
+        frozenset(review.expired_snapshot_ids),
+        frozenset(review.removed_refs),
+        frozenset(review.deleted_files),
+        review.table_uuid,
     )
 
 
