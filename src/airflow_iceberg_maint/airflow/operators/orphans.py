@@ -18,7 +18,6 @@ from airflow_iceberg_maint.airflow.maintenance_run import (
     Finished,
     MaintenanceRun,
     prepare_run,
-    publish,
     run_maintenance,
 )
 from airflow_iceberg_maint.airflow.reports import TaskLog
@@ -284,11 +283,6 @@ def orphans_finished(run: MaintenanceRun, report: OrphanReport) -> Finished:
         failure=failure,
         phase_seconds=report.phase_seconds,
     )
-
-
-def publish_report(context: Context, run: MaintenanceRun, report: OrphanReport, task_log: TaskLog) -> dict[str, Any]:
-    """Write the full report, record the cleanup, log it, and return the XCom summary; failed deletes fail the task."""
-    return publish(context, run, orphans_finished(run, report), task_log)
 
 
 def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:
