@@ -116,15 +116,26 @@ class MaintenanceRun:
 R = TypeVar("R", bound=MaintenanceRun)
 
 
+class ReportingTask(Protocol):
+    """What ``prepare_run`` reads of the operator: its hook, where reports go, the policy it applies."""
+
+    @property
+    def hook(self) -> IcebergMaintenanceHook: ...
+
+    @property
+    def report_location(self) -> str | None: ...
+
+    @property
+    def policy(self) -> str | None: ...
+
+
 def prepare_run(
     context: Context,
-    hook: IcebergMaintenanceHook,
+    task: ReportingTask,
     table: Table,
     table_name: str,
-    report_location: str | None,
-    policy: str | None,
     now: datetime,
-    other_tables: Sequence[TablePaths],
+    other_tables: Sequence[TablePaths] = (),
     *,
     dry_run: bool = False,
     kind: type[R] = MaintenanceRun,  # type: ignore[assignment]
@@ -134,13 +145,14 @@ def prepare_run(
 ) -> R:
     """Place the run's report (``<report_name>[.dry-run][.<map index>].json``, default name the table's)
     outside this table and ``other_tables``, and gather what the run needs into a ``kind``."""
-    base = arguments.optional_str(report_location, "report_location") or default_report_base()
+    hook = task.hook
+    base = arguments.optional_str(task.report_location, "report_location") or default_report_base()
     refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
     ti = context["ti"]
     name = report_name or table_name
     uri = report_uri(base, ti.dag_id, ti.run_id, name, getattr(ti, "map_index", None), dry_run=dry_run)
     saved = SavedReport(uri, {**hook.catalog.properties, **table.io.properties}, keeps_failure=keeps_failure)
-    policy = arguments.optional_str(policy, "policy")
+    policy = arguments.optional_str(task.policy, "policy")
     return kind(hook, table, table_name, policy, now, uri, saved, dry_run, job)
 
 

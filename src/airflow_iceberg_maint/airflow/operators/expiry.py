@@ -161,13 +161,10 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
         table = self.hook.load_table(table_name)
         run = prepare_run(
             context,
-            self.hook,
+            self,
             table,
             table_name,
-            self.report_location,
-            policy,
             now,
-            (),
             dry_run=options.dry_run,
             kind=ExpiryRun,
             report_name=f"{table_name}.expiry",

@@ -168,17 +168,8 @@ class IcebergFinishOrphanShardsOperator(TableLeaseMixin, MaintenanceHookMixin, B
     def maintain(self, context: Context) -> dict[str, Any]:
         with classified(f"table {self.table}"):
             table = self.hook.load_table(self.table)
-            run: MaintenanceRun = prepare_run(
-                context,
-                self.hook,
-                table,
-                self.table,
-                self.report_location,
-                self.policy,
-                datetime.now(UTC),
-                (),
-                dry_run=self._planned_dry_run(table),
-            )
+            dry_run = self._planned_dry_run(table)
+            run: MaintenanceRun = prepare_run(context, self, table, self.table, datetime.now(UTC), dry_run=dry_run)
             return run_maintenance(context, run, self._finish, self.log)
 
     def _finish(self, run: MaintenanceRun) -> Finished:

@@ -211,18 +211,8 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
         other_tables = self._other_tables(self.hook.catalog)
-        run = prepare_run(
-            context,
-            self.hook,
-            table,
-            table_name,
-            self.report_location,
-            self.policy,
-            now,
-            other_tables or (),
-            dry_run=self._records_dry_run(job),
-            kind=PreparedRun,
-        )
+        dry_run = self._records_dry_run(job)
+        run = prepare_run(context, self, table, table_name, now, other_tables or (), dry_run=dry_run, kind=PreparedRun)
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
         run.options = job.to_options(
             prefix_mismatch_mode=str(self.prefix_mismatch_mode),
