@@ -22,14 +22,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_iceberg_maint.airflow.operators.orphan_shards import (
-    IcebergFinishOrphanShardsOperator,
-    IcebergOrphanShardItemsOperator,
-    IcebergOrphanShardMatchOperator,
-    IcebergOrphanShardScanOperator,
-    IcebergPlanOrphanShardsOperator,
-)
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
 
 with DAG(
     dag_id="iceberg_orphan_cleanup_manual",
@@ -102,14 +96,5 @@ with DAG(
         return "remove_orphan_files" if int((params or {}).get("shards", 1)) <= 1 else "plan_orphan_shards"
 
     single = IcebergRemoveOrphanFilesOperator(task_id="remove_orphan_files", **job)
-    plan = IcebergPlanOrphanShardsOperator(task_id="plan_orphan_shards", shards="{{ params.shards }}", **job)
-    items = IcebergOrphanShardItemsOperator(task_id="shard_items", plans=plan.output)
-    scan = IcebergOrphanShardScanOperator.partial(task_id="scan_orphan_shard").expand_kwargs(items.output)
-    match = IcebergOrphanShardMatchOperator.partial(task_id="match_orphan_shard").expand_kwargs(items.output)
-    finish = IcebergFinishOrphanShardsOperator(
-        task_id="finish_orphan_shards",
-        table="{{ params.table }}",
-        scratch="{{ ti.xcom_pull(task_ids='plan_orphan_shards')['scratch'] }}",
-    )
-    single_or_sharded() >> [single, plan]
-    scan >> match >> finish
+    sharded = sharded_orphan_removal(shards="{{ params.shards }}", **job)
+    single_or_sharded() >> [single, sharded]

@@ -29,15 +29,8 @@ from pathlib import Path
 from airflow.sdk import DAG, CronTriggerTimetable
 
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
-from airflow_iceberg_maint.airflow.operators.orphan_shards import (
-    IcebergFinishOrphanShardsOperator,
-    IcebergOrphanShardItemsOperator,
-    IcebergOrphanShardMatchOperator,
-    IcebergOrphanShardScanOperator,
-    IcebergPlanOrphanShardsOperator,
-    finish_kwargs,
-)
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
+from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
 
 POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")
 SHARDS = int(os.environ.get("ICEBERG_MAINT_ORPHAN_SHARDS", "1"))
@@ -58,17 +51,6 @@ with DAG(
             task_id="remove_orphan_files", map_index_template="{{ task.table }}", **retried
         ).expand_kwargs(plan.output)
     else:
-        shard_plans = IcebergPlanOrphanShardsOperator.partial(
-            task_id="plan_orphan_shards", shards=SHARDS, map_index_template="{{ task.table }}", **retried
-        ).expand_kwargs(plan.output)
-        items = IcebergOrphanShardItemsOperator(task_id="shard_items", plans=shard_plans.output)
-        scan = IcebergOrphanShardScanOperator.partial(task_id="scan_orphan_shard", **retried).expand_kwargs(
-            items.output
+        sharded_orphan_removal(
+            shards=SHARDS, jobs=plan.output, finish_task_id="remove_orphan_files", task_arguments=retried
         )
-        match = IcebergOrphanShardMatchOperator.partial(task_id="match_orphan_shard", **retried).expand_kwargs(
-            items.output
-        )
-        finish = IcebergFinishOrphanShardsOperator.partial(
-            task_id="remove_orphan_files", map_index_template="{{ task.table }}", **retried
-        ).expand_kwargs(shard_plans.output.map(finish_kwargs))
-        scan >> match >> finish

@@ -4,6 +4,8 @@ Catalog access reuses the ``iceberg`` connection type of apache-airflow-provider
 ``IcebergMaintenanceHook`` extends its ``IcebergHook``, so no connection type is declared here. The
 ``[iceberg_maint]`` options (``airflow.config`` reads them) are declared under ``config``, as
 Airflow's own providers declare theirs, so ``airflow config list`` shows them with their defaults.
+The module lists are kept by hand; tests/test_provider_info.py fails when a module of
+``airflow/operators``, ``sensors``, ``triggers`` or ``hooks`` that defines one is missing, or one is extra.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-iceberg-maint",
         "name": "Apache Iceberg maintenance",
-        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal, "
-        "and secondary indexes (builds, incremental refreshes, lookups, lag sensors, expiry).",
+        "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal "
+        "and snapshot expiry (each with an optional human review), and secondary indexes (builds, incremental "
+        "refreshes, lookups, lag sensors, extract expiry).",
         "versions": [__version__],
         "integrations": [
             {
@@ -102,6 +105,11 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_iceberg_maint.airflow.operators.orphans",
                     "airflow_iceberg_maint.airflow.operators.orphan_planning",
+                    "airflow_iceberg_maint.airflow.operators.orphan_shards",
+                    "airflow_iceberg_maint.airflow.operators.expiry",
+                    "airflow_iceberg_maint.airflow.operators.maintenance_planning",
+                    "airflow_iceberg_maint.airflow.operators.reviewed",
+                    "airflow_iceberg_maint.airflow.operators.reviewed_expiry",
                     "airflow_iceberg_maint.airflow.operators.index",
                     "airflow_iceberg_maint.airflow.operators.index_definitions",
                     "airflow_iceberg_maint.airflow.operators.index_shards",
@@ -124,6 +132,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_maint.airflow.triggers.due",
                     "airflow_iceberg_maint.airflow.triggers.index_lag",
                     "airflow_iceberg_maint.airflow.triggers.index_events",
+                    "airflow_iceberg_maint.airflow.triggers.table_lease",
                 ],
             }
         ],

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk import DAG
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import stored_state, task_states, xcom
 
@@ -96,3 +99,56 @@ def test_scheduled_dag_with_shards_cleans_each_due_table(
         assert summary["policy"] == "remove_orphans_weekly"
     for planted in demo_tables.values():
         assert not planted["old"].exists() and planted["fresh"].exists()
+
+
+#: Each task's upstream tasks in the sharded DAGs as they were wired by hand, before the TaskGroup factory.
+HAND_WIRED = {
+    MANUAL: {
+        "single_or_sharded": set(),
+        "remove_orphan_files": {"single_or_sharded"},
+        "plan_orphan_shards": {"single_or_sharded"},
+        "shard_items": {"plan_orphan_shards"},
+        "scan_orphan_shard": {"shard_items"},
+        "match_orphan_shard": {"shard_items", "scan_orphan_shard"},
+        "finish_orphan_shards": {"match_orphan_shard"},
+    },
+    SCHEDULED: {
+        "plan_due_tables": set(),
+        "plan_orphan_shards": {"plan_due_tables"},
+        "shard_items": {"plan_orphan_shards"},
+        "scan_orphan_shard": {"shard_items"},
+        "match_orphan_shard": {"shard_items", "scan_orphan_shard"},
+        "remove_orphan_files": {"plan_orphan_shards", "match_orphan_shard"},
+    },
+}
+
+
+@pytest.mark.parametrize("dag_id", [MANUAL, SCHEDULED])
+def test_the_sharded_scan_task_group_wires_the_tasks_the_hand_wired_dags_had(
+    dag_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ICEBERG_MAINT_ORPHAN_SHARDS", "2")
+    dag = _dags()[dag_id]
+    assert {t.task_id: set(t.upstream_task_ids) for t in dag.tasks} == HAND_WIRED[dag_id]
+    group = dag.task_group_dict["sharded_orphan_removal"]
+    finish = "finish_orphan_shards" if dag_id == MANUAL else "remove_orphan_files"
+    assert set(group.children) == {
+        "plan_orphan_shards",
+        "shard_items",
+        "scan_orphan_shard",
+        "match_orphan_shard",
+        finish,
+    }
+    retried = dag_id == SCHEDULED  # the scheduled DAG's task_arguments reach every task but the items
+    for task_id in ("plan_orphan_shards", "scan_orphan_shard", "match_orphan_shard", finish):
+        assert (dag.get_task(task_id).retries, dag.get_task(task_id).pool) == (
+            (2, "iceberg_maint") if retried else (0, "default_pool")
+        )
+
+
+def test_the_sharded_scan_task_group_refuses_jobs_and_one_table_at_once() -> None:
+    with DAG(dag_id="sharded_arguments", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(ValueError, match="give jobs or one table's arguments, not both"):
+            sharded_orphan_removal(shards=2, jobs=[{"table": "demo.orders"}], table="demo.orders")
+        with pytest.raises(ValueError, match="expected jobs, or a table"):
+            sharded_orphan_removal(shards=2, dry_run=True)

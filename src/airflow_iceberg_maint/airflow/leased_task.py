@@ -19,6 +19,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow.maintenance_run import classified
 from airflow_iceberg_maint.airflow.table_lease import lease_store_for
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.table_lease import FREE, TIMEOUT, TableLeaseTrigger
@@ -154,12 +155,8 @@ class TableTaskMixin(TableLeaseMixin):
         return super().execute(context)  # under the table's lease
 
     def maintain(self, context: Context) -> dict[str, Any]:
-        try:
+        with classified(f"table {self.table}", self_named=(LeaseLostError,)):  # a lost lease names its table
             return self._run(context)
-        except LeaseLostError as exc:  # names its table itself
-            raise task_exception(None, exc) from exc
-        except MaintenanceError as exc:
-            raise task_exception(f"table {self.table}", exc) from exc
 
     @abstractmethod
     def _run(self, context: Context) -> dict[str, Any]:

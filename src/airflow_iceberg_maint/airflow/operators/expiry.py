@@ -3,28 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
-from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
-from airflow_iceberg_maint.airflow.operators.orphans import cleanup_clock, record_history
-from airflow_iceberg_maint.airflow.reports import default_report_base, refuse_inside_tables, report_uri, write_report
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.airflow.maintenance_run import Finished, MaintenanceRun, prepare_run, run_maintenance
+from airflow_iceberg_maint.airflow.reports import TaskLog
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
-from airflow_iceberg_maint.policy.state import StateStore, record_attempt, record_expiry_run
-from airflow_iceberg_maint.progress import LoggingReporter, reporting
+from airflow_iceberg_maint.policy.state import record_expiry_run
+
+
+@dataclass
+class ExpiryRun(MaintenanceRun):
+    """What an expiry task knows before the engine runs: the lifecycle's run, the options and the approval."""
+
+    options: ExpireOptions = field(default_factory=ExpireOptions)
+    approved: str | None = None
 
 
 def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None) -> dict[str, Any]:
@@ -154,80 +159,67 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
         table_name = arguments.optional_str(self.table, "table") or ""
         policy = arguments.optional_str(self.policy, "policy")
         table = self.hook.load_table(table_name)
-        base = arguments.optional_str(self.report_location, "report_location") or default_report_base()
-        refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata)])
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", None)
-        uri = report_uri(base, ti.dag_id, ti.run_id, f"{table_name}.expiry", map_index, dry_run=options.dry_run)
-        approved = self._approved_report()
-        store = self.hook.state_store
-        io_properties = dict(table.io.properties)
-
-        def save(report: ExpiryReport, stage: str) -> None:
-            if stage == "planned":  # before anything is deleted: what the run is about to delete
-                write_report(uri, {**report.to_json(), "stage": stage}, io_properties)
-
+        run = prepare_run(
+            context,
+            self,
+            table,
+            table_name,
+            now,
+            dry_run=options.dry_run,
+            kind=ExpiryRun,
+            report_name=f"{table_name}.expiry",
+            job=SNAPSHOT_EXPIRY,
+            keeps_failure=False,  # an expiry's report is written when planned and when done, never on failure
+        )
+        run.options, run.approved = options, self._approved_report()
         self.log.info("table %s: expiring snapshots%s", table_name, f" (policy {policy})" if policy else "")
-        try:
-            with reporting(LoggingReporter(self.log)):
-                report = expire_snapshots(
-                    table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=now, on_stage=save
-                )
-        except MaintenanceError as exc:
-            self._record_failure(store, table, table_name, options.dry_run, exc)
-            raise
-        body = {**report.to_json(), **({"approved_report": approved} if approved else {})}
-        write_report(uri, {**body, "stage": "done"}, io_properties)
-        at = cleanup_clock(context, now)
-        state = record_expiry_run(store, body, at, uri)
-        record_history(self.hook, table_name, state, self.log, body["phase_seconds"], approved)
-        self._log_report(report, uri)
+        return run_maintenance(context, run, self._expire, self.log)
+
+    def _expire(self, run: ExpiryRun) -> Finished:
+        report = expire_snapshots(
+            run.table, run.options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=run.now, on_stage=run.saved.stage
+        )
+        body = {**report.to_json(), **({"approved_report": run.approved} if run.approved else {})}
+        failure = None
         if report.failed:
-            raise AirflowException(
-                f"table {table_name}: {len(report.failed)} of {len(report.failed) + report.deleted_file_count} "
+            failure = (
+                f"table {run.table_name}: {len(report.failed)} of {len(report.failed) + report.deleted_file_count} "
                 f"deletes failed (first: {report.failed[0]['path']}: {report.failed[0]['error']}); the files "
-                f"left are orphans the next orphan removal deletes; report: {uri}"
+                f"left are orphans the next orphan removal deletes; report: {run.uri}"
             )
-        return expiry_xcom_summary(body, uri, policy)
+        return Finished(
+            body=body,
+            record=lambda store, at, uri: record_expiry_run(store, body, at, uri),
+            summary=expiry_xcom_summary(body, run.uri, run.policy),
+            log=lambda task_log: _log_report(task_log, report, run.uri),
+            failure=failure,
+            phase_seconds=body["phase_seconds"],
+            approved_report=run.approved,
+        )
 
     def _approved_report(self) -> str | None:
         """The reviewed dry run's report this run executes (None: not a reviewed run)."""
         return None
 
-    def _record_failure(self, store: StateStore, table: Table, name: str, dry_run: bool, exc: Exception) -> None:
-        at = datetime.now(UTC)
-        error = str(exc).splitlines()[0][:500]
-        uuid = str(table.metadata.table_uuid)
-        state = record_attempt(
-            store,
-            table_uuid=uuid,
-            table=name,
-            at=at,
-            dry_run=dry_run,
-            succeeded=False,
-            error=error,
-            job=SNAPSHOT_EXPIRY,
-        )
-        record_history(self.hook, name, state, self.log)
 
-    def _log_report(self, report: ExpiryReport, uri: str) -> None:
-        expire, delete = ("would expire", "would delete") if report.dry_run else ("expired", "deleted")
-        self.log.info(
-            "table %s: %s %d snapshots older than %s (retaining at least %d a branch) and %d refs; "
-            "%s %d files, %d bytes; %d kept by the re-check",
-            report.table,
-            expire,
-            len(report.expired_snapshot_ids),
-            report.older_than.isoformat(),
-            report.retain_last,
-            len(report.removed_refs),
-            delete,
-            report.deleted_file_count,
-            report.deleted_bytes,
-            report.kept_by_recheck,
-        )
-        for snapshot_id, why in report.kept_for_pins.items():
-            self.log.info("  kept snapshot %s: %s", snapshot_id, why)
-        if report.kept_all_files:
-            self.log.warning("table %s: %s", report.table, report.kept_all_files)
-        self.log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)
+def _log_report(task_log: TaskLog, report: ExpiryReport, uri: str) -> None:
+    expire, delete = ("would expire", "would delete") if report.dry_run else ("expired", "deleted")
+    task_log.info(
+        "table %s: %s %d snapshots older than %s (retaining at least %d a branch) and %d refs; "
+        "%s %d files, %d bytes; %d kept by the re-check",
+        report.table,
+        expire,
+        len(report.expired_snapshot_ids),
+        report.older_than.isoformat(),
+        report.retain_last,
+        len(report.removed_refs),
+        delete,
+        report.deleted_file_count,
+        report.deleted_bytes,
+        report.kept_by_recheck,
+    )
+    for snapshot_id, why in report.kept_for_pins.items():
+        task_log.info("  kept snapshot %s: %s", snapshot_id, why)
+    if report.kept_all_files:
+        task_log.warning("table %s: %s", report.table, report.kept_all_files)
+    task_log.info("phases (s): %s; full report: %s", report.phase_seconds, uri)

@@ -23,11 +23,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
-from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.errors import (
-    InvalidInputError,
-    MaintenanceError,
-)
+from airflow_iceberg_maint.airflow.maintenance_run import classified
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.source.snapshot_files import resolve_snapshot
@@ -119,13 +116,11 @@ class IcebergCommitIndexExtractOperator(TableLeaseMixin, MaintenanceHookMixin, B
     def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
-        try:
+        with classified(f"table {table_name} index {index}"):
             if self.sharded_build is not None:
                 pulled = context["ti"].xcom_pull(task_ids=self.shard_task_id)
                 return self._commit_shards(table_name, index, pulled)
             return self._run(table_name, index)
-        except MaintenanceError as exc:
-            raise task_exception(f"table {table_name} index {index}", exc) from exc
 
     def _commit_shards(self, table_name: str, index: str, pulled: Any) -> dict[str, Any]:
         build = ShardedBuildPlan.from_json(self.sharded_build)
@@ -258,7 +253,7 @@ class IcebergExpireIndexExtractsOperator(TableLeaseMixin, MaintenanceHookMixin, 
     def maintain(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
-        try:
+        with classified(f"table {table_name} index {index}"):
             retain = arguments.optional_number(self.retain_last, "retain_last")
             table = self.hook.load_table(table_name)
             result = expire_extracts(
@@ -267,8 +262,6 @@ class IcebergExpireIndexExtractsOperator(TableLeaseMixin, MaintenanceHookMixin, 
                 retain_last=None if retain is None else arguments.positive_int(retain, "retain_last"),
                 older_than=arguments.optional_datetime(self.older_than, "older_than"),
             )
-        except MaintenanceError as exc:
-            raise task_exception(f"table {table_name} index {index}", exc) from exc
         failed = result["failed"]
         self.log.info(
             "%s index %s: expired extracts %s, deleted %d files",

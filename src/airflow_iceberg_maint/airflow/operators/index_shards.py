@@ -22,9 +22,9 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
+from airflow_iceberg_maint.airflow.maintenance_run import classified
 from airflow_iceberg_maint.airflow.operators.index import optional_snapshot_id
-from airflow_iceberg_maint.airflow.task_errors import task_exception
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.write.sharded_build import ShardedBuildPlan, build_shard, plan_sharded_build
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 
@@ -61,15 +61,13 @@ class IcebergPlanIndexShardsOperator(MaintenanceHookMixin, BaseOperator):
                 raise InvalidInputError(f"argument indexes: expected {{table, index, shards}} items, got {item!r}")
             table_name = arguments.optional_str(item.get("table"), "table") or ""
             index = arguments.optional_str(item.get("index"), "index") or ""
-            try:
+            with classified(f"table {table_name} index {index}"):
                 count = arguments.positive_int(item.get("shards"), "shards")
                 table = self.hook.load_table(table_name)
                 if table.current_snapshot() is None and item.get("snapshot_id") is None:
                     self.log.info("%s: no snapshot yet, nothing to index", table_name)
                     continue
                 build = plan_sharded_build(table, index, count, optional_snapshot_id(item.get("snapshot_id")))
-            except MaintenanceError as exc:
-                raise task_exception(f"table {table_name} index {index}", exc) from exc
             self.log.info(
                 "%s index %s: build %s of snapshot %d over %d key ranges (%d asked), %d entries per region",
                 table_name,
@@ -120,14 +118,12 @@ class IcebergBuildIndexShardOperator(MaintenanceHookMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         table_name = arguments.optional_str(self.table, "table") or ""
-        try:
+        with classified(f"table {table_name} index build shard {self.shard}"):
             plan = ShardedBuildPlan.from_json(self.build)
             shard = int(arguments.optional_number(self.shard, "shard") or 0)
             table = self.hook.load_table(table_name)
             with reporting(LoggingReporter(self.log)):
                 result = build_shard(table, plan, shard)
-        except MaintenanceError as exc:
-            raise task_exception(f"table {table_name} index build shard {self.shard}", exc) from exc
         self.log.info(
             "%s index %s shard %d of %d: %d entries in %d region files",
             table_name,

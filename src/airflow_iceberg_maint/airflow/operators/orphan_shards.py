@@ -22,13 +22,15 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.leased_task import TableLeaseMixin
-from airflow_iceberg_maint.airflow.operators.orphans import (
-    IcebergRemoveOrphanFilesOperator,
+from airflow_iceberg_maint.airflow.maintenance_run import (
+    Finished,
+    MaintenanceRun,
+    classified,
     failures_recorded,
     prepare_run,
-    publish_report,
+    run_maintenance,
 )
-from airflow_iceberg_maint.airflow.task_errors import task_exception
+from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator, orphans_finished
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.shard_files import Scratch
@@ -103,10 +105,8 @@ class _ShardTask(MaintenanceHookMixin, BaseOperator):
         self.table, self.scratch, self.shard, self.iceberg_conn_id = table, scratch, shard, iceberg_conn_id
 
     def execute(self, context: Context) -> dict[str, int]:
-        try:
+        with classified(f"table {self.table} shard {self.shard}"):
             return self._step(int(self.shard))
-        except MaintenanceError as exc:
-            raise task_exception(f"table {self.table} shard {self.shard}", exc) from exc
 
     @abstractmethod
     def _step(self, shard: int) -> dict[str, int]:
@@ -166,23 +166,14 @@ class IcebergFinishOrphanShardsOperator(TableLeaseMixin, MaintenanceHookMixin, B
             return False
 
     def maintain(self, context: Context) -> dict[str, Any]:
-        try:
+        with classified(f"table {self.table}"):
             table = self.hook.load_table(self.table)
-            run = prepare_run(
-                context,
-                self.hook,
-                table,
-                self.table,
-                self.report_location,
-                self.policy,
-                datetime.now(UTC),
-                (),
-                dry_run=self._planned_dry_run(table),
-            )
-            with failures_recorded(run, self.log):
-                report = finish_sharded_scan(
-                    run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES], on_stage=run.saved.stage
-                )
-            return publish_report(context, run, report, self.log)
-        except MaintenanceError as exc:
-            raise task_exception(f"table {self.table}", exc) from exc
+            dry_run = self._planned_dry_run(table)
+            run: MaintenanceRun = prepare_run(context, self, table, self.table, datetime.now(UTC), dry_run=dry_run)
+            return run_maintenance(context, run, self._finish, self.log)
+
+    def _finish(self, run: MaintenanceRun) -> Finished:
+        report = finish_sharded_scan(
+            run.table, self.scratch, run.saved.io_properties, sources=[INDEX_FILES], on_stage=run.saved.stage
+        )
+        return orphans_finished(run, report)

@@ -2,36 +2,28 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.hooks.maintenance import (
-    DEFAULT_CONN_ID,
-    IcebergMaintenanceHook,
-    MaintenanceHookMixin,
-)
+from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
-from airflow_iceberg_maint.airflow.reports import (
-    TaskLog,
-    default_report_base,
-    refuse_inside_tables,
-    report_uri,
-    write_report,
+from airflow_iceberg_maint.airflow.maintenance_run import (
+    Finished,
+    MaintenanceRun,
+    prepare_run,
+    run_maintenance,
 )
-from airflow_iceberg_maint.errors import CatalogListingError, MaintenanceError, PrefixMismatchError
+from airflow_iceberg_maint.airflow.reports import TaskLog
+from airflow_iceberg_maint.errors import CatalogListingError
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.maintenance.status_records import last_attempt
 from airflow_iceberg_maint.maintenance.values import is_none
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
 from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
@@ -39,10 +31,7 @@ from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
-from airflow_iceberg_maint.policy.state import CleanupState, record_attempt, record_orphan_run
-from airflow_iceberg_maint.progress import LoggingReporter, reporting
-
-log = logging.getLogger(__name__)
+from airflow_iceberg_maint.policy.state import record_orphan_run
 
 
 def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:
@@ -66,47 +55,6 @@ def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | N
         "phase_seconds": summary["phase_seconds"],
         "report": report,
     }
-
-
-def cleanup_clock(context: Context, started: datetime) -> datetime:
-    """When a cleanup counts as done: the run's logical date if earlier than the start.
-
-    A daily DAG evaluates at about the same time each day; a clock set at the end of the
-    cleanup would be seconds later than the next week's evaluation, and a 7-day interval
-    would become 8. The schedule tick has no such jitter.
-    """
-    logical_date = context.get("logical_date")
-    return min(logical_date, started) if isinstance(logical_date, datetime) else started
-
-
-class _SavedReport:
-    """The run's report on storage: written before anything is deleted, and again when the run ends or fails."""
-
-    def __init__(self, uri: str, io_properties: Mapping[str, str]) -> None:
-        self.uri = uri
-        self.io_properties = io_properties
-        self.last: dict[str, Any] | None = None  # the latest stage the engine reported
-
-    def write(self, body: Mapping[str, Any], stage: str, error: str | None = None) -> None:
-        write_report(self.uri, {**body, "stage": stage, "error": error}, self.io_properties)
-
-    def stage(self, report: OrphanReport, stage: str) -> None:
-        self.last = {**report.to_json(), "stage": stage}
-        if stage == "planned":
-            self.write(self.last, stage)
-
-    def failed(self, exc: Exception) -> str | None:
-        """Save what the run had found when it failed; the URI, or None when it failed before listing."""
-        found = exc.report if isinstance(exc, PrefixMismatchError) and isinstance(exc.report, OrphanReport) else None
-        body = {**found.to_json(), "stage": "matched"} if found else self.last
-        if body is None:
-            return None
-        try:
-            self.write(body, body["stage"], f"{type(exc).__name__}: {exc}")
-        except Exception as write_error:  # never hide the run's own error behind the report's
-            log.warning("report %s not written: %s", self.uri, write_error)
-            return None
-        return self.uri
 
 
 class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
@@ -263,17 +211,8 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         now = datetime.now(UTC)
         job = self._job(table_name, table, now)
         other_tables = self._other_tables(self.hook.catalog)
-        run = prepare_run(
-            context,
-            self.hook,
-            table,
-            table_name,
-            self.report_location,
-            self.policy,
-            now,
-            other_tables or (),
-            dry_run=self._records_dry_run(job),
-        )
+        dry_run = self._records_dry_run(job)
+        run = prepare_run(context, self, table, table_name, now, other_tables or (), dry_run=dry_run, kind=PreparedRun)
         self.log.info("table %s: job %s%s", table_name, job.to_json(), f" (policy {run.policy})" if run.policy else "")
         run.options = job.to_options(
             prefix_mismatch_mode=str(self.prefix_mismatch_mode),
@@ -290,12 +229,13 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
         return job.dry_run
 
     def _run(self, context: Context) -> dict[str, Any]:
-        run = self._prepare(context)
-        with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
-            report = remove_orphan_files(
-                run.table, run.options, now=run.now, sources=[INDEX_FILES], on_stage=run.saved.stage
-            )
-        return publish_report(context, run, report, self.log)
+        return run_maintenance(context, self._prepare(context), self._remove, self.log)
+
+    def _remove(self, run: PreparedRun) -> Finished:
+        report = remove_orphan_files(
+            run.table, run.options, now=run.now, sources=[INDEX_FILES], on_stage=run.saved.stage
+        )
+        return orphans_finished(run, report)
 
     def _other_tables(self, catalog: Catalog) -> list[TablePaths] | None:
         """The planning task's catalog pass topped up with tables created since; None: the engine makes one."""
@@ -310,95 +250,29 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
 
 
 @dataclass
-class PreparedRun:
-    """What a removal task (single or sharded) knows before the engine runs."""
+class PreparedRun(MaintenanceRun):
+    """What an orphan removal task knows before the engine runs: the lifecycle's run and the engine's options."""
 
-    hook: IcebergMaintenanceHook
-    table: Table
-    table_name: str
-    policy: str | None
-    now: datetime
-    uri: str
-    saved: _SavedReport
-    dry_run: bool = False
     options: OrphanOptions = field(default_factory=OrphanOptions)
 
 
-def prepare_run(
-    context: Context,
-    hook: IcebergMaintenanceHook,
-    table: Table,
-    table_name: str,
-    report_location: str | None,
-    policy: str | None,
-    now: datetime,
-    other_tables: Sequence[TablePaths],
-    *,
-    dry_run: bool = False,
-) -> PreparedRun:
-    base = arguments.optional_str(report_location, "report_location") or default_report_base()
-    refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
-    ti = context["ti"]
-    uri = report_uri(base, ti.dag_id, ti.run_id, table_name, getattr(ti, "map_index", None), dry_run=dry_run)
-    saved = _SavedReport(uri, {**hook.catalog.properties, **table.io.properties})
-    return PreparedRun(hook, table, table_name, arguments.optional_str(policy, "policy"), now, uri, saved, dry_run)
-
-
-@contextmanager
-def failures_recorded(run: PreparedRun, task_log: TaskLog) -> Iterator[None]:
-    """A failed engine run saves what it had found and is recorded in the cleanup state."""
-    try:
-        yield
-    except Exception as exc:
-        written = run.saved.failed(exc)
-        if isinstance(exc, MaintenanceError):
-            state = record_attempt(
-                run.hook.state_store,
-                table_uuid=str(run.table.metadata.table_uuid),
-                table=run.table_name,
-                at=datetime.now(UTC),
-                dry_run=run.dry_run,
-                succeeded=False,
-                error=str(exc).splitlines()[0][:500],
-                report=written,
-            )
-            record_history(run.hook, run.table_name, state, task_log)
-        if isinstance(exc, PrefixMismatchError):
-            raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
-        if written:
-            task_log.error("the files this run had planned to delete are in its report: %s", written)
-        raise
-
-
-def publish_report(context: Context, run: PreparedRun, report: OrphanReport, task_log: TaskLog) -> dict[str, Any]:
-    """Write the full report, record the cleanup, log it, and return the XCom summary; failed deletes fail the task."""
-    run.saved.write(report.to_json(), "done")
+def orphans_finished(run: MaintenanceRun, report: OrphanReport) -> Finished:
+    """What ``publish`` needs of an orphan removal (single or sharded): its report, record, log and summary."""
     summary = report.summary()
-    state = record_orphan_run(run.hook.state_store, summary, cleanup_clock(context, run.now), run.uri)
-    record_history(run.hook, run.table_name, state, task_log, report.phase_seconds)
-    _log_report(task_log, report, run.uri)
+    failure = None
     if report.failed:
-        raise AirflowException(
+        failure = (
             f"table {run.table_name}: {len(report.failed)} of {report.orphan_file_count} deletes failed "
             f"(first: {report.failed[0]['path']}: {report.failed[0]['error']}); report: {run.uri}"
         )
-    return xcom_summary(summary, run.uri, run.policy)
-
-
-def record_history(
-    hook: IcebergMaintenanceHook,
-    table_name: str,
-    state: CleanupState,
-    task_log: TaskLog,
-    phase_seconds: Mapping[str, float] | None = None,
-    approved_report: str | None = None,
-) -> None:
-    """Add the attempt just recorded in the state (any kind) to the table's run history (the status page);
-    ``approved_report``: the reviewed dry run's report a reviewed run executed."""
-    attempt = last_attempt(state)
-    if attempt is not None:
-        run = replace(attempt, phase_seconds=dict(phase_seconds or {}), approved_report=approved_report)
-        hook.record_run(table_name, run, task_log)
+    return Finished(
+        body=report.to_json(),
+        record=lambda store, at, uri: record_orphan_run(store, summary, at, uri),
+        summary=xcom_summary(summary, run.uri, run.policy),
+        log=lambda task_log: _log_report(task_log, report, run.uri),
+        failure=failure,
+        phase_seconds=report.phase_seconds,
+    )
 
 
 def _log_report(task_log: TaskLog, report: OrphanReport, uri: str) -> None:

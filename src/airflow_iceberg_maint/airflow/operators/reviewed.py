@@ -16,21 +16,17 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
-from airflow_iceberg_maint.airflow.operators.orphans import (
-    IcebergRemoveOrphanFilesOperator,
-    cleanup_clock,
-    failures_recorded,
-    record_history,
-)
-from airflow_iceberg_maint.airflow.reports import read_report
+from airflow_iceberg_maint.airflow.maintenance_run import Finished, failures_recorded, publish
+from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator, PreparedRun
+from airflow_iceberg_maint.airflow.reports import TaskLog, read_report
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import delete_on_each_store
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig
 from airflow_iceberg_maint.policy.state import record_orphan_run
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
@@ -141,44 +137,60 @@ class IcebergDeleteApprovedOrphansOperator(IcebergRemoveOrphanFilesOperator):
         )
         with failures_recorded(run, self.log), reporting(LoggingReporter(self.log)):
             fresh = remove_orphan_files(run.table, run.options, now=run.now, sources=[INDEX_FILES])
-        still = set(fresh.orphan_files)
-        to_delete = sorted(approved & still)
-        outcome = delete_on_each_store(to_delete, run.table.io, run.options.max_concurrent_deletes)
-        failed = [{"path": p, "error": e} for p, e in outcome.failed]
-        body = {
-            **fresh.to_json(),
-            "dry_run": False,
-            "approved_report": uri,
-            "deleted_files": sorted(outcome.deleted),
-            "deleted_file_count": len(outcome.deleted),
-            "failed": failed,
-            "kept_not_orphan": sorted(approved - still),
-            "kept_not_approved": sorted(still - approved),
-        }
-        run.saved.write(body, "done")
-        state = record_orphan_run(run.hook.state_store, body, cleanup_clock(context, run.now), run.uri)
-        record_history(run.hook, run.table_name, state, self.log, fresh.phase_seconds, uri)
-        self.log.info(
-            "table %s: %d approved, %d deleted; kept %d approved files that are no longer orphans and %d orphans "
-            "found since the review; report: %s",
+        return publish(context, run, _delete_approved(run, uri, approved, fresh), self.log)
+
+
+def _delete_approved(run: PreparedRun, uri: str, approved: set[str], fresh: OrphanReport) -> Finished:
+    """Delete the approved files the fresh check still finds orphaned; what ``publish`` needs of the outcome."""
+    still = set(fresh.orphan_files)
+    to_delete = sorted(approved & still)
+    outcome = delete_on_each_store(to_delete, run.table.io, run.options.max_concurrent_deletes)
+    failed = [{"path": p, "error": e} for p, e in outcome.failed]
+    body = {
+        **fresh.to_json(),
+        "dry_run": False,
+        "approved_report": uri,
+        "deleted_files": sorted(outcome.deleted),
+        "deleted_file_count": len(outcome.deleted),
+        "failed": failed,
+        "kept_not_orphan": sorted(approved - still),
+        "kept_not_approved": sorted(still - approved),
+    }
+    kept_not_orphan, kept_not_approved = len(approved - still), len(still - approved)
+
+    def log_outcome(task_log: TaskLog) -> None:
+        task_log.info(
+            "table %s: %d approved, %d deleted; kept %d approved files that are no longer orphans and %d "
+            "orphans found since the review; report: %s",
             run.table_name,
             len(approved),
             len(outcome.deleted),
-            len(approved - still),
-            len(still - approved),
+            kept_not_orphan,
+            kept_not_approved,
             run.uri,
         )
-        if failed:
-            raise AirflowException(
-                f"table {run.table_name}: {len(failed)} of {len(to_delete)} deletes failed "
-                f"(first: {failed[0]['path']}: {failed[0]['error']}); report: {run.uri}"
-            )
-        return {
-            "table": run.table_name,
-            "approved_count": len(approved),
-            "deleted_file_count": len(outcome.deleted),
-            "kept_not_orphan_count": len(approved - still),
-            "kept_not_approved_count": len(still - approved),
-            "failed_count": 0,
-            "report": run.uri,
-        }
+
+    failure = None
+    if failed:
+        failure = (
+            f"table {run.table_name}: {len(failed)} of {len(to_delete)} deletes failed "
+            f"(first: {failed[0]['path']}: {failed[0]['error']}); report: {run.uri}"
+        )
+    summary = {
+        "table": run.table_name,
+        "approved_count": len(approved),
+        "deleted_file_count": len(outcome.deleted),
+        "kept_not_orphan_count": kept_not_orphan,
+        "kept_not_approved_count": kept_not_approved,
+        "failed_count": 0,
+        "report": run.uri,
+    }
+    return Finished(
+        body=body,
+        record=lambda store, at, report: record_orphan_run(store, body, at, report),
+        summary=summary,
+        log=log_outcome,
+        failure=failure,
+        phase_seconds=fresh.phase_seconds,
+        approved_report=uri,
+    )
