@@ -134,18 +134,21 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     assert lease_owner({"ti": TaskContextTI(map_index=3)}, "expire") == "unit/manual__unit/expire/3"  # type: ignore[typeddict-item]
 
 
-def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
-    demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
-    """The other way round from tests/test_cli_lease.py: a command-line run on the task's state_url holds it."""
-    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)
+def _a_task_during_an_orphan_run(
+    leases: SqlLeases, state_url: str | None, tmp_path: Path
+) -> tuple[int, dict[str, object]]:
+    """Run ``iceberg-maint orphans``; at its first phase an expiry task (``state_url``) tries the same table.
+
+    The command's status, and what was seen then: ``holder`` (the command's lease in ``leases``) and
+    ``task`` (the task's error, if it gave up).
+    """
     seen: dict[str, object] = {}
 
-    class TaskDuringTheRun:  # a progress reporter: at the run's first phase, a task tries the same table
+    class TaskDuringTheRun:  # a progress reporter
         def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
             if "holder" in seen:
                 return
-            seen["holder"] = SqlLeases(state_url).holder(TABLE)
+            seen["holder"] = leases.holder(TABLE)
             expirer = IcebergExpireSnapshotsOperator(
                 task_id="expire",
                 table=TABLE,
@@ -160,7 +163,15 @@ def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
 
     with reporting(TaskDuringTheRun()):
         status = main(["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--json"])
+    return status, seen
 
+
+def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
+    demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The other way round from tests/test_cli_lease.py: a command-line run on the task's state_url holds it."""
+    monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)
+    status, seen = _a_task_during_an_orphan_run(SqlLeases(state_url), state_url, tmp_path)
     assert status == 0, capsys.readouterr().err
     holder = seen["holder"]
     assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
@@ -179,23 +190,7 @@ def test_out_of_the_box_a_task_and_an_iceberg_maint_run_on_one_host_exclude_each
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     host = SqlLeases(f"sqlite:///{tmp_path}/state/iceberg-maint/state.db")  # what both read by default
-    seen: dict[str, object] = {}
-
-    class TaskDuringTheRun:  # at the command's first phase, a task without a state_url tries the same table
-        def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
-            if "holder" in seen:
-                return
-            seen["holder"] = host.holder(TABLE)
-            expirer = IcebergExpireSnapshotsOperator(
-                task_id="expire", table=TABLE, report_location=f"file://{tmp_path}/r", lease_timeout=0
-            )
-            try:
-                expirer.execute({"ti": TaskContextTI()})
-            except AirflowException as exc:
-                seen["task"] = str(exc)
-
-    with reporting(TaskDuringTheRun()):
-        status = main(["--conn-id", "iceberg_default", "--progress", "off", "orphans", TABLE, "--json"])
+    status, seen = _a_task_during_an_orphan_run(host, None, tmp_path)  # the task has no state_url
     assert status == 0, capsys.readouterr().err
     holder = seen["holder"]
     assert isinstance(holder, Lease) and holder.owner.startswith("iceberg-maint orphans on ")
