@@ -112,6 +112,8 @@ def test_the_approved_reports_stay_as_reviewed_beside_the_executed_ones(
     from airflow_iceberg_maint.airflow.plugin import table_page
     from airflow_iceberg_maint.maintenance.status_records import runs_key
 
+    with create_session() as session:  # run records other tests of the session left for this table
+        session.query(Variable).filter_by(key=runs_key(TABLE)).delete()
     reviewer = Reviewer()
     reviewer.start()
     run = dags[REVIEWED].test(run_conf={"table": TABLE, "expire_older_than_days": 0, "retain_last": 1})
