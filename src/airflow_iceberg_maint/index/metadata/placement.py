@@ -94,9 +94,16 @@ def _commit_location(table: Table, wanted: str) -> None:
     theirs = FromInputFile.table_metadata(table.io.new_input(committed.predecessor)).properties.get(INDEX_PATH_PROPERTY)
     if theirs is None or theirs.rstrip("/") == wanted:
         return
-    commit_fenced(
-        table, table.metadata, table.metadata_location, [SetPropertiesUpdate(updates={INDEX_PATH_PROPERTY: theirs})]
-    )
+    try:
+        commit_fenced(
+            table, table.metadata, table.metadata_location, [SetPropertiesUpdate(updates={INDEX_PATH_PROPERTY: theirs})]
+        )
+    except CommitFailedException as exc:  # not a conflict to retry: a retry would find ours recorded and keep it
+        raise IndexCommitConflictError(
+            f"index location: the indexes of table {base.location!r} were placed at {theirs!r} (table property "
+            f"{INDEX_PATH_PROPERTY}) by another writer meanwhile, and putting that back failed ({exc}); set "
+            f"{INDEX_PATH_PROPERTY} to {theirs!r} again before any orphan run on the table"
+        ) from exc
     raise InvalidInputError(
         f"index location: the indexes of table {base.location!r} were placed at {theirs!r} (table property "
         f"{INDEX_PATH_PROPERTY}) by another writer meanwhile, not {wanted!r}"
