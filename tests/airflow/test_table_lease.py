@@ -25,7 +25,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishOrphanShardsOperator
-from airflow_iceberg_maint.airflow.table_lease import VariableLeases, lease_store_for
+from airflow_iceberg_maint.airflow.table_lease import HostAndVariableLeases, VariableLeases, lease_store_for
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
 from airflow_iceberg_maint.cli import main
 from airflow_iceberg_maint.policy.lease import Lease
@@ -66,6 +66,22 @@ def test_one_holder_at_a_time_until_released_or_expired(kind: str, state_url: st
     assert not store.renew(gone, ttl)
     store.release(b)
     assert store.holder(table) is None
+
+
+class _VariablesDown:
+    """A Variable store whose metadata database does not answer (a test double: the outage cannot be made
+    here without stopping the session's database under the other tests)."""
+
+    def acquire(self, *args: object, **kwargs: object) -> Lease:
+        raise ConnectionError("the metadata database did not answer")
+
+
+def test_a_task_that_cannot_take_the_variable_gives_back_the_hosts_lease(tmp_path: Path) -> None:
+    host = SqlLeases(f"sqlite:///{tmp_path}/host.db")
+    both = HostAndVariableLeases(host, _VariablesDown())  # type: ignore[arg-type]
+    with pytest.raises(ConnectionError):
+        both.acquire(TABLE, "a task", timedelta(seconds=60), "token-a", "")
+    assert host.holder(TABLE) is None  # an iceberg-maint run on the host is not kept waiting for the ttl
 
 
 def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadline(state_url: str) -> None:
@@ -116,6 +132,13 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     assert isinstance(trigger, TableLeaseTrigger)
     assert (trigger.table, trigger.owner) == (TABLE, "unit/manual__unit/expire/-1")
     assert deferred.value.method_name == "resume_after_lease"
+    assert trigger.first_wait == 0  # the first look at the lease is at once
+    # Resumed on free but still held (by a part of the lease the triggerer cannot see): the next look
+    # waits a poll interval instead of resuming again at once.
+    event = {"status": "free", "table": TABLE, "deadline": (until + timedelta(hours=1)).isoformat()}
+    with pytest.raises(TaskDeferred) as again:
+        expirer(older_than_days=0, lease_poll_interval=7).resume_after_lease({"ti": TaskContextTI()}, event)
+    assert isinstance(again.value.trigger, TableLeaseTrigger) and again.value.trigger.first_wait == 7
 
     with pytest.raises(AirflowException) as busy:
         expirer(lease_timeout=0).execute({"ti": TaskContextTI()})

@@ -135,6 +135,7 @@ class TableLeaseMixin:
             deadline=deadline.isoformat(),
             state_url=self.state_url,
             poll_interval=self.lease_poll_interval,
+            first_wait=self.lease_poll_interval if deadline_text else 0.0,  # resumed on free, yet held
         )
         self.defer(trigger=trigger, method_name="resume_after_lease")  # type: ignore[attr-defined]
 

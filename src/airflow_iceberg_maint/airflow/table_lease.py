@@ -99,7 +99,11 @@ class HostAndVariableLeases:
         first = self.host.acquire(table, owner, ttl, token, process, stale)
         if first.token != token:
             return first
-        second = self.variables.acquire(table, owner, ttl, token, process, stale)
+        try:
+            second = self.variables.acquire(table, owner, ttl, token, process, stale)
+        except BaseException:
+            self.host.release(first)
+            raise
         if second.token != token:
             self.host.release(first)
         return second

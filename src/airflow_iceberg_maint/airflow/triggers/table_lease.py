@@ -30,10 +30,20 @@ class TableLeaseTrigger(BaseTrigger):
     :param deadline: ISO 8601 time at which the wait gives up (``status: timeout``).
     :param state_url: SQLAlchemy URL of the lease table; None: Airflow Variables.
     :param poll_interval: seconds between reads of the lease.
+    :param first_wait: seconds before the first read: a task that resumed on ``free`` and found the lease
+        held after all (a part the triggerer cannot see, such as the worker host's own lease file)
+        waits a poll interval instead of resuming again at once.
     """
 
     def __init__(
-        self, *, table: str, owner: str, deadline: str, state_url: str | None = None, poll_interval: float = 30.0
+        self,
+        *,
+        table: str,
+        owner: str,
+        deadline: str,
+        state_url: str | None = None,
+        poll_interval: float = 30.0,
+        first_wait: float = 0.0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # untyped_calls_exclude misses super()
         self.table = table
@@ -41,6 +51,7 @@ class TableLeaseTrigger(BaseTrigger):
         self.deadline = deadline
         self.state_url = state_url
         self.poll_interval = poll_interval
+        self.first_wait = first_wait
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -51,11 +62,13 @@ class TableLeaseTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "state_url": self.state_url,
                 "poll_interval": self.poll_interval,
+                "first_wait": self.first_wait,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         deadline = datetime.fromisoformat(self.deadline)
+        await asyncio.sleep(max(0.0, min(self.first_wait, (deadline - datetime.now(UTC)).total_seconds())))
         while True:
             try:
                 holder = await asyncio.to_thread(lambda: lease_store_for(self.state_url).holder(self.table))
