@@ -1,7 +1,7 @@
 """A lost lease stops the run (S15): fencing before every delete batch and commit, outages, and the takeover
 of a lease whose process has ended.
 
-Run A is a real run in its own process (``lease_worker``) under a 2 s lease; at a stage it stops its
+Run A is a real run in its own process (``lease_worker``) under a 6 s lease; at a stage it stops its
 whole process (SIGSTOP: its lease renewal stops too). Run B takes the lease once A's has expired by
 the database's clock, and only then is A continued. The state store is a real SQLite database.
 """
@@ -86,7 +86,7 @@ class World:
             "table": TABLE,
             "index": INDEX,
             "state_url": self.state_url,
-            "ttl": 2.0,
+            "ttl": 6.0,  # short, yet long enough that a run starved of the CPU on a busy machine keeps it
         }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
         return subprocess.Popen(
