@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from tests.s3_helpers import s3_test_client
+
 # A test past its time limit fails alone and the run goes on (the limits are pytest-timeout's).
 pytest_plugins = ("tests.watchdog",)
 
@@ -152,15 +154,7 @@ def s3_endpoint() -> str:
 
 @pytest.fixture
 def s3_bucket(s3_endpoint: str) -> Iterator[str]:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_test_client(s3_endpoint)
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=bucket)
     yield bucket

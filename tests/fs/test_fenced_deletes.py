@@ -18,6 +18,7 @@ from airflow_iceberg_maint.policy.fence import held
 from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from tests.conftest import S3_PROPS
 from tests.lease_helpers import hold
+from tests.s3_helpers import s3_test_client
 
 LOG = logging.getLogger(__name__)
 TTL = timedelta(seconds=60)
@@ -34,16 +35,8 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
             (tmp_path / "files" / name).write_bytes(b"x")
         root = f"file://{tmp_path}/files"
         return root, {}, lambda: {f"{root}/{p.name}" for p in (tmp_path / "files").iterdir()}
-    import boto3
-
     endpoint, bucket = request.getfixturevalue("s3_endpoint"), request.getfixturevalue("s3_bucket")
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3_test_client(endpoint)
     for name in names:
         client.put_object(Bucket=bucket, Key=f"t/{name}", Body=b"x")
     root = f"s3://{bucket}/t"
