@@ -34,7 +34,7 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_
 from airflow_iceberg_maint.orphans import removal
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, check_options
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 
 class PrefixMismatchMode(StrEnum):

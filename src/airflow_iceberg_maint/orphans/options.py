@@ -8,7 +8,7 @@ from datetime import datetime
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
+from airflow_iceberg_maint.reachability.other_tables import TablePaths
 
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 #: The memory a scan holds its listed files and referenced set in, beyond the hashes (see docs/safety.md).

@@ -25,16 +25,21 @@ from datetime import UTC, datetime
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.orphans.inventory import listing_source
-from airflow_iceberg_maint.orphans.listing import Listing, hidden_filter, list_candidates, older_objects_frozen
+from airflow_iceberg_maint.orphans.listing.candidates import (
+    Listing,
+    hidden_filter,
+    list_candidates,
+    older_objects_frozen,
+)
+from airflow_iceberg_maint.orphans.listing.inventory import listing_source
 from airflow_iceberg_maint.orphans.matching import match_listed, protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions, refs_budget, rows_budget
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
 from airflow_iceberg_maint.orphans.setup import ScanSetup, scan_setup, table_name
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 from airflow_iceberg_maint.sorting.sorted_runs import trim_heap
 
 log = logging.getLogger(__name__)

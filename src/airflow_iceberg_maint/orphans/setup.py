@@ -10,9 +10,9 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import CatalogListingError, GcDisabledError
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.orphans.cutoff import resolve_cutoff
 from airflow_iceberg_maint.orphans.options import OrphanOptions, check_options
-from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths
+from airflow_iceberg_maint.reachability.cutoff import resolve_cutoff
+from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths
 
 
 def table_name(table: Table) -> str:

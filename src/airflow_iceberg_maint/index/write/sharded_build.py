@@ -50,7 +50,7 @@ from airflow_iceberg_maint.index.write.refresh import (
     refresh_target,
     tracking_file_location,
 )
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 from airflow_iceberg_maint.sorting.ordering import comparable
 
 log = logging.getLogger(__name__)
