@@ -27,7 +27,7 @@ from airflow_iceberg_maint.orphans.listing.listed_rows import (
     paths_of,
 )
 from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
-from airflow_iceberg_maint.orphans.setup import table_name
+from airflow_iceberg_maint.orphans.options import table_name
 from airflow_iceberg_maint.reachability.other_tables import (
     ProtectedLocation,
     TablePaths,

@@ -15,15 +15,14 @@ import pyarrow as pa
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadError, PrefixMismatchError
-from airflow_iceberg_maint.fs.deleting import delete_in_steps
+from airflow_iceberg_maint.fs.batches import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
 from airflow_iceberg_maint.fs.storage import FileInfo, Storage
 from airflow_iceberg_maint.orphans.listing.listed_rows import inodes_of, paths_of, rows_of
 from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
 from airflow_iceberg_maint.orphans.matching import conflict_pairs
-from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.options import OrphanOptions, refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
-from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.tables_now import TablesNow, folders_below
 from airflow_iceberg_maint.reachability.other_tables import ProtectedLocation, outermost, protection_set
 from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced

@@ -22,7 +22,7 @@ from airflow_iceberg_maint.airflow.maintenance_run import (
 )
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import CatalogListingError
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files

@@ -24,7 +24,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.backends import table_storage
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.format.extract_files import region_file_paths
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata

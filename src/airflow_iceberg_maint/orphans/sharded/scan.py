@@ -45,9 +45,8 @@ from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, Storage, require_capabilities
 from airflow_iceberg_maint.orphans.listing.candidates import keep_filter, partition_field_names
-from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.options import OrphanOptions, scan_setup
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.setup import scan_setup
 from airflow_iceberg_maint.orphans.sharded.files import (
     CANDIDATE_SCHEMA,
     BucketWriter,
