@@ -56,9 +56,9 @@ from airflow_iceberg_maint.expiry.run import expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
-from airflow_iceberg_maint.orphans.manifests import unique_manifest_paths
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.reachability.manifests import unique_manifest_paths
 
 KEEP_METADATA_LOG = "100000"  # previous-versions-max of the prepared table
 

@@ -39,7 +39,7 @@ from orphans import S3_BUCKET, build_s3, in_child, load_s3, s3_catalog_db, s3_cl
 from pyiceberg.table import Table
 from scale import CountingProxy
 
-from airflow_iceberg_maint.orphans.manifests import unique_manifest_paths
+from airflow_iceberg_maint.reachability.manifests import unique_manifest_paths
 
 DATA_BODY = b"x"  # every data object build_s3 PUTs
 PREFIXES = 100  # data/p=NNNN/ folders

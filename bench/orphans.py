@@ -50,12 +50,12 @@ from pyiceberg.types import LongType, NestedField
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import PathEquivalence, local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.listing import hidden_filter
-from airflow_iceberg_maint.orphans.manifest_pool import worker_start_method
-from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths, unique_manifest_paths
+from airflow_iceberg_maint.orphans.listing.candidates import hidden_filter
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.reachability.manifest_pool import worker_start_method
+from airflow_iceberg_maint.reachability.manifests import live_file_paths, manifest_paths, unique_manifest_paths
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 
 OLD = time.time() - 30 * 86400
 

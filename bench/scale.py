@@ -202,9 +202,9 @@ def step(args: argparse.Namespace) -> None:
     from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
     from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
     from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-    from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
-    from airflow_iceberg_maint.orphans.shard_match import match_shard
-    from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard
+    from airflow_iceberg_maint.orphans.sharded.finish import finish_sharded_scan
+    from airflow_iceberg_maint.orphans.sharded.match import match_shard
+    from airflow_iceberg_maint.orphans.sharded.scan import plan_sharded_scan, run_shard
 
     table = catalog(Path(args.work), args.endpoint).load_table("db.t")
     io = dict(table.io.properties)

@@ -24,8 +24,8 @@ import yaml
 
 
 def _prepare(root: Path, tables: int) -> None:
-    from airflow_iceberg_maint.maintenance.status_records import SqlRecords, index_lag_key
-    from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+    from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+    from airflow_iceberg_maint.state.status_records import SqlRecords, index_lag_key
 
     url = f"sqlite:///{root}/state.db"
     states, records = SqlStateStore(url), SqlRecords(url)

@@ -31,7 +31,7 @@ from airflow_iceberg_maint.airflow.catalog import DEFAULT_CONN_ID
 from airflow_iceberg_maint.airflow.index_maintenance import index_maintenance_tasks
 from airflow_iceberg_maint.airflow.table_assets import table_asset
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger
-from airflow_iceberg_maint.maintenance.index_definitions import IndexDefinition, load_index_definitions
+from airflow_iceberg_maint.policy.index_definitions import IndexDefinition, load_index_definitions
 
 DEFINITIONS = Path(__file__).with_name("iceberg_indexes.yaml")
 POLICY_FILE = Path(__file__).with_name("iceberg_maint_policies.yaml")

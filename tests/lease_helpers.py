@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from airflow_iceberg_maint.policy.lease import Lease, LeaseStore
+from airflow_iceberg_maint.state.leases import Lease, LeaseStore
 
 
 def hold(store: LeaseStore, table: str, owner: str, ttl: timedelta = timedelta(hours=1), process: str = "") -> Lease:

@@ -18,7 +18,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.state import SqlStateStore
+from airflow_iceberg_maint.state.cleanup import SqlStateStore
 
 POLICY = {
     "name": "weekly",

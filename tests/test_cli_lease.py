@@ -23,11 +23,11 @@ import sqlalchemy as sa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import Lease
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
-from airflow_iceberg_maint.policy.state import SqlStateStore, default_state_url
 from airflow_iceberg_maint.progress import reporting
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, default_state_url
+from airflow_iceberg_maint.state.leases import Lease
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.lease_helpers import hold
 from tests.orphans.scenario import SCHEMA, rows
 from tests.orphans.test_cli import _env, _run, _table_with_orphan

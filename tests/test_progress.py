@@ -11,7 +11,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.fs import deleting
+from airflow_iceberg_maint.fs import batches as deleting
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from airflow_iceberg_maint.index.read.lookup import LookupResult
     from airflow_iceberg_maint.index.write.refresh import RefreshResult
     from airflow_iceberg_maint.orphans.report import OrphanReport
-    from airflow_iceberg_maint.orphans.sources import ReferenceSource
+    from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 __all__ = [
     "CatalogLike",
@@ -130,7 +130,7 @@ _HOMES = (
     "index.read.lookup",
     "index.write.refresh",
     "orphans.report",
-    "orphans.sources",
+    "reachability.sources",
 )
 
 

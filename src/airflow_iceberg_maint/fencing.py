@@ -1,6 +1,6 @@
 """The fence of the run in progress: checked before every delete batch and every commit (S15).
 
-A run that holds its table's lease (``policy.fence.held``) sets its fence here, in a context
+A run that holds its table's lease (``state.lease_fence.held``) sets its fence here, in a context
 variable of the thread that runs the work; the delete path (``fs.batches``, before each batch) and
 every commit (the expiry's, each index version) call ``guard``, which stops the run with
 ``LeaseLostError`` once the lease is lost. Outside a lease (library callers, tests) there is no

@@ -94,7 +94,7 @@ def check_due_sensor(conn_id: str, table: Any, name: str, tmp_path: Path, contex
     """The due sensor through connection ``conn_id`` on ``table`` (called ``name`` there), with a weekly
     policy: due when never cleaned, not due two days after a recorded cleanup."""
     from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
-    from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+    from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 
     policy_file = tmp_path / "policies.yaml"
     namespace = name.rsplit(".", 1)[0]

@@ -19,9 +19,9 @@ from airflow_iceberg_maint.airflow.operators.maintenance_planning import (
     IcebergExpiryPolicyExpansionOperator,
     IcebergMaintenancePlanOperator,
 )
-from airflow_iceberg_maint.maintenance.status_records import SqlRecords, runs_key
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.status_records import SqlRecords, runs_key
 from tests.airflow.conftest import DAGS
 from tests.expiry.history import build_history, reachable
 

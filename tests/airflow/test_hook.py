@@ -19,11 +19,11 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHo
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.variable_store import VariableRecords, VariableStateStore
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
-from airflow_iceberg_maint.maintenance.lag_threshold import LagThreshold
-from airflow_iceberg_maint.maintenance.status_records import RunRecord, SqlRecords, index_lag_key, runs_key
+from airflow_iceberg_maint.policy.lag_threshold import LagThreshold
 from airflow_iceberg_maint.policy.policies import parse_policies
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from airflow_iceberg_maint.provider_info import CONFIG_OPTIONS, CONFIG_SECTION
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.status_records import RunRecord, SqlRecords, index_lag_key, runs_key
 
 LOG = logging.getLogger(__name__)
 WEEKLY = parse_policies(

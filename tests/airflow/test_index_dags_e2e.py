@@ -16,7 +16,7 @@ from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagE
 from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from airflow_iceberg_maint.maintenance.index_definitions import load_index_definitions
+from airflow_iceberg_maint.policy.index_definitions import load_index_definitions
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import task_states, xcom
 from tests.airflow.index_helpers import TABLE, assert_lookups_exact, extract_snapshots

@@ -8,12 +8,12 @@ import pytest
 
 from airflow_iceberg_maint.airflow.table_assets import table_asset, table_of_asset_uri
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.maintenance.index_definitions import (
+from airflow_iceberg_maint.policy.index_definitions import (
     load_index_definitions,
     parse_index_definitions,
     table_names,
 )
-from airflow_iceberg_maint.maintenance.lag_threshold import LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import LagThreshold
 from tests.airflow.conftest import DAGS
 
 

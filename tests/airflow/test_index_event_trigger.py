@@ -19,7 +19,7 @@ from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtr
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger, advance
 from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
 from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table

@@ -58,7 +58,7 @@ def test_removal_tops_up_a_saved_pass_with_tables_created_since(
     demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
 ):
     # A pass saved before the nested table existed: the task loads the tables created since.
-    from airflow_iceberg_maint.orphans.other_tables import catalog_table_paths, save_table_paths
+    from airflow_iceberg_maint.reachability.other_tables import catalog_table_paths, save_table_paths
 
     uri = save_table_paths(f"file://{tmp_path}/pass.json", catalog_table_paths(catalog), {})
     catalog.create_namespace("other")

@@ -18,7 +18,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.operators.maintenance_planning import IcebergMaintenancePlanOperator
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 SUMMARY_KEYS = {

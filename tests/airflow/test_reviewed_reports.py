@@ -110,7 +110,7 @@ def test_the_approved_reports_stay_as_reviewed_beside_the_executed_ones(
     from airflow.utils.session import create_session
 
     from airflow_iceberg_maint.airflow.plugin import table_page
-    from airflow_iceberg_maint.maintenance.status_records import runs_key
+    from airflow_iceberg_maint.state.status_records import runs_key
 
     with create_session() as session:  # run records other tests of the session left for this table
         session.query(Variable).filter_by(key=runs_key(TABLE)).delete()

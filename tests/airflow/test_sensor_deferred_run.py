@@ -11,7 +11,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 from tests.airflow.conftest import TEST_DAGS
 from tests.airflow.helpers import task_states, xcom
 

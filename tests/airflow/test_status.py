@@ -13,19 +13,19 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergIndexLagPlanOperator
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.maintenance.index_definitions import load_index_definitions
-from airflow_iceberg_maint.maintenance.status_records import (
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.orphans.report import OrphanReport
+from airflow_iceberg_maint.policy.index_definitions import load_index_definitions
+from airflow_iceberg_maint.policy.policies import parse_policies
+from airflow_iceberg_maint.policy.status_rows import Records, table_rows
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.status_records import (
     RUN_HISTORY_LIMIT,
     RunRecord,
     SqlRecords,
     index_lag_key,
     record_run,
 )
-from airflow_iceberg_maint.maintenance.status_rows import Records, table_rows
-from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.policy.policies import parse_policies
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS, remover
 
 NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
@@ -216,7 +216,7 @@ def test_report_base_inside_a_table_is_refused(
         operator.execute(context)
     assert demo_tables["demo.orders"]["old"].exists()
     from airflow_iceberg_maint.airflow.reports import refuse_inside_tables
-    from airflow_iceberg_maint.orphans.other_tables import TablePaths
+    from airflow_iceberg_maint.reachability.other_tables import TablePaths
 
     paths = TablePaths.of("demo.events", catalog.load_table("demo.events").metadata)
     with pytest.raises(ValueError, match=f"is inside the table location '{events}' of demo.events"):

@@ -17,14 +17,14 @@ import pytest
 from fastapi import HTTPException
 
 from airflow_iceberg_maint.airflow.plugin import STATIC, report_page, status_json, status_page, table_page
-from airflow_iceberg_maint.maintenance.status_records import (
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.status_records import (
     RunRecord,
     SqlRecords,
     last_attempt,
     record_index_lags,
     record_run,
 )
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
 from tests.airflow.conftest import DAGS
 
 LOG = logging.getLogger(__name__)

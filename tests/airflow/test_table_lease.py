@@ -28,9 +28,9 @@ from airflow_iceberg_maint.airflow.operators.orphan_shards import IcebergFinishO
 from airflow_iceberg_maint.airflow.table_lease import HostAndVariableLeases, VariableLeases, lease_store_for
 from airflow_iceberg_maint.airflow.triggers.table_lease import TableLeaseTrigger
 from airflow_iceberg_maint.cli import main
-from airflow_iceberg_maint.policy.lease import Lease
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.progress import reporting
+from airflow_iceberg_maint.state.leases import Lease
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
 from tests.lease_helpers import hold
 

@@ -24,7 +24,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 from tests.airflow.conftest import TEST_DAGS
 
 #: A port of this test session's range: bound and never listened on, so every connection is refused.

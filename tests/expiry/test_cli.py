@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.fs.locations import local_path
-from airflow_iceberg_maint.policy.state import SqlStateStore
+from airflow_iceberg_maint.state.cleanup import SqlStateStore
 from tests.expiry.history import build_history, reachable
 from tests.orphans.test_cli import _env, _run
 

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.fs.deleting import delete_in_steps
-from airflow_iceberg_maint.policy.fence import held
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.fs.batches import delete_in_steps
+from airflow_iceberg_maint.state.lease_fence import held
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.conftest import S3_PROPS
 from tests.lease_helpers import hold
 from tests.s3_helpers import s3_test_client

@@ -27,7 +27,7 @@ from airflow_iceberg_maint.fs.gcs import GcsStorage, client_from_properties
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.s3 import S3Storage
 from airflow_iceberg_maint.fs.storage import Storage, require_capabilities
-from airflow_iceberg_maint.orphans.sharded import SCAN_CAPABILITIES
+from airflow_iceberg_maint.orphans.sharded.scan import SCAN_CAPABILITIES
 from tests.conftest import AZURITE_ACCOUNT, S3_PROPS, _service, azure_props, gcs_props
 
 OFFLINE_S3 = {"s3.endpoint": "http://127.0.0.1:1", **S3_PROPS}

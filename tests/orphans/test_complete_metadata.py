@@ -155,7 +155,7 @@ def test_every_table_is_loaded_through_the_complete_loader() -> None:
     assert calls == {
         # The loader's call, and its renewal of vended credentials, which takes only the FileIO properties.
         ("catalog.py", "catalog.load_table(parts)"),
-        ("orphans/other_tables.py", "catalog.load_table(identifier)"),
+        ("reachability/other_tables.py", "catalog.load_table(identifier)"),
         # A REST commit's look at the current metadata location just before it commits (S18): the location only.
         ("commit_fence.py", "table.catalog.load_table(table.name())"),
     }

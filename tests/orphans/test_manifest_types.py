@@ -60,9 +60,9 @@ from pyiceberg.types import (
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.reachability.manifests import live_file_paths, manifest_paths
 from tests.orphans.scenario import Files, snapshot_row_counts
 
 D = Decimal
@@ -501,7 +501,7 @@ _FUZZ = textwrap.dedent("""
     import json, random, sys
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from airflow_iceberg_maint.errors import MetadataReadError
-    from airflow_iceberg_maint.orphans.manifests import live_file_paths, manifest_paths
+    from airflow_iceberg_maint.reachability.manifests import live_file_paths, manifest_paths
     source, scratch, kind = sys.argv[1], sys.argv[2], sys.argv[3]
     read = live_file_paths if kind == "manifest" else manifest_paths
     io = PyArrowFileIO()
@@ -566,7 +566,7 @@ _READ_ONE = textwrap.dedent("""
     import sys
     from pyiceberg.io.pyarrow import PyArrowFileIO
     from airflow_iceberg_maint.errors import MetadataReadError
-    from airflow_iceberg_maint.orphans.manifests import live_file_paths
+    from airflow_iceberg_maint.reachability.manifests import live_file_paths
     try:
         print(live_file_paths(PyArrowFileIO(), sys.argv[1]))
     except MetadataReadError as exc:

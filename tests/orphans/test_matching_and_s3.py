@@ -14,8 +14,8 @@ from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.s3 import S3Storage
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 

@@ -53,7 +53,7 @@ def test_another_tables_files_are_kept(request, store, prop, spellings, alias, s
 
 
 def test_every_location_property_of_another_table_counts(sqlite_catalog):
-    from airflow_iceberg_maint.orphans.other_tables import TablePaths
+    from airflow_iceberg_maint.reachability.other_tables import TablePaths
     from tests.orphans.scenario import SCHEMA
 
     props = {

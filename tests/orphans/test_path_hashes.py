@@ -12,8 +12,8 @@ import pytest
 
 from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.locations import PathEquivalence
-from airflow_iceberg_maint.orphans.listing import keep_filter, list_candidates
-from airflow_iceberg_maint.orphans.path_hashes import (
+from airflow_iceberg_maint.orphans.listing.candidates import keep_filter, list_candidates
+from airflow_iceberg_maint.reachability.path_hashes import (
     DEFERRED,
     EMPTY,
     LISTED_SCHEMA,
@@ -25,8 +25,8 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet, given_paths
-from airflow_iceberg_maint.orphans.referenced_runs import DEFERRED_SCHEMA, by_exact, first_listed, hash_runs
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet, given_paths
+from airflow_iceberg_maint.reachability.referenced_runs import DEFERRED_SCHEMA, by_exact, first_listed, hash_runs
 
 ROOT = "s3://bucket/wh/db/t"
 

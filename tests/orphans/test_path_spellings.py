@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence
-from airflow_iceberg_maint.orphans.path_hashes import PathHasher
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.path_hashes import PathHasher
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 
 # Names without "%": a store decodes a path once, so "%" itself has no second spelling here.
 NAMES = st.text(alphabet="abcXYZ09=_- +.é", min_size=1, max_size=6).filter(lambda n: n not in (".", ".."))

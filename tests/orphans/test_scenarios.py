@@ -75,7 +75,7 @@ def test_worker_processes_find_the_same_orphans(sqlite_catalog, caplog, other_th
         side.start()
     method = "forkserver" if threading.active_count() > 1 else "fork"
     try:
-        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans.reference_walk"):
+        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.reachability.reference_walk"):
             pooled = remove_orphan_files(
                 s.table, OrphanOptions(older_than=s.cutoff, dry_run=True, reader_processes=2), sources=[INDEX_FILES]
             )

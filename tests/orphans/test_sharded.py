@@ -17,16 +17,16 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.shard_files import (
+from airflow_iceberg_maint.orphans.sharded.files import (
     CANDIDATE_SCHEMA,
     BucketWriter,
     Scratch,
     bucket_range,
     buckets_of,
 )
-from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
-from airflow_iceberg_maint.orphans.shard_match import match_shard
-from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, remove_orphan_files_sharded, run_shard
+from airflow_iceberg_maint.orphans.sharded.finish import finish_sharded_scan
+from airflow_iceberg_maint.orphans.sharded.match import match_shard
+from airflow_iceberg_maint.orphans.sharded.scan import plan_sharded_scan, remove_orphan_files_sharded, run_shard
 from tests.orphans.scenario import SCHEMA, Scenario, build, referenced_by_oracle, rows, snapshot_row_counts
 
 # Everything of a report but timings, request counts and the order of the orphan list.
@@ -121,10 +121,11 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
     Every writer writes one part a flush of ``FLUSH_ROWS`` rows (a row group a bucket), and each
     match task reads, of each part, only the row groups of its own contiguous bucket range.
     """
-    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.ROWS_PER_BUCKET", 3)
-    monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
-    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.LIST_BATCH", 5)  # listed rows reach a writer 5 at a time
-    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.LIST_DEPTH", 1)  # data/, metadata/, misc/ to shards
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.scan.ROWS_PER_BUCKET", 3)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.files.FLUSH_ROWS", 5)
+    # listed rows reach a writer 5 at a time
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.scan.LIST_BATCH", 5)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.scan.LIST_DEPTH", 1)  # data/, metadata/, misc/ to shards
     s = build(sqlite_catalog)
     dry = OrphanOptions(older_than=s.cutoff, dry_run=True)
     single = remove_orphan_files(s.table, dry, sources=[INDEX_FILES])
@@ -178,7 +179,7 @@ def test_many_buckets_and_shards_match_the_single_run(sqlite_catalog, tmp_path, 
 
 
 def test_a_writer_writes_one_part_a_flush_with_a_row_group_a_bucket(tmp_path, monkeypatch):
-    monkeypatch.setattr("airflow_iceberg_maint.orphans.shard_files.FLUSH_ROWS", 5)
+    monkeypatch.setattr("airflow_iceberg_maint.orphans.sharded.files.FLUSH_ROWS", 5)
     scratch = Scratch(f"file://{tmp_path}", {})
     writer = BucketWriter(scratch, "listed", "w", 4, CANDIDATE_SCHEMA, "p1")
     top = [0, 1 << 62, -(1 << 63), -(1 << 62)]  # the first key of buckets 0, 1, 2 and 3 of 4

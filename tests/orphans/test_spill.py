@@ -22,14 +22,14 @@ from pyiceberg.types import LongType, NestedField
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.orphans import manifests
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows, file_infos_of
+from airflow_iceberg_maint.orphans.listing.listed_rows import ListedRows, file_infos_of
 from airflow_iceberg_maint.orphans.matching import match_candidates, match_listed
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded
+from airflow_iceberg_maint.orphans.sharded.scan import remove_orphan_files_sharded
+from airflow_iceberg_maint.reachability import manifests
+from airflow_iceberg_maint.reachability.path_hashes import path_hashes128
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 
 ROOT = "s3://bucket/wh/db/t"
 OLD = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
@@ -159,7 +159,7 @@ def test_scan_in_a_tiny_budget_equals_the_scan_in_memory(
     reports = []
     for budget in (1, OrphanOptions().memory_budget_mb):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
+        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint"):
             options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
             report = remove_orphan_files(table, options, sources=[INDEX_FILES])
         spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
@@ -189,7 +189,7 @@ def test_a_match_task_of_a_sharded_scan_in_a_tiny_budget_equals_the_single_scan(
     reports = []
     for budget in (1, OrphanOptions().memory_budget_mb):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
+        with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint"):
             options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=budget)
             report = remove_orphan_files_sharded(
                 table,
@@ -223,7 +223,7 @@ def test_orphans_past_the_budget_wait_on_local_disk_as_long_as_the_report(
     monkeypatch.setattr(tempfile, "tempdir", str(spill))
     cutoff = datetime.now(UTC) - timedelta(days=1)
     options = OrphanOptions(older_than=cutoff, dry_run=True, only_this_table=True, memory_budget_mb=1)
-    with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint.orphans"):
+    with caplog.at_level(logging.INFO, logger="airflow_iceberg_maint"):
         report = remove_orphan_files(table, options, sources=[INDEX_FILES])
     spilled = [r.getMessage().split(":")[0] for r in caplog.records if "spilled" in r.getMessage()]
     assert {"unmatched files", "orphans"} <= set(spilled)

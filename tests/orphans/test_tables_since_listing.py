@@ -25,9 +25,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
-from airflow_iceberg_maint.orphans.shard_match import match_shard
-from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard
+from airflow_iceberg_maint.orphans.sharded.finish import finish_sharded_scan
+from airflow_iceberg_maint.orphans.sharded.match import match_shard
+from airflow_iceberg_maint.orphans.sharded.scan import plan_sharded_scan, run_shard
 from tests.orphans.catalog_cases import cutoff_after_writes
 from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows, snapshot_row_counts

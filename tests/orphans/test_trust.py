@@ -24,9 +24,9 @@ from airflow_iceberg_maint.errors import CatalogListingError, LocationRefusedErr
 from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
+from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths
 from tests.orphans.scenario import SCHEMA, Files, referenced_by_oracle, rows, snapshot_row_counts
 
 OLD = time.time() - 10 * 86400

@@ -26,10 +26,10 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.policy.fence import held
-from airflow_iceberg_maint.policy.lease import take
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
 from airflow_iceberg_maint.progress import reporting
+from airflow_iceberg_maint.state.lease_fence import held
+from airflow_iceberg_maint.state.leases import take
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 
 OWNER = "run A"
 

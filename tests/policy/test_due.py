@@ -10,7 +10,7 @@ import pytest
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.policy.due import NEVER_CLEANED_SCORE, evaluate, evaluate_policies, unattached
 from airflow_iceberg_maint.policy.policies import parse_policies, parse_policy
-from airflow_iceberg_maint.policy.state import CleanupState, SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import CleanupState, SqlStateStore, record_attempt
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 UUID = "0b8a6f52-6a4c-4bfb-9d0e-3c1e2f8f1a01"

@@ -20,7 +20,7 @@ from airflow_iceberg_maint.policy.job_config import (
     plan_orphan_jobs,
 )
 from airflow_iceberg_maint.policy.policies import OrphanRemovalContent, SnapshotExpiryContent, parse_policies
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
 

@@ -28,8 +28,8 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.write.incremental import refresh_index
-from airflow_iceberg_maint.policy.lease import Lease
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.state.leases import Lease
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.orphans.scenario import SCHEMA, rows
 
 ROOT = Path(__file__).resolve().parents[2]

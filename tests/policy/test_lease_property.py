@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_iceberg_maint.errors import LeaseLostError
-from airflow_iceberg_maint.policy.fence import Fence
-from airflow_iceberg_maint.policy.lease import try_take
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.state.lease_fence import Fence
+from airflow_iceberg_maint.state.leases import try_take
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.conftest import _service
 
 LOG = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """A lease whose process has ended on this host is taken over at once; a live one never (S15, finding 8).
 
-The process is judged by pid and start time (``policy.process``): a pid now naming another process
+The process is judged by pid and start time (``state.lease_holder``): a pid now naming another process
 (same pid, another start time) has ended too. The kill -9 tests kill a real ``iceberg-maint`` run
 while it holds the lease and start the next run at once, as an operator or a retry would.
 """
@@ -21,10 +21,10 @@ import pytest
 import sqlalchemy as sa
 from pyiceberg.catalog.sql import SqlCatalog
 
-from airflow_iceberg_maint.policy import process
-from airflow_iceberg_maint.policy.lease import try_take
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
-from airflow_iceberg_maint.policy.state import default_state_url
+from airflow_iceberg_maint.state import lease_holder as process
+from airflow_iceberg_maint.state.cleanup import default_state_url
+from airflow_iceberg_maint.state.leases import try_take
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from tests.lease_helpers import hold
 from tests.orphans.scenario import SCHEMA, rows
 from tests.orphans.test_cli import _env, _run

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
-from airflow_iceberg_maint.policy.state import (
+from airflow_iceberg_maint.state.cleanup import (
     CleanupState,
     SqlStateStore,
     default_state_url,

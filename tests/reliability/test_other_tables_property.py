@@ -33,7 +33,7 @@ from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.orphans.sharded import remove_orphan_files_sharded
+from airflow_iceberg_maint.orphans.sharded.scan import remove_orphan_files_sharded
 from tests.orphans.scenario import SCHEMA, Files, rows, snapshot_row_counts
 from tests.reliability.figures import report, scale
 from tests.reliability.histories import write_history

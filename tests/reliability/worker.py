@@ -26,11 +26,11 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_
 from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.policy.fence import held
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, take
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
+from airflow_iceberg_maint.state.lease_fence import held
+from airflow_iceberg_maint.state.leases import DEFAULT_TTL_SECONDS, take
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 
-PRELOAD = [__name__, "airflow_iceberg_maint.orphans.manifest_pool", "pyiceberg.io.pyarrow"]
+PRELOAD = [__name__, "airflow_iceberg_maint.reachability.manifest_pool", "pyiceberg.io.pyarrow"]
 
 
 def _table(catalog_uri: str, warehouse: str, name: str) -> Any:

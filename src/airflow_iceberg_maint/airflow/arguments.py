@@ -21,11 +21,11 @@ from airflow.sdk import XComArg
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
-from airflow_iceberg_maint.maintenance.values import boolean as boolean
-from airflow_iceberg_maint.maintenance.values import is_none
-from airflow_iceberg_maint.maintenance.values import optional_number as optional_number
-from airflow_iceberg_maint.maintenance.values import optional_str as optional_str
 from airflow_iceberg_maint.policy.policies import RECENT_FILES_FLOOR_DAYS
+from airflow_iceberg_maint.policy.values import boolean as boolean
+from airflow_iceberg_maint.policy.values import is_none
+from airflow_iceberg_maint.policy.values import optional_number as optional_number
+from airflow_iceberg_maint.policy.values import optional_str as optional_str
 
 RECENT_FILES_FLOOR = timedelta(days=RECENT_FILES_FLOOR_DAYS)
 #: A list of tables as operators take it: a list, a comma-separated string, or another task's output.

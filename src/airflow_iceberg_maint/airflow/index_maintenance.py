@@ -36,7 +36,7 @@ from airflow_iceberg_maint.airflow.operators.index_shards import (
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.airflow.table_assets import table_of_asset_uri
-from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition, load_index_definitions
+from airflow_iceberg_maint.policy.index_definitions import TableDefinition, load_index_definitions
 
 POOL = "iceberg_maint"
 

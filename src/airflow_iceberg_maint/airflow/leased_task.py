@@ -1,4 +1,4 @@
-"""``TableLeaseMixin``: a maintenance operator runs only while it holds its table's lease (``policy.lease``).
+"""``TableLeaseMixin``: a maintenance operator runs only while it holds its table's lease (``state.leases``).
 
 A task that finds the lease held defers (``TableLeaseTrigger`` watches it in the triggerer; no
 worker slot is held) and tries again when it is free. After ``lease_timeout`` seconds of waiting
@@ -24,8 +24,8 @@ from airflow_iceberg_maint.airflow.table_lease import lease_store_for
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.table_lease import FREE, TIMEOUT, TableLeaseTrigger
 from airflow_iceberg_maint.errors import LeaseLostError, MaintenanceError, TableBusyError
-from airflow_iceberg_maint.policy.fence import held
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, Lease, try_take
+from airflow_iceberg_maint.state.lease_fence import held
+from airflow_iceberg_maint.state.leases import DEFAULT_TTL_SECONDS, Lease, try_take
 
 DEFAULT_LEASE_TIMEOUT_SECONDS = 6 * 3600.0
 DEFAULT_LEASE_POLL_SECONDS = 30.0

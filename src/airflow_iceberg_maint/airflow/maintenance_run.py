@@ -33,12 +33,12 @@ from airflow_iceberg_maint.airflow.reports import (
 )
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import MaintenanceError, PrefixMismatchError
-from airflow_iceberg_maint.maintenance.status_records import last_attempt
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
-from airflow_iceberg_maint.policy.state import CleanupState, StateStore, record_attempt
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
+from airflow_iceberg_maint.reachability.other_tables import TablePaths
+from airflow_iceberg_maint.state.cleanup import CleanupState, StateStore, record_attempt
+from airflow_iceberg_maint.state.status_records import last_attempt
 
 log = logging.getLogger(__name__)
 

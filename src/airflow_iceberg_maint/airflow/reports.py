@@ -24,7 +24,7 @@ from pyiceberg.io import load_file_io
 from airflow_iceberg_maint.airflow import config
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError, MaintenanceError
 from airflow_iceberg_maint.fs.locations import validate_location
-from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, save_table_paths
+from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths, save_table_paths
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 

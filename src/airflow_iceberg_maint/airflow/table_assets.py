@@ -1,4 +1,4 @@
-"""The Airflow asset of each table of the index definitions (``maintenance.index_definitions``).
+"""The Airflow asset of each table of the index definitions (``policy.index_definitions``).
 
 Writers name a table's asset in their outlets; the index maintenance DAG that defines the asset (with
 its watchers) is scheduled on it.

@@ -1,4 +1,4 @@
-"""Where an Airflow task's table lease lives (the lease itself: ``airflow_iceberg_maint.policy.lease``).
+"""Where an Airflow task's table lease lives (the lease itself: ``airflow_iceberg_maint.state.leases``).
 
 The lease lives where the cleanup state does (``IcebergMaintenanceHook.state_store``):
 
@@ -8,7 +8,7 @@ The lease lives where the cleanup state does (``IcebergMaintenanceHook.state_sto
   database, can never both hold it;
 * otherwise in the Airflow Variable ``iceberg_maint.lease.<table>``, written then read back,
   judged by each worker's clock, AND in the state file of the worker's host that ``iceberg-maint``
-  uses by default (``policy.state.default_state_url``), taken first (``HostAndVariableLeases``).
+  uses by default (``state.cleanup.default_state_url``), taken first (``HostAndVariableLeases``).
   So out of the box an Airflow task and an ``iceberg-maint`` run on the same host exclude each
   other, and tasks on any worker exclude each other through the Variable. The Task SDK offers no
   compare-and-set on Variables, so two tasks on different hosts that read a free lease in the same
@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_iceberg_maint.airflow import config
-from airflow_iceberg_maint.policy.lease import Lease, LeaseStore
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
-from airflow_iceberg_maint.policy.state import default_state_url
+from airflow_iceberg_maint.state.cleanup import default_state_url
+from airflow_iceberg_maint.state.leases import Lease, LeaseStore
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 
 VARIABLE_PREFIX = "iceberg_maint.lease."
 

@@ -3,7 +3,7 @@
 Tasks in Airflow 3 reach the metadata database only through the Task SDK, so the stores use
 Variables (one JSON value per table UUID and job, one per record). They are visible and editable
 in the UI (Admin → Variables): deleting a state makes its table due again. Keys are those of
-``maintenance.status_records``.
+``state.status_records``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from airflow.sdk import Variable
 
-from airflow_iceberg_maint.maintenance.status_records import STATE_PREFIX
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL
-from airflow_iceberg_maint.policy.state import CleanupState
+from airflow_iceberg_maint.state.cleanup import CleanupState
+from airflow_iceberg_maint.state.status_records import STATE_PREFIX
 
 
 def variable_key(table_uuid: str, job: str = ORPHAN_FILE_REMOVAL) -> str:

@@ -29,12 +29,12 @@ from airflow_iceberg_maint.expiry import run as expiry
 from airflow_iceberg_maint.expiry.pins import SnapshotPin
 from airflow_iceberg_maint.expiry.run import ExpiryReport
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, check_retain_last
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans import removal
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, check_options
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 
 class PrefixMismatchMode(StrEnum):

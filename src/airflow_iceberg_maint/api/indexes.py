@@ -39,7 +39,7 @@ from airflow_iceberg_maint.index.read import query
 from airflow_iceberg_maint.index.read.lookup import LookupResult
 from airflow_iceberg_maint.index.write import incremental
 from airflow_iceberg_maint.index.write.refresh import RefreshResult
-from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
+from airflow_iceberg_maint.reachability.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
 
 
 @dataclass(frozen=True)

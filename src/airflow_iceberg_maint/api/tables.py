@@ -14,7 +14,7 @@ from airflow_iceberg_maint.catalog import load_table as load_complete
 from airflow_iceberg_maint.catalog import open_catalog as open_configured
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
+from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
 
 #: A table as the API takes it: a pyiceberg ``Table``, or its ``"namespace.table"`` name in a catalog.
 TableLike: TypeAlias = Table | str

@@ -10,7 +10,7 @@ from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_policies, evaluate_table
 from airflow_iceberg_maint.policy.policies import load_policies
-from airflow_iceberg_maint.policy.state import SqlStateStore
+from airflow_iceberg_maint.state.cleanup import SqlStateStore
 
 
 def register(subparsers: Any) -> None:

@@ -13,9 +13,9 @@ from airflow_iceberg_maint.cli.orphans import _positive
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport
 from airflow_iceberg_maint.expiry.settings import check_retain_last
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_expiry_run
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_expiry_run
 
 
 def register(subparsers: Any) -> None:

@@ -27,7 +27,7 @@ from airflow_iceberg_maint.index.read.keys import key_columns, parse_lookup_valu
 from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.read.query import query_keys, query_range
 from airflow_iceberg_maint.index.write.incremental import refresh_index
-from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
+from airflow_iceberg_maint.reachability.cutoff import DEFAULT_OLDER_THAN_DAYS, cutoff_for_days
 
 
 def _property(text: str) -> tuple[str, str]:

@@ -26,10 +26,10 @@ from datetime import timedelta
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import TableBusyError
-from airflow_iceberg_maint.policy.fence import held
-from airflow_iceberg_maint.policy.lease import DEFAULT_TTL_SECONDS, take
-from airflow_iceberg_maint.policy.sql_leases import SqlLeases
-from airflow_iceberg_maint.policy.state import default_state_url
+from airflow_iceberg_maint.state.cleanup import default_state_url
+from airflow_iceberg_maint.state.lease_fence import held
+from airflow_iceberg_maint.state.leases import DEFAULT_TTL_SECONDS, take
+from airflow_iceberg_maint.state.sql_leases import SqlLeases
 
 _LOG = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, wit
 from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
 from airflow_iceberg_maint.errors import InvalidInputError, PrefixMismatchError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
-from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.policy.state import SqlStateStore, record_orphan_run
+from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_orphan_run
 
 
 def _mapping(text: str) -> dict[str, str]:

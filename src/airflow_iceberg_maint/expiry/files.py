@@ -18,12 +18,12 @@ from pyiceberg.table.metadata import TableMetadata
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.lifecycle.references import not_referenced
-from airflow_iceberg_maint.orphans.manifests import sized_live_file_paths, sized_manifest_paths
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.orphans.options import refuse_gc_disabled
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.manifests import sized_live_file_paths, sized_manifest_paths
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 #: Path -> size in bytes, in the order found.
 Sized = dict[str, int]

@@ -48,12 +48,12 @@ from airflow_iceberg_maint.expiry.restore import restore_lost
 from airflow_iceberg_maint.expiry.retention import Retention, plan_retention
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, resolve_settings
 from airflow_iceberg_maint.fs.backends import table_storage
-from airflow_iceberg_maint.fs.deleting import delete_in_steps
+from airflow_iceberg_maint.fs.batches import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk
-from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.orphans.options import refuse_gc_disabled
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 from airflow_iceberg_maint.reviewed_table import refuse_another_table
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.orphans.cutoff import EPOCH, resolve_cutoff
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.reachability.cutoff import EPOCH, resolve_cutoff
 
 MAX_SNAPSHOT_AGE = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_TO_KEEP = "history.expire.min-snapshots-to-keep"

@@ -1,4 +1,5 @@
-"""Bulk deletion shared by the stores: group by bucket, send batches, settle what got no reply.
+"""Deleting many files: in steps that report progress (``delete_in_steps``, what every cleanup calls), through
+the bulk deletion the stores share underneath: group by bucket, send batches, settle what got no reply.
 
 ``delete_each`` serves filesystems with no bulk delete (one request a file). For the object
 stores, each store supplies two calls: ``send(bucket, keys)``, one bulk-delete request that answers per key,
@@ -24,10 +25,28 @@ from typing import Protocol, TypeVar
 
 from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.fs.storage import DeleteOutcome
+from airflow_iceberg_maint.fs.storage import DeleteOutcome, SupportsBulkDelete
+from airflow_iceberg_maint.progress import Phase
 
 #: Files ``delete_each`` deletes between two checks of the run's lease.
 EACH_BATCH = 1_000
+DEFAULT_MAX_CONCURRENT_DELETES = 8
+DELETE_STEP_PER_WORKER = 5_000  # files a delete worker gets between progress updates (5 S3 requests)
+
+
+def delete_in_steps(storage: SupportsBulkDelete, paths: Sequence[str], max_concurrency: int) -> DeleteOutcome:
+    """Delete in steps that keep every worker busy, reporting progress after each."""
+    outcome = DeleteOutcome()
+    step = max_concurrency * DELETE_STEP_PER_WORKER
+    with Phase("deleting", total=len(paths)) as deleting:
+        for start in range(0, len(paths), step):
+            chunk = list(paths[start : start + step])
+            part = storage.delete_files(chunk, max_concurrency)
+            outcome.deleted += part.deleted
+            outcome.failed += part.failed
+            outcome.requests += part.requests
+            deleting.advance(len(chunk))
+    return outcome
 
 
 @dataclass(frozen=True)

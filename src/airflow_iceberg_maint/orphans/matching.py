@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
 from airflow_iceberg_maint.orphans.exact_match import bits_at, referenced_bits
-from airflow_iceberg_maint.orphans.listed_rows import (
+from airflow_iceberg_maint.orphans.listing.listed_rows import (
     ROWS_SCHEMA,
     ListedRows,
     comparable,
@@ -26,19 +26,19 @@ from airflow_iceberg_maint.orphans.listed_rows import (
     inodes_of,
     paths_of,
 )
-from airflow_iceberg_maint.orphans.other_tables import (
+from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.orphans.options import table_name
+from airflow_iceberg_maint.reachability.other_tables import (
     ProtectedLocation,
     TablePaths,
     catalog_protections,
     listed_table_protections,
     outermost,
 )
-from airflow_iceberg_maint.orphans.path_hashes import path_hashes128
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, metadata_level_paths
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.setup import table_name
-from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
-from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.reachability.path_hashes import path_hashes128
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource, source_path_batches
 
 MATCH_CHUNK = 50_000  # listed files matched against the referenced set per step
 _UNMATCHED_PREFIX = "iceberg-orphan-unmatched-"

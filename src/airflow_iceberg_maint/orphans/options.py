@@ -1,4 +1,6 @@
-"""What an orphan-removal run is asked to do (``OrphanOptions``), and the checks on it."""
+"""What an orphan-removal run is asked to do (``OrphanOptions``), the checks on it, and what every scan
+resolves from it before listing anything (``scan_setup``: S3, S7, S8, S12).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.errors import CatalogListingError, GcDisabledError, InvalidInputError
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
+from airflow_iceberg_maint.reachability.cutoff import resolve_cutoff
+from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths
 
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 #: The memory a scan holds its listed files and referenced set in, beyond the hashes (see docs/safety.md).
@@ -63,3 +69,49 @@ def refs_budget(options: OrphanOptions) -> int:
     """The share the referenced set's hashed paths may hold before they go to sorted runs: a half (and its
     paths whose identity waits for the listing an eighth, in sorted runs)."""
     return options.memory_budget_mb * 2**20 // 2
+
+
+def table_name(table: Table) -> str:
+    return ".".join(table.name())
+
+
+def refuse_gc_disabled(table: Table) -> None:
+    if str(table.properties.get("gc.enabled", "true")).strip().lower() == "false":
+        raise GcDisabledError(
+            f"table {table_name(table)}: gc.enabled=false, so its files may be shared with other tables "
+            "(for example branches in a Nessie catalog or a table registered twice); "
+            "orphan removal would delete them and is refused"
+        )
+
+
+def other_tables(table: Table, options: OrphanOptions) -> Sequence[TablePaths]:
+    if options.only_this_table:
+        return ()
+    if options.other_tables is not None:
+        return options.other_tables
+    try:
+        return catalog_table_paths(table.catalog)
+    except CatalogListingError as exc:
+        raise CatalogListingError(
+            f"table {table_name(table)}: {exc}; nothing was deleted. If the location holds this table only, "
+            "say so with only_this_table (--only-this-table)"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class ScanSetup:
+    """What every run checks and resolves before listing anything (S3, S7, S8, S12)."""
+
+    cutoff: datetime
+    equivalence: PathEquivalence
+    root: str
+    others: Sequence[TablePaths]
+
+
+def scan_setup(table: Table, options: OrphanOptions, now: datetime) -> ScanSetup:
+    check_options(options)
+    cutoff = resolve_cutoff(options.older_than_days, options.older_than, now)
+    refuse_gc_disabled(table)
+    equivalence = PathEquivalence(options.equal_schemes or {}, options.equal_authorities or {})
+    root = validate_location(options.location, table.metadata.location, equivalence)
+    return ScanSetup(cutoff, equivalence, root, other_tables(table, options))

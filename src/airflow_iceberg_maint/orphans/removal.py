@@ -3,15 +3,15 @@
 The rules (S1 to S17) cited here are those of ``docs/safety.md``.
 
 Pipeline (the dry run runs all of it but the last step), each step in its own module:
-1. ``setup``: refuse ``gc.enabled=false`` (S12), resolve the cutoff (``cutoff``, S7), validate the
-   location (S3), and find the other tables of the catalog that write under it (S8);
-2. ``listing`` lists storage (or reads an inventory: ``inventory``) while ``referenced`` collects the
-   referenced set, concurrently (S1, S2);
+1. ``options.scan_setup``: refuse ``gc.enabled=false`` (S12), resolve the cutoff (``reachability.cutoff``,
+   S7), validate the location (S3), and find the other tables of the catalog that write under it (S8);
+2. ``listing`` lists storage (or reads an inventory: ``listing.inventory``) while
+   ``reachability.reference_walk`` collects the referenced set, concurrently (S1, S2);
 3. ``matching``: an exact path match is referenced; a normalised match, or on local storage the
    same file under any spelling, is kept or is a conflict (S4); a name that is not UTF-8 is kept;
    other tables' locations found by the catalog or by their metadata in the listing are kept whole (S8);
 4. ``settling``: reload the table and keep anything a snapshot committed during the scan references;
-5. ``settling``: delete, collecting per-file failures.
+5. ``settling``: delete (``fs.batches``), collecting per-file failures.
 """
 
 from __future__ import annotations
@@ -25,16 +25,27 @@ from datetime import UTC, datetime
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.orphans.inventory import listing_source
-from airflow_iceberg_maint.orphans.listing import Listing, hidden_filter, list_candidates, older_objects_frozen
+from airflow_iceberg_maint.orphans.listing.candidates import (
+    Listing,
+    hidden_filter,
+    list_candidates,
+    older_objects_frozen,
+)
+from airflow_iceberg_maint.orphans.listing.inventory import listing_source
 from airflow_iceberg_maint.orphans.matching import match_listed, protected_locations
-from airflow_iceberg_maint.orphans.options import OrphanOptions, refs_budget, rows_budget
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.options import (
+    OrphanOptions,
+    ScanSetup,
+    refs_budget,
+    rows_budget,
+    scan_setup,
+    table_name,
+)
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
-from airflow_iceberg_maint.orphans.setup import ScanSetup, scan_setup, table_name
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 from airflow_iceberg_maint.sorting.sorted_runs import trim_heap
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
-from airflow_iceberg_maint.orphans.listed_rows import paths_of
-from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.orphans.listing.listed_rows import paths_of
+from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """After matching: keep other tables' locations, report conflicts, re-check against reloaded metadata, delete.
 
-The single-task run (``removal.py``) and the sharded scan's final step (``shard_finish.py``)
+The single-task run (``removal.py``) and the sharded scan's final step (``orphans/sharded/finish.py``)
 both end here, with a ``ScanRun`` and what their matching left (``Unmatched``).
 """
 
@@ -15,20 +15,19 @@ import pyarrow as pa
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import IncompleteMetadataError, MetadataReadError, PrefixMismatchError
-from airflow_iceberg_maint.fs.deleting import delete_in_steps
+from airflow_iceberg_maint.fs.batches import delete_in_steps
 from airflow_iceberg_maint.fs.locations import LocationSet
 from airflow_iceberg_maint.fs.storage import FileInfo, Storage
-from airflow_iceberg_maint.orphans.listed_rows import inodes_of, paths_of, rows_of
+from airflow_iceberg_maint.orphans.listing.listed_rows import inodes_of, paths_of, rows_of
+from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
 from airflow_iceberg_maint.orphans.matching import conflict_pairs
-from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import ProtectedLocation, outermost, protection_set
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, collect_referenced
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.orphans.options import OrphanOptions, refuse_gc_disabled, table_name
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, tally
-from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled, table_name
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
-from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
 from airflow_iceberg_maint.orphans.tables_now import TablesNow, folders_below
+from airflow_iceberg_maint.reachability.other_tables import ProtectedLocation, outermost, protection_set
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
 

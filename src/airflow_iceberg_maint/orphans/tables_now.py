@@ -20,7 +20,7 @@ from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import SupportsPrefixListing
-from airflow_iceberg_maint.orphans.other_tables import (
+from airflow_iceberg_maint.reachability.other_tables import (
     ProtectedLocation,
     is_listed_metadata_file,
     listed_table_protections,

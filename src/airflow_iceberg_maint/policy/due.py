@@ -23,7 +23,7 @@ from airflow_iceberg_maint.policy.policies import (
     governing_policies,
     policy_for_table,
 )
-from airflow_iceberg_maint.policy.state import CleanupState, StateStore
+from airflow_iceberg_maint.state.cleanup import CleanupState, StateStore
 
 #: Score of a table never cleaned: above any real "days since" (JSON has no infinity).
 NEVER_CLEANED_SCORE = 1_000_000.0

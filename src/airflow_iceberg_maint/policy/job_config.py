@@ -21,7 +21,6 @@ from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.settings import ExpireOptions, resolve_settings
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
-from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days, resolve_cutoff
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
 from airflow_iceberg_maint.policy.policies import (
@@ -33,7 +32,8 @@ from airflow_iceberg_maint.policy.policies import (
     attached_tables,
     policy_for_table,
 )
-from airflow_iceberg_maint.policy.state import StateStore
+from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days, resolve_cutoff
+from airflow_iceberg_maint.state.cleanup import StateStore
 
 
 def _check_aware(now: datetime) -> None:

@@ -29,10 +29,10 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
-from airflow_iceberg_maint.orphans.cutoff import DEFAULT_OLDER_THAN_DAYS
+from airflow_iceberg_maint.reachability.cutoff import DEFAULT_OLDER_THAN_DAYS
+from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL as ORPHAN_FILE_REMOVAL
+from airflow_iceberg_maint.state.jobs import SNAPSHOT_EXPIRY as SNAPSHOT_EXPIRY
 
-ORPHAN_FILE_REMOVAL = "system_iceberg_orphan_file_removal"
-SNAPSHOT_EXPIRY = "system_iceberg_snapshot_expiry"
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
 #: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
 RECENT_FILES_FLOOR_DAYS = 1.0

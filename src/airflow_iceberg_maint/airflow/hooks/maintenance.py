@@ -37,12 +37,12 @@ from airflow_iceberg_maint.catalog import load_error_message, load_table
 from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.lag import IndexLag, index_lag
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from airflow_iceberg_maint.maintenance import status_records
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
-from airflow_iceberg_maint.maintenance.status_records import RecordLog, RecordStore, RunRecord, SqlRecords
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy
-from airflow_iceberg_maint.policy.state import SqlStateStore, StateStore
+from airflow_iceberg_maint.state import status_records
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, StateStore
+from airflow_iceberg_maint.state.status_records import RecordLog, RecordStore, RunRecord, SqlRecords
 
 DEFAULT_CONN_ID = IcebergHook.default_conn_name
 #: The connection extra naming the catalog, when not the connection id.

@@ -17,11 +17,11 @@ from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
-from airflow_iceberg_maint.orphans.cutoff import cutoff_for_days
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
-from airflow_iceberg_maint.policy.state import record_expiry_run
+from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
+from airflow_iceberg_maint.state.cleanup import record_expiry_run
 
 
 @dataclass

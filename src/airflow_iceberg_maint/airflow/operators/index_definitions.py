@@ -1,5 +1,5 @@
 """Index maintenance operators that work through the index definitions file: create the missing
-indexes, and plan refreshes by lag (``maintenance.lag_plan``).
+indexes, and plan refreshes by lag (``policy.lag_plan``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from airflow_iceberg_maint.index.metadata.builders import new_index_metadata
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.placement import use_index_location
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from airflow_iceberg_maint.maintenance.index_definitions import (
+from airflow_iceberg_maint.policy.index_definitions import (
     IndexDefinition,
     load_index_definitions,
     select_tables,
     table_names,
 )
-from airflow_iceberg_maint.maintenance.lag_plan import LagPlan
+from airflow_iceberg_maint.policy.lag_plan import LagPlan
 
 EXPIRE_KEY = "expire"
 LAGS_KEY = "lags"

@@ -19,8 +19,8 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, Mai
 from airflow_iceberg_maint.airflow.reports import share_catalog_pass
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import MaintenanceError, TableNotFoundError
-from airflow_iceberg_maint.maintenance.index_definitions import table_names
 from airflow_iceberg_maint.policy.due import evaluate_table
+from airflow_iceberg_maint.policy.index_definitions import table_names
 from airflow_iceberg_maint.policy.job_config import build_orphan_job, plan_orphan_jobs
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, load_policies, policy_for_table
 

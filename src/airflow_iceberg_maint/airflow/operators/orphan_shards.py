@@ -33,11 +33,11 @@ from airflow_iceberg_maint.airflow.maintenance_run import (
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator, orphans_finished
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.orphans.shard_files import Scratch
-from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
-from airflow_iceberg_maint.orphans.shard_match import match_shard
-from airflow_iceberg_maint.orphans.shard_plan import read_plan
-from airflow_iceberg_maint.orphans.sharded import plan_sharded_scan, run_shard
+from airflow_iceberg_maint.orphans.sharded.files import Scratch
+from airflow_iceberg_maint.orphans.sharded.finish import finish_sharded_scan
+from airflow_iceberg_maint.orphans.sharded.match import match_shard
+from airflow_iceberg_maint.orphans.sharded.plan import read_plan
+from airflow_iceberg_maint.orphans.sharded.scan import plan_sharded_scan, run_shard
 
 
 class IcebergPlanOrphanShardsOperator(IcebergRemoveOrphanFilesOperator):

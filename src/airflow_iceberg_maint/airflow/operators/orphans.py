@@ -22,16 +22,16 @@ from airflow_iceberg_maint.airflow.maintenance_run import (
 )
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import CatalogListingError
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
-from airflow_iceberg_maint.maintenance.values import is_none
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import TablePaths, catalog_table_paths, load_table_paths
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig, build_orphan_job
 from airflow_iceberg_maint.policy.policies import parse_orphan_removal_content
-from airflow_iceberg_maint.policy.state import record_orphan_run
+from airflow_iceberg_maint.policy.values import is_none
+from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths, load_table_paths
+from airflow_iceberg_maint.state.cleanup import record_orphan_run
 
 
 def xcom_summary(summary: Mapping[str, Any], report: str | None, policy: str | None) -> dict[str, Any]:

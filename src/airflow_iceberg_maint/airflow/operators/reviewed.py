@@ -28,9 +28,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.policy.job_config import OrphanJobConfig
-from airflow_iceberg_maint.policy.state import record_orphan_run
 from airflow_iceberg_maint.progress import LoggingReporter, reporting
 from airflow_iceberg_maint.reviewed_table import refuse_another_table
+from airflow_iceberg_maint.state.cleanup import record_orphan_run
 
 #: Paths an approval form lists; the report holds them all.
 REVIEW_PATHS = 20

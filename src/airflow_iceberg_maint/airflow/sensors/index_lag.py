@@ -13,7 +13,7 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, Mai
 from airflow_iceberg_maint.airflow.task_errors import event_exception, task_exception
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
 
 
 class IcebergIndexLagSensor(MaintenanceHookMixin, BaseSensorOperator):

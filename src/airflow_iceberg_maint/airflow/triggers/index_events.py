@@ -26,7 +26,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.errors import TableNotFoundError
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
 
 # Raised by AssetStateStoreAccessors when the trigger watches several assets: no single cursor.
 _MULTI_ASSET_ERROR = "concrete inlets and outlets"

@@ -11,7 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.task_errors import error_event
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag, LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
 
 
 class IcebergIndexLagTrigger(BaseTrigger):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_iceberg_maint.maintenance.status_records import RunRecord
+from airflow_iceberg_maint.state.status_records import RunRecord
 
 WIDTH, HEIGHT = 360.0, 90.0
 _GAP = 0.2  # of each slot

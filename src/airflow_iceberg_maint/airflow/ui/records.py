@@ -15,11 +15,11 @@ from typing import Any
 
 from airflow_iceberg_maint.airflow import config
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition, load_index_definitions
-from airflow_iceberg_maint.maintenance.status_records import JOB_KINDS, KEY_PREFIX, SqlRecords
-from airflow_iceberg_maint.maintenance.status_rows import Records, TableStatus, table_rows
+from airflow_iceberg_maint.policy.index_definitions import TableDefinition, load_index_definitions
 from airflow_iceberg_maint.policy.policies import Policy, load_policies
-from airflow_iceberg_maint.policy.state import SqlStateStore
+from airflow_iceberg_maint.policy.status_rows import Records, TableStatus, table_rows
+from airflow_iceberg_maint.state.cleanup import SqlStateStore
+from airflow_iceberg_maint.state.status_records import JOB_KINDS, KEY_PREFIX, SqlRecords
 
 
 @lru_cache(maxsize=8)

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader
 
 from airflow_iceberg_maint.airflow.ui import charts
-from airflow_iceberg_maint.maintenance.status_records import ORPHANS_KIND, RunRecord
+from airflow_iceberg_maint.state.status_records import ORPHANS_KIND, RunRecord
 
 
 def size(count: float) -> str:

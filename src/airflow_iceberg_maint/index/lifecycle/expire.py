@@ -20,12 +20,12 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
 from airflow_iceberg_maint.index.metadata.model import Extract, IndexMetadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 
 log = logging.getLogger(__name__)
 

@@ -24,14 +24,14 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.fs.backends import table_storage
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.format.extract_files import region_file_paths
 from airflow_iceberg_maint.index.metadata.model import IndexMetadata
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from airflow_iceberg_maint.orphans.cutoff import resolve_cutoff
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
+from airflow_iceberg_maint.reachability.cutoff import resolve_cutoff
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, MetadataReadError
 from airflow_iceberg_maint.fs.backends import storage_for
-from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
+from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.index.format.extract_files import RegionEntry, read_tracking_file, write_tracking_file
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches, not_referenced
@@ -50,7 +50,7 @@ from airflow_iceberg_maint.index.write.refresh import (
     refresh_target,
     tracking_file_location,
 )
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 from airflow_iceberg_maint.sorting.ordering import comparable
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from datetime import timedelta
 
 from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.fencing import fenced
-from airflow_iceberg_maint.policy.lease import Lease, LeaseLog, LeaseStore, busy_with
+from airflow_iceberg_maint.state.leases import Lease, LeaseLog, LeaseStore, busy_with
 
 
 class Fence:

@@ -1,4 +1,4 @@
-"""Step 4 of a sharded orphan scan (``sharded.py``): gather the shards' unmatched files, then settle them.
+"""Step 4 of a sharded orphan scan (``scan.py``): gather the shards' unmatched files, then settle them.
 
 The settling is the single-task run's own (``settling.py``): other tables' locations kept (S8),
 the re-check against reloaded metadata, and the deletion.
@@ -17,17 +17,14 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.locations import Uri, local_path
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.listed_rows import ROWS_SCHEMA, rows_of
+from airflow_iceberg_maint.orphans.listing.listed_rows import ROWS_SCHEMA, rows_of
+from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
 from airflow_iceberg_maint.orphans.matching import ORPHANS_PREFIX, protected_locations
 from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
-from airflow_iceberg_maint.orphans.path_hashes import EMPTY, HASH_SCHEMA, listed_identity
-from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk, metadata_level_paths
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
 from airflow_iceberg_maint.orphans.report import OrphanReport, Phases, StageHook, report_undecodable
 from airflow_iceberg_maint.orphans.settling import ScanRun, Unmatched, settle
-from airflow_iceberg_maint.orphans.shard_files import Scratch
-from airflow_iceberg_maint.orphans.shard_plan import (
+from airflow_iceberg_maint.orphans.sharded.files import Scratch
+from airflow_iceberg_maint.orphans.sharded.plan import (
     UNMATCHED_SCHEMA,
     file_infos,
     match_marker_name,
@@ -37,8 +34,11 @@ from airflow_iceberg_maint.orphans.shard_plan import (
     read_plan,
     shard_marker_name,
 )
-from airflow_iceberg_maint.orphans.sources import ReferenceSource
-from airflow_iceberg_maint.orphans.spilled_batches import SpilledBatches
+from airflow_iceberg_maint.reachability.other_tables import TablePaths
+from airflow_iceberg_maint.reachability.path_hashes import EMPTY, HASH_SCHEMA, listed_identity
+from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, metadata_level_paths
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
+from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 
 def _same_file_as_referenced(orphans: list[FileInfo], store: Scratch, refs_parts: list[str], plan_id: str) -> set[str]:

@@ -34,8 +34,8 @@ from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.metadata.expressions import split_expression_list
 from airflow_iceberg_maint.index.metadata.rules import check_index_name
-from airflow_iceberg_maint.maintenance.lag_threshold import LagThreshold
-from airflow_iceberg_maint.maintenance.values import optional_str
+from airflow_iceberg_maint.policy.lag_threshold import LagThreshold
+from airflow_iceberg_maint.policy.values import optional_str
 
 DEFAULT_RETAIN_LAST = 3
 _TABLE_KEYS = frozenset({"table", "indexes", "index_location"})

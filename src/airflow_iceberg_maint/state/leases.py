@@ -6,11 +6,11 @@ touches the table and releases it when it ends, failed or not. The lease is keye
 name as given (``namespace.table``), the same for both.
 
 Each take writes a new token. While the run lasts the lease is renewed every third of its ttl,
-and checked before every delete batch and every commit (``policy.fence``): a run whose lease was
+and checked before every delete batch and every commit (``state.lease_fence``): a run whose lease was
 taken over, or may have expired, stops there with ``LeaseLostError``. That fencing is what makes a
 short ttl safe (``DEFAULT_TTL_SECONDS``): a run stalled past it loses the table instead of working
 on beside the next holder. A lease whose process has ended on this host is taken over at once
-(``policy.process``); the same owner takes its own lease over at once (a retry of an Airflow task).
+(``state.lease_holder``); the same owner takes its own lease over at once (a retry of an Airflow task).
 
 ``sql_leases.SqlLeases`` keeps the leases in the state store's database, judged by the database's
 clock. The Airflow layer adds a store in Airflow Variables and a wait that defers
@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from airflow_iceberg_maint.errors import TableBusyError
-from airflow_iceberg_maint.policy.process import gone_here, this_process
+from airflow_iceberg_maint.state.lease_holder import gone_here, this_process
 
 #: A lease lasts this long unless renewed (every third of it). Short, so that a holder killed on
 #: another host blocks the table for at most a minute (on this host, not at all); long enough that
@@ -44,7 +44,7 @@ class Lease:
     expires_at: datetime
     #: New for each take: a renewal or check matches it, so a lease taken over is not renewed by the old holder.
     token: str = ""
-    #: The holder's process (``policy.process``), "" when not known.
+    #: The holder's process (``state.lease_holder``), "" when not known.
     process: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -89,7 +89,7 @@ class LeaseLog(Protocol):
 def try_take(store: LeaseStore, table: str, owner: str, ttl: timedelta, log: LeaseLog) -> tuple[bool, Lease]:
     """One try at the lease: whether it is ours now, and the lease as it is (ours, or the holder's).
 
-    A holder whose process has ended on this host (``policy.process.gone_here``) is taken over at
+    A holder whose process has ended on this host (``state.lease_holder.gone_here``) is taken over at
     once, by a take conditional on that holder's token.
     """
     token, process = uuid.uuid4().hex, this_process()

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri, local_path
-from airflow_iceberg_maint.orphans.manifests import live_file_paths
-from airflow_iceberg_maint.orphans.path_hashes import (
+from airflow_iceberg_maint.reachability.manifests import live_file_paths
+from airflow_iceberg_maint.reachability.path_hashes import (
     DEFERRED,
     EMPTY,
     HASH_SCHEMA,
@@ -34,7 +34,7 @@ from airflow_iceberg_maint.orphans.path_hashes import (
     path_hash128,
     path_hashes128,
 )
-from airflow_iceberg_maint.orphans.referenced_runs import (
+from airflow_iceberg_maint.reachability.referenced_runs import (
     DEFERRED_SCHEMA,
     ResolvedIdentities,
     SpilledReferences,

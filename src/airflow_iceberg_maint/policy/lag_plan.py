@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_iceberg_maint.index.lifecycle.lag import IndexLag
-from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition
-from airflow_iceberg_maint.maintenance.lag_threshold import CheckedLag
+from airflow_iceberg_maint.policy.index_definitions import TableDefinition
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag
 
 
 @dataclass

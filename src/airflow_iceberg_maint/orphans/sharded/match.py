@@ -1,4 +1,4 @@
-"""Step 3 of a sharded orphan scan (``sharded.py``): one shard's range of buckets, candidates minus referenced.
+"""Step 3 of a sharded orphan scan (``scan.py``): one shard's range of buckets, candidates minus referenced.
 
 A bucket is matched as a single-task scan matches its listing, within the plan's ``memory_budget_mb``:
 its candidates as ``ListedRows`` (hashes in sorted runs, rows spilled past a quarter of the budget) and
@@ -15,13 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows, rows_of
+from airflow_iceberg_maint.orphans.listing.listed_rows import ListedRows, rows_of
 from airflow_iceberg_maint.orphans.matching import match_listed
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, refs_budget, rows_budget
-from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, exact_bytes, path_hashes128
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet
-from airflow_iceberg_maint.orphans.shard_files import CANDIDATE_SCHEMA, BucketRange, Scratch, bucket_range
-from airflow_iceberg_maint.orphans.shard_plan import (
+from airflow_iceberg_maint.orphans.sharded.files import CANDIDATE_SCHEMA, BucketRange, Scratch, bucket_range
+from airflow_iceberg_maint.orphans.sharded.plan import (
     UNMATCHED_SCHEMA,
     check_shard_index,
     file_infos,
@@ -32,6 +30,8 @@ from airflow_iceberg_maint.orphans.shard_plan import (
     read_plan,
     shard_marker_name,
 )
+from airflow_iceberg_maint.reachability.path_hashes import HASH_SCHEMA, exact_bytes, path_hashes128
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 
 
 def match_shard(scratch: str, index: int, io_properties: Mapping[str, str]) -> dict[str, int]:

@@ -19,8 +19,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestEntryStatus
 
 from airflow_iceberg_maint.errors import MetadataReadError
-from airflow_iceberg_maint.orphans.avro_plans import Damaged, Want, record_plan
 from airflow_iceberg_maint.pyiceberg_compat import AVRO_CODECS, avro_decoder
+from airflow_iceberg_maint.reachability.avro_plans import Damaged, Want, record_plan
 
 _MANIFEST_LIST: Want = {500: None}  # manifest_path
 _MANIFEST: Want = {0: None, 2: {100: None}}  # status, data_file.file_path

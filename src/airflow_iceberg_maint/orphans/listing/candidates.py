@@ -17,11 +17,11 @@ import pyarrow as pa
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent
-from airflow_iceberg_maint.orphans.listed_rows import ListedRows
-from airflow_iceberg_maint.orphans.other_tables import listed_metadata_files
-from airflow_iceberg_maint.orphans.path_hashes import LISTED_SCHEMA, inode_identities, int64_array, path_hashes128
-from airflow_iceberg_maint.orphans.referenced_runs import hash_runs
+from airflow_iceberg_maint.orphans.listing.listed_rows import ListedRows
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.other_tables import listed_metadata_files
+from airflow_iceberg_maint.reachability.path_hashes import LISTED_SCHEMA, inode_identities, int64_array, path_hashes128
+from airflow_iceberg_maint.reachability.referenced_runs import hash_runs
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.lag import IndexLag
-from airflow_iceberg_maint.maintenance.values import optional_number
+from airflow_iceberg_maint.policy.values import optional_number
 
 
 @dataclass(frozen=True)

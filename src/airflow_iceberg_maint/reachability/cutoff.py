@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from airflow_iceberg_maint.errors import InvalidInputError
 
-# The name the warning below has always been logged under: log filters and the command line's output know it.
+# The name the warning below has always been logged under (it warns about orphan removal's cutoff): log
+# filters and the command line's output know it (tests/test_cli_progress.py), so it stays, not ``__name__``.
 log = logging.getLogger("airflow_iceberg_maint.orphans.removal")
 
 DEFAULT_OLDER_THAN_DAYS = 3.0

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.path_hashes import exact_bytes, int64_array
-from airflow_iceberg_maint.orphans.referenced_runs import by_exact, hash_runs
-from airflow_iceberg_maint.orphans.spilled_batches import ClosedOnExit, SpilledBatches
+from airflow_iceberg_maint.orphans.listing.spilled_batches import ClosedOnExit, SpilledBatches
+from airflow_iceberg_maint.reachability.path_hashes import exact_bytes, int64_array
+from airflow_iceberg_maint.reachability.referenced_runs import by_exact, hash_runs
 
 ROWS_SCHEMA = pa.schema(
     [

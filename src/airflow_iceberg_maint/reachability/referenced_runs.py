@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA
+from airflow_iceberg_maint.reachability.path_hashes import HASH_SCHEMA
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 _DIR_PREFIX = "iceberg-orphan-refs-"

@@ -1,7 +1,7 @@
 """One table's orphan scan spread over shards: plan, scan shards, match buckets, then one final step.
 
 The same rules as the single-task run (``removal.py``; the rules of ``docs/safety.md``) hold;
-the steps exchange hashes through a scratch location outside the table (``shard_files``):
+the steps exchange hashes through a scratch location outside the table (``files``):
 
 1. ``plan_sharded_scan``: the checks of every run (S3, S7, S8, S12); list the first levels of
    the scan location by delimiter and deal the sub-directories out to the shards; read the
@@ -10,14 +10,14 @@ the steps exchange hashes through a scratch location outside the table (``shard_
    the levels it listed) is written as bucketed parts.
 2. ``run_shard`` (one per shard): list its directories (candidates older than the cutoff) and
    read its manifests (referenced hashes), both written as parts bucketed by hash range.
-3. ``match_shard`` (one per shard, ``shard_match``): fetch its contiguous range of buckets from every part (one
+3. ``match_shard`` (one per shard, ``match``): fetch its contiguous range of buckets from every part (one
    ranged read a part, kept on local disk), then for each bucket, candidates minus referenced,
    exactly as the single-task match (``match_candidates``).
-4. ``finish_sharded_scan`` (``shard_finish``): gather the unmatched files, keep other tables'
+4. ``finish_sharded_scan`` (``finish``): gather the unmatched files, keep other tables'
    locations (S8), then the single-task run's own re-check against reloaded metadata and its
    deletion (``settling``).
 
-Each step reads the plan and the markers of the steps before it (``shard_plan``) and fails when
+Each step reads the plan and the markers of the steps before it (``plan``) and fails when
 one is missing or belongs to another plan (S2): a failed shard fails the run before anything is
 deleted. Memory per step is bounded by ``FLUSH_ROWS`` (plan, shards), one bucket (match: about
 ``ROWS_PER_BUCKET`` rows, its range on local disk), and the unmatched files themselves (final
@@ -44,30 +44,29 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent, Storage, require_capabilities
-from airflow_iceberg_maint.orphans.listing import keep_filter, partition_field_names
-from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.orphans.options import OrphanOptions
-from airflow_iceberg_maint.orphans.other_tables import is_listed_metadata_file
-from airflow_iceberg_maint.orphans.path_hashes import HASH_SCHEMA, PathHasher, exact_bytes
-from airflow_iceberg_maint.orphans.reference_walk import REMOTE_READERS, metadata_level_paths
+from airflow_iceberg_maint.orphans.listing.candidates import keep_filter, partition_field_names
+from airflow_iceberg_maint.orphans.options import OrphanOptions, scan_setup
 from airflow_iceberg_maint.orphans.report import OrphanReport
-from airflow_iceberg_maint.orphans.setup import scan_setup
-from airflow_iceberg_maint.orphans.shard_files import (
+from airflow_iceberg_maint.orphans.sharded.files import (
     CANDIDATE_SCHEMA,
     BucketWriter,
     Scratch,
     refuse_scratch_inside,
 )
-from airflow_iceberg_maint.orphans.shard_finish import finish_sharded_scan
-from airflow_iceberg_maint.orphans.shard_match import match_shard
-from airflow_iceberg_maint.orphans.shard_plan import (
+from airflow_iceberg_maint.orphans.sharded.finish import finish_sharded_scan
+from airflow_iceberg_maint.orphans.sharded.match import match_shard
+from airflow_iceberg_maint.orphans.sharded.plan import (
     PLAN,
     check_shard_index,
     plan_equivalence,
     read_plan,
     shard_marker_name,
 )
-from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
+from airflow_iceberg_maint.reachability.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.reachability.other_tables import is_listed_metadata_file
+from airflow_iceberg_maint.reachability.path_hashes import HASH_SCHEMA, PathHasher, exact_bytes
+from airflow_iceberg_maint.reachability.reference_walk import REMOTE_READERS, metadata_level_paths
+from airflow_iceberg_maint.reachability.sources import ReferenceSource, source_path_batches
 
 log = logging.getLogger(__name__)
 

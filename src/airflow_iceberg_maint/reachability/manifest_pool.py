@@ -22,8 +22,8 @@ from typing import TypeVar
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
-from airflow_iceberg_maint.orphans.manifests import live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.orphans.path_hashes import PathHasher
+from airflow_iceberg_maint.reachability.manifests import live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.reachability.path_hashes import PathHasher
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
-from airflow_iceberg_maint.orphans.manifest_pool import ManifestPool, worker_count
-from airflow_iceberg_maint.orphans.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
-from airflow_iceberg_maint.orphans.path_hashes import PathHasher
-from airflow_iceberg_maint.orphans.referenced import ReferencedSet, Reread, given_paths, manifest_rereads
-from airflow_iceberg_maint.orphans.sources import ReferenceSource, source_path_batches
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool, worker_count
+from airflow_iceberg_maint.reachability.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.reachability.path_hashes import PathHasher
+from airflow_iceberg_maint.reachability.referenced import ReferencedSet, Reread, given_paths, manifest_rereads
+from airflow_iceberg_maint.reachability.sources import ReferenceSource, source_path_batches
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
-from airflow_iceberg_maint.policy.state import CleanupState
+from airflow_iceberg_maint.state.cleanup import CleanupState
+from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 KEY_PREFIX = "iceberg_maint."
-#: Cleanup states, ``iceberg_maint.state.<job>.<table uuid>`` (``policy.state.CleanupState``).
+#: Cleanup states, ``iceberg_maint.state.<job>.<table uuid>`` (``state.cleanup.CleanupState``).
 STATE_PREFIX = f"{KEY_PREFIX}state."
 INDEX_LAG_PREFIX = f"{KEY_PREFIX}index_lag."
 RUNS_PREFIX = f"{KEY_PREFIX}runs."

@@ -4,7 +4,7 @@ Every statement that takes, renews or checks a lease is one conditional statemen
 lease's expiry time is written and compared in the database's clock (``_store_now``), so that
 hosts whose clocks disagree still agree on whether a lease has expired: only the database's clock
 counts. Each take writes a new token; a renewal (and the check before each delete batch or commit,
-``policy.fence``) extends the lease only where table, owner and token still match and the lease has
+``state.lease_fence``) extends the lease only where table, owner and token still match and the lease has
 not expired, so a run whose lease another run has taken finds zero rows and stops.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import StorageError
-from airflow_iceberg_maint.policy.lease import Lease
-from airflow_iceberg_maint.policy.state import state_engine
+from airflow_iceberg_maint.state.cleanup import state_engine
+from airflow_iceberg_maint.state.leases import Lease
 
 _METADATA = sa.MetaData()
 _LEASES = sa.Table(

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
 

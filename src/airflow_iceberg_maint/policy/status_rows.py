@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_iceberg_maint.maintenance.index_definitions import TableDefinition
-from airflow_iceberg_maint.maintenance.status_records import (
+from airflow_iceberg_maint.policy.due import Evaluation, evaluate, unattached
+from airflow_iceberg_maint.policy.index_definitions import TableDefinition
+from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy, policy_for_table
+from airflow_iceberg_maint.state.cleanup import CleanupState
+from airflow_iceberg_maint.state.status_records import (
     INDEX_LAG_PREFIX,
     POLICY_TABLES_KEY,
     RUNS_PREFIX,
@@ -26,9 +29,6 @@ from airflow_iceberg_maint.maintenance.status_records import (
     RunRecord,
     last_attempt,
 )
-from airflow_iceberg_maint.policy.due import Evaluation, evaluate, unattached
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy, policy_for_table
-from airflow_iceberg_maint.policy.state import CleanupState
 
 _SECONDS_PER_DAY = 86_400.0
 _UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)

@@ -34,7 +34,7 @@ from pyarrow import parquet as pq
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.fs.storage import FileInfo, KeepComponent
-from airflow_iceberg_maint.orphans.s3_inventory import BATCH_ROWS, object_batches, parse_manifest
+from airflow_iceberg_maint.orphans.listing.s3_inventory import BATCH_ROWS, object_batches, parse_manifest
 
 log = logging.getLogger(__name__)
 

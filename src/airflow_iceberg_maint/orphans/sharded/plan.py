@@ -14,7 +14,7 @@ import pyarrow as pa
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
 from airflow_iceberg_maint.fs.locations import PathEquivalence
 from airflow_iceberg_maint.fs.storage import FileInfo
-from airflow_iceberg_maint.orphans.shard_files import Scratch
+from airflow_iceberg_maint.orphans.sharded.files import Scratch
 
 PLAN = "plan.json"
 #: What a match step leaves for the final step: the files nothing references, conflicts flagged.
