@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pyiceberg.catalog import Catalog
+
 from airflow_iceberg_maint.api.tables import (
     DEFAULT_CATALOG,
     CatalogLike,
@@ -70,7 +72,7 @@ def fleet_health(
     scope = tuple(namespace.split(".")) if namespace is not None else None
     if scope is not None and not opened.namespace_exists(scope):
         raise InvalidInputError(f"namespace {namespace!r}: not found in catalog {opened.name!r}")
-    names = sorted(catalog_tables(opened, scope))
+    names = sorted(catalog_tables(opened, None) if scope is None else _tables_under(opened, scope))
     return fleet_scan(
         opened,
         names,
@@ -79,6 +81,17 @@ def fleet_health(
         target_file_size_bytes=target_file_size_bytes,
         now=datetime.now(UTC),
     )
+
+
+def _tables_under(catalog: Catalog, namespace: tuple[str, ...]) -> list[str]:
+    """The tables of ``namespace`` and of the namespaces nested in it."""
+    names: list[str] = []
+    pending = [namespace]
+    while pending:
+        ns = pending.pop()
+        names += catalog_tables(catalog, ns)
+        pending += [tuple(child) for child in catalog.list_namespaces(ns) if tuple(child) != ns]
+    return names
 
 
 def _records(state: StateStore | None) -> Records:
