@@ -13,7 +13,7 @@ from airflow_iceberg_maint.fs.locations import local_path
 from tests.health.conftest import Ran
 from tests.health.tables import SCHEMA, batch
 
-#: CLI.md's "Table health" keys, in its order.
+#: The keys of docs/cli.md's health section, in its order.
 CLI_KEYS = [
     "table",
     "snapshot_id",

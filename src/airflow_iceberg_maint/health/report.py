@@ -1,7 +1,7 @@
 """One table's health report: its statistics, what expiry would free, the last orphan run's findings, the score.
 
-``HealthReport.to_json`` is the ``health --json`` object of docs/cli.md (the keys of CLI.md's "Table
-health", then the details); ``values`` gives the numbers a trigger expression names (``names``).
+``HealthReport.to_json`` is the ``health --json`` object of docs/cli.md (the contract's keys, then the
+details); ``values`` gives the numbers a trigger expression names (``names``).
 """
 
 from __future__ import annotations

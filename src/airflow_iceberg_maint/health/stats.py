@@ -22,7 +22,7 @@ from pyiceberg.table.metadata import TableMetadata
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError, first_line
 from airflow_iceberg_maint.fs.locations import Uri
 
-#: A data file below this share of the target size is small (as CLI.md says).
+#: A data file below this share of the target size is small (docs/cli.md, health).
 SMALL_SHARE = 0.75
 #: The histogram's bucket bounds: a file of ``s`` bytes counts in the first bucket with ``s <= upper``;
 #: the last bucket (``upper_bytes`` null) holds the rest.
