@@ -82,10 +82,13 @@ def test_the_minimum_interval_still_holds(tmp_path: Path, sqlite_catalog: SqlCat
         succeeded=True,
         job=SNAPSHOT_EXPIRY,
     )
-    ran = cli("due", "db.t", "--policy", _policy_file(tmp_path, trigger="small_files > 3"), "--json")
-    [policy] = ran.json["policies"]
-    assert (policy["due"], policy["trigger_value"]) == (False, None)  # the trigger holds, but the interval did not pass
-    assert policy["reason"].endswith("interval 1 day: not due")
+    for fields in ({"trigger": "small_files > 3"}, {"trigger": "small_files > 3", "score": "small_files * 2"}):
+        ran = cli("due", "db.t", "--policy", _policy_file(tmp_path, **fields), "--json")
+        [policy] = ran.json["policies"]
+        # The trigger holds, but the interval has not passed: not due, the trigger not asked.
+        assert (policy["due"], policy["trigger_value"]) == (False, None), fields
+        assert policy["reason"].endswith("interval 1 day: not due")
+        assert policy["score"] == (10.0 if "score" in fields else policy["days_since_last_run"])
 
 
 def test_without_a_trigger_due_prints_what_it_always_printed(
@@ -111,3 +114,12 @@ def test_the_score_expression_orders_the_due_tables(sqlite_catalog: SqlCatalog, 
     assert order() == ["db.a", "db.b", "db.c"]  # never run: equal scores, the catalog's order
     assert order(score="small_files") == ["db.b", "db.c", "db.a"]
     assert order(score="small_files", trigger="small_files >= 2") == ["db.b", "db.c"]
+
+
+def test_a_caller_reading_no_statistics_gets_the_clocks_verdict_and_is_told() -> None:
+    from airflow_iceberg_maint.policy.due import evaluate
+
+    [policy] = parse_policies([{"name": "p", "type": SNAPSHOT_EXPIRY, "tables": ["db.*"], "trigger": "score < 50"}])
+    evaluation = evaluate("db.t", "uuid", policy, None, datetime.now(UTC))
+    assert (evaluation.due, evaluation.trigger, evaluation.trigger_value) == (True, "score < 50", None)
+    assert evaluation.reason == "never expired: due (trigger and score not evaluated here)"

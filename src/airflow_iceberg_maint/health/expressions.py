@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from airflow_iceberg_maint.errors import InvalidInputError
@@ -190,14 +190,16 @@ class _Parser:
         return self.chain(("and",), BOOLEAN, "not_expr")
 
     def not_expr(self) -> tuple[Node, str]:
-        if not self.at("not"):
-            return self.comparison()
+        return self.prefixed("not", BOOLEAN, self.not_expr, Not) if self.at("not") else self.comparison()
+
+    def prefixed(self, op: str, wanted: str, operand: Callable[[], tuple[Node, str]], build: type) -> tuple[Node, str]:
+        """``op`` (taken here) applied to what ``operand`` parses, which must be of type ``wanted``."""
         self.take()
         self.deeper()
         column = self.token.column
-        operand = self.expect(self.not_expr(), BOOLEAN, column, "'not'")
+        node = build(self.expect(operand(), wanted, column, repr(op)))
         self.depth -= 1
-        return Not(operand), BOOLEAN
+        return node, wanted
 
     def comparison(self) -> tuple[Node, str]:
         column = self.token.column
@@ -223,14 +225,7 @@ class _Parser:
         return self.chain(("*",), NUMBER, "unary")
 
     def unary(self) -> tuple[Node, str]:
-        if not self.at("-"):
-            return self.atom()
-        self.take()
-        self.deeper()
-        column = self.token.column
-        operand = self.expect(self.unary(), NUMBER, column, "'-'")
-        self.depth -= 1
-        return Negative(operand), NUMBER
+        return self.prefixed("-", NUMBER, self.unary, Negative) if self.at("-") else self.atom()
 
     def atom(self) -> tuple[Node, str]:
         token = self.take()

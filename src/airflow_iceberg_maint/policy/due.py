@@ -8,7 +8,7 @@ cleaned 6.9 days ago is not due under a 7-day interval.
 
 A policy with a ``trigger`` expression is due when the minimum interval has passed and the
 expression holds over the table's health (docs/health.md); a ``score`` expression replaces the
-days as the score. Both read the table's statistics, so they need the table (``table=``);
+days as the score. Both read the table's statistics, so they need the table (``loaded=``);
 without either the statistics are never read.
 """
 
@@ -125,7 +125,7 @@ def evaluate(
     """Evaluate one table against its policy (or orphan removal's default interval when ``policy`` is None).
 
     ``state`` is the table's record for the policy's type; ``health`` gives the values of a policy's
-    trigger and score expressions (a policy with one is never due without it).
+    trigger and score expressions (without it they are not evaluated: the clock decides, and the reason says so).
     """
     if now.tzinfo is None:
         raise InvalidInputError(f"evaluation time {now!r}: must be timezone-aware")
@@ -160,8 +160,8 @@ def _with_expressions(clock: Evaluation, policy: Policy[Any], health: HealthValu
     trigger = policy.trigger.text if policy.trigger is not None else None
     if not clock.due and policy.score is None:
         return replace(clock, trigger=trigger)
-    if health is None:
-        raise InvalidInputError(f"policy {policy.name!r}: its trigger or score needs the table's statistics")
+    if health is None:  # a caller that reads no statistics (the status page's rows): the clock's verdict, said so
+        return replace(clock, trigger=trigger, reason=f"{clock.reason} (trigger and score not evaluated here)")
     days = clock.days_since_last_cleanup
     values = {**health(), DAYS_SINCE_LAST_RUN: NEVER_RUN_DAYS if days is None else days}
     score = float(policy.score.evaluate(values)) if policy.score is not None else clock.score
