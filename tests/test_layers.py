@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("storage", {"fs", "catalog", "commit_fence", "sorting"}),
     ("reachability and state", {"reachability", "state"}),
-    ("engines", {"orphans", "index", "expiry"}),
+    ("engines", {"orphans", "index", "expiry", "health"}),
     ("planning", {"policy"}),
     ("interfaces", {"api", "cli", "airflow", "provider_info", ROOT}),
 ]
@@ -47,6 +47,8 @@ SIDEWAYS: dict[str, set[str]] = {
     "commit_fence": {"catalog"},
     # Expiry keeps the snapshots the index pins and refuses gc.enabled=false tables as orphan removal does.
     "expiry": {"index", "orphans"},
+    # Health counts what the default expiry would free with the expiry's own planning.
+    "health": {"expiry", "index", "orphans"},
     # The command line opens a catalog from an Airflow connection (--conn-id) and prints the version.
     "cli": {"api", "airflow", ROOT},
     "airflow": {"api", "provider_info"},

@@ -3,7 +3,8 @@ secondary indexes.
 
 The Python API is what this package exports (``__all__``, docs/python.md): ``remove_orphan_files``,
 ``expire_snapshots``, the index operations (``create_index``, ``refresh_index``, ``lookup_index``, ...),
-``load_table``, their typed reports and errors. Everything not exported here is internal and may change.
+``load_table``, ``table_health`` and ``fleet_health``, their typed reports and errors. Everything not
+exported here is internal and may change.
 The same engines serve the ``iceberg-maint`` command (docs/cli.md) and the Airflow provider
 (``airflow_iceberg_maint.airflow``, docs/airflow.md).
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, expire_snapshots, remove_orphan_files
+    from airflow_iceberg_maint.api.health import fleet_health, table_health
     from airflow_iceberg_maint.api.indexes import (
         ExtractExpiryReport,
         IndexInfo,
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     )
     from airflow_iceberg_maint.expiry.pins import SnapshotPin
     from airflow_iceberg_maint.expiry.run import ExpiryReport
+    from airflow_iceberg_maint.health.fleet import FleetHealth
+    from airflow_iceberg_maint.health.report import HealthReport
     from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
     from airflow_iceberg_maint.index.lifecycle.references import UnreferencedReport
     from airflow_iceberg_maint.index.read.lookup import LookupResult
@@ -75,7 +79,9 @@ __all__ = [
     "ExpiryReport",
     "ExtractExpiryReport",
     "FileCounts",
+    "FleetHealth",
     "GcDisabledError",
+    "HealthReport",
     "IncompleteMetadataError",
     "IndexCommitConflictError",
     "IndexExistsError",
@@ -105,6 +111,7 @@ __all__ = [
     "create_index",
     "expire_index_extracts",
     "expire_snapshots",
+    "fleet_health",
     "index_lag",
     "list_indexes",
     "load_table",
@@ -114,17 +121,21 @@ __all__ = [
     "refresh_index",
     "remove_orphan_files",
     "remove_unreferenced_index_files",
+    "table_health",
 ]
 
 
 #: The modules the names of ``__all__`` come from (those of the imports above), searched in order on first use.
 _HOMES = (
     "api.cleanup",
+    "api.health",
     "api.indexes",
     "api.tables",
     "errors",
     "expiry.pins",
     "expiry.run",
+    "health.fleet",
+    "health.report",
     "index.lifecycle.lag",
     "index.lifecycle.references",
     "index.read.lookup",

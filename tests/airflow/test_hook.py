@@ -141,3 +141,14 @@ def test_the_options_read_are_those_declared_in_the_provider_info() -> None:
     info = ProvidersManager().providers["airflow-iceberg-maint"].data
     assert set(info["config"][CONFIG_SECTION]["options"]) == set(CONFIG_OPTIONS) == set(READERS)
     assert "airflow_iceberg_maint.airflow.hooks.maintenance" in info["hooks"][0]["python-modules"]
+
+
+def test_the_due_sensors_evaluation_reads_a_policys_trigger(catalog: SqlCatalog, orders: str, state_url: str) -> None:
+    hook = IcebergMaintenanceHook(state_url=state_url)
+    body = {"name": "weekly", "type": "system_iceberg_orphan_file_removal", "minIntervalDays": 7, "tables": ["demo.*"]}
+    quiet = parse_policies([{**body, "trigger": "data_files > 1"}])  # demo.orders has one data file
+    evaluation = hook.evaluate_due("demo.orders", quiet, "policies.yaml")
+    assert (evaluation.due, evaluation.trigger_value, evaluation.trigger_values) == (False, False, {"data_files": 1})
+    busy = parse_policies([{**body, "trigger": "data_files >= 1", "score": "data_rows"}])
+    evaluation = hook.evaluate_due("demo.orders", busy, "policies.yaml")
+    assert (evaluation.due, evaluation.score) == (True, 3.0)

@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     table_uuid = str(table.metadata.table_uuid)
     store, now = SqlStateStore(), datetime.now(UTC)
     # The top-level keys stay orphan removal's (the contract before expiry); `policies` covers every type.
-    result = evaluate_table(args.table, table_uuid, policies, store, now, args.policy)
-    each = evaluate_policies(args.table, table_uuid, policies or [], store, now)
+    result = evaluate_table(args.table, table_uuid, policies, store, now, args.policy, loaded=table)
+    each = evaluate_policies(args.table, table_uuid, policies or [], store, now, loaded=table)
     lines = [f"{args.table}: {_verdict(result)}, score {result.score:g}"]
     lines += [f"  policy {e.policy!r} ({e.type}): {_verdict(e)}" for e in each]
     return {**result.to_json(), "policies": [e.policy_json() for e in each], "__text__": "\n".join(lines)}

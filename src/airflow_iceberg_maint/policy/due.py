@@ -5,16 +5,25 @@ Trigger: days since the last run of the policy's kind (the last cleanup for orph
 the last expiry for snapshot expiry) ``>= minIntervalDays``; score: the days since. A table
 never run is due with the highest score. Days are exact fractions of 24 hours, so a table
 cleaned 6.9 days ago is not due under a 7-day interval.
+
+A policy with a ``trigger`` expression is due when the minimum interval has passed and the
+expression holds over the table's health (docs/health.md); a ``score`` expression replaces the
+days as the score. Both read the table's statistics, so they need the table (``loaded=``);
+without either the statistics are never read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
+from pyiceberg.table import Table
+
 from airflow_iceberg_maint.errors import InvalidInputError
+from airflow_iceberg_maint.health.names import DAYS_SINCE_LAST_RUN, NEVER_RUN_DAYS
 from airflow_iceberg_maint.policy.policies import (
     DEFAULT_MIN_INTERVAL_DAYS,
     ORPHAN_FILE_REMOVAL,
@@ -57,6 +66,16 @@ class Evaluation:
     score: float
     reason: str
     type: str = ORPHAN_FILE_REMOVAL
+    #: The policy's trigger expression and its value (None: no trigger, or not evaluated), with the values it named.
+    trigger: str | None = None
+    trigger_value: bool | None = None
+    trigger_values: dict[str, float] = field(default_factory=dict)
+
+    def _trigger_json(self) -> dict[str, Any]:
+        # Only with a trigger, so that `due --json` without one is exactly as before.
+        if self.trigger is None:
+            return {}
+        return {"trigger": self.trigger, "trigger_value": self.trigger_value, "trigger_values": self.trigger_values}
 
     def policy_json(self) -> dict[str, Any]:
         """One entry of ``due --json``'s ``policies``: the same evaluation, named for any kind."""
@@ -69,6 +88,7 @@ class Evaluation:
             "min_interval_days": self.min_interval_days,
             "reason": self.reason,
             "score": self.score,
+            **self._trigger_json(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -82,11 +102,16 @@ class Evaluation:
             "due": self.due,
             "score": self.score,
             "reason": self.reason,
+            **self._trigger_json(),
         }
 
 
 def _days(value: float) -> str:
     return f"{value:g} day" + ("" if value == 1 else "s")
+
+
+#: The numbers a trigger or score expression names, read once when first asked for.
+HealthValues = Callable[[], Mapping[str, float]]
 
 
 def evaluate(
@@ -95,10 +120,12 @@ def evaluate(
     policy: Policy[Any] | None,
     state: CleanupState | None,
     now: datetime,
+    health: HealthValues | None = None,
 ) -> Evaluation:
     """Evaluate one table against its policy (or orphan removal's default interval when ``policy`` is None).
 
-    ``state`` is the table's record for the policy's type.
+    ``state`` is the table's record for the policy's type; ``health`` gives the values of a policy's
+    trigger and score expressions (without it they are not evaluated: the clock decides, and the reason says so).
     """
     if now.tzinfo is None:
         raise InvalidInputError(f"evaluation time {now!r}: must be timezone-aware")
@@ -115,12 +142,45 @@ def evaluate(
     if policy is not None and not policy.enabled:
         return result(False, 0.0, f"policy {policy.name!r} is disabled")
     if last is None or days is None:
-        return result(True, NEVER_CLEANED_SCORE, f"never {words.done}: due")
-    if days < 0:
+        clock = result(True, NEVER_CLEANED_SCORE, f"never {words.done}: due")
+    elif days < 0:
         # A clock stepped back, or state written by a host ahead of ours: wait rather than guess.
         return result(False, 0.0, f"last {words.run} at {last.isoformat()} is in the future: not due")
-    since = f"last {words.done} {_days(round(days, 2))} ago, interval {_days(interval)}"
-    return result(days >= interval, days, f"{since}: due" if days >= interval else f"{since}: not due")
+    else:
+        since = f"last {words.done} {_days(round(days, 2))} ago, interval {_days(interval)}"
+        clock = result(days >= interval, days, f"{since}: due" if days >= interval else f"{since}: not due")
+    if policy is None or (policy.trigger is None and policy.score is None):
+        return clock
+    return _with_expressions(clock, policy, health)
+
+
+def _with_expressions(clock: Evaluation, policy: Policy[Any], health: HealthValues | None) -> Evaluation:
+    """The clock's verdict refined by the policy's trigger (asked only once the minimum interval has passed)
+    and score. The statistics are read only when one of them is asked."""
+    trigger = policy.trigger.text if policy.trigger is not None else None
+    if not clock.due and policy.score is None:
+        return replace(clock, trigger=trigger)
+    if health is None:  # a caller that reads no statistics (the status page's rows): the clock's verdict, said so
+        return replace(clock, trigger=trigger, reason=f"{clock.reason} (trigger and score not evaluated here)")
+    days = clock.days_since_last_cleanup
+    values = {**health(), DAYS_SINCE_LAST_RUN: NEVER_RUN_DAYS if days is None else days}
+    score = float(policy.score.evaluate(values)) if policy.score is not None else clock.score
+    if policy.trigger is None or not clock.due:
+        return replace(clock, score=score, trigger=trigger)
+    named = {name: values[name] for name in sorted(policy.trigger.names)}
+    value = bool(policy.trigger.evaluate(values))
+    shown = ", ".join(f"{k}={v:g}" for k, v in named.items())
+    reason = f"{clock.reason.rsplit(': ', 1)[0]}; trigger {trigger!r} is {str(value).lower()}"
+    reason += f" ({shown})" if shown else ""
+    return replace(
+        clock,
+        due=value,
+        score=score,
+        reason=f"{reason}: {'due' if value else 'not due'}",
+        trigger=trigger,
+        trigger_value=value,
+        trigger_values=named,
+    )
 
 
 def unattached(table: str, table_uuid: str, source: str, policy_type: str = ORPHAN_FILE_REMOVAL) -> Evaluation:
@@ -147,19 +207,49 @@ def evaluate_table(
     now: datetime,
     source: str = "the policies",
     policy_type: str = ORPHAN_FILE_REMOVAL,
+    *,
+    loaded: Table | None = None,
 ) -> Evaluation:
-    """Find the table's policy of the type (None: no policies given, default interval) and evaluate it."""
+    """Find the table's policy of the type (None: no policies given, default interval) and evaluate it.
+
+    ``loaded``: the table, whose health a trigger or score expression reads (read only then)."""
     policy = policy_for_table(policies, table, policy_type) if policies is not None else None
     if policies is not None and policy is None:
         return unattached(table, table_uuid, source, policy_type)
-    return evaluate(table, table_uuid, policy, store.get(table_uuid, policy_type), now)
+    health = health_values(loaded, store, now) if loaded is not None else None
+    return evaluate(table, table_uuid, policy, store.get(table_uuid, policy_type), now, health)
 
 
 def evaluate_policies(
-    table: str, table_uuid: str, policies: Sequence[Policy[Any]], store: StateStore, now: datetime
+    table: str,
+    table_uuid: str,
+    policies: Sequence[Policy[Any]],
+    store: StateStore,
+    now: datetime,
+    *,
+    loaded: Table | None = None,
 ) -> list[Evaluation]:
     """Evaluate each policy that governs the table, one per type, each against its own kind's state."""
+    health = health_values(loaded, store, now) if loaded is not None else None
     return [
-        evaluate(table, table_uuid, policy, store.get(table_uuid, policy.type), now)
+        evaluate(table, table_uuid, policy, store.get(table_uuid, policy.type), now, health)
         for policy in governing_policies(policies, table)
     ]
+
+
+def health_values(table: Table, store: StateStore, now: datetime) -> HealthValues:
+    """The table's health values (``names.HEALTH_NAMES``), read on the first call only."""
+
+    @cache
+    def read() -> Mapping[str, float]:
+        from airflow_iceberg_maint.health.report import build_report  # imported when a policy has an expression
+
+        uuid = str(table.metadata.table_uuid)
+        return build_report(
+            table,
+            last_orphan_run=store.get(uuid, ORPHAN_FILE_REMOVAL),
+            last_expiry=store.get(uuid, SNAPSHOT_EXPIRY),
+            now=now,
+        ).values()
+
+    return read

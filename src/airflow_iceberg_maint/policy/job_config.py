@@ -162,7 +162,8 @@ def _plan_jobs(
     jobs: list[tuple[JobT, str, float]] = []
     for name in attached_tables(catalog, policies, policy_type):
         table = load_table(catalog, name)
-        evaluation = evaluate_table(name, str(table.metadata.table_uuid), policies, store, now, source, policy_type)
+        uuid = str(table.metadata.table_uuid)
+        evaluation = evaluate_table(name, uuid, policies, store, now, source, policy_type, loaded=table)
         evaluations.append(evaluation)
         policy = policy_for_table(policies, name, policy_type)
         if evaluation.due and policy is not None:

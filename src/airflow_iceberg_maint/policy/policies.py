@@ -29,6 +29,8 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
+from airflow_iceberg_maint.health.expressions import BOOLEAN, NUMBER, Expression, parse
+from airflow_iceberg_maint.health.names import EXPRESSION_NAMES
 from airflow_iceberg_maint.reachability.cutoff import DEFAULT_OLDER_THAN_DAYS
 from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL as ORPHAN_FILE_REMOVAL
 from airflow_iceberg_maint.state.jobs import SNAPSHOT_EXPIRY as SNAPSHOT_EXPIRY
@@ -37,7 +39,9 @@ DEFAULT_MIN_INTERVAL_DAYS = 7.0
 #: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
 RECENT_FILES_FLOOR_DAYS = 1.0
 
-_POLICY_FIELDS = frozenset({"name", "type", "comment", "enabled", "minIntervalDays", "tables", "content"})
+_POLICY_FIELDS = frozenset(
+    {"name", "type", "comment", "enabled", "minIntervalDays", "tables", "content", "trigger", "score"}
+)
 _GLOB_CHARS = frozenset("*?[")
 
 
@@ -95,6 +99,10 @@ class Policy(Generic[ContentT]):
     enabled: bool = True
     min_interval_days: float = DEFAULT_MIN_INTERVAL_DAYS
     tables: tuple[str, ...] = field(default_factory=tuple)
+    #: Due only when this holds (besides the minimum interval); None: the clock rule alone (docs/health.md).
+    trigger: Expression | None = None
+    #: Orders the due tables, highest first; None: the days since the last run.
+    score: Expression | None = None
 
     def attaches_exactly(self, table: str) -> bool:
         return table in self.tables
@@ -117,6 +125,9 @@ class Policy(Generic[ContentT]):
             "minIntervalDays": self.min_interval_days,
             "tables": list(self.tables),
             "content": self.content.to_json(),
+            # Shown only when set, so the output for every policy without them stays as it was.
+            **({"trigger": self.trigger.text} if self.trigger else {}),
+            **({"score": self.score.text} if self.score else {}),
         }
 
 
@@ -256,7 +267,13 @@ def parse_policy(body: Any, source: str = "policy", index: int | None = None) ->
         enabled=_boolean(body.get("enabled", True), f"{what}.enabled"),
         min_interval_days=_number(body.get("minIntervalDays", DEFAULT_MIN_INTERVAL_DAYS), f"{what}.minIntervalDays"),
         tables=_tables(body.get("tables"), what),
+        trigger=_expression(body.get("trigger"), f"{what}.trigger", BOOLEAN),
+        score=_expression(body.get("score"), f"{what}.score", NUMBER),
     )
+
+
+def _expression(text: Any, what: str, type_: str) -> Expression | None:
+    return None if text is None else parse(text, EXPRESSION_NAMES, what=what, type_=type_)
 
 
 def parse_policies(document: Any, source: str = "policy") -> list[Policy[Any]]:
@@ -305,7 +322,7 @@ def governing_policies(policies: Sequence[Policy[Any]], table: str) -> list[Poli
     return [policy for kind in types if (policy := policy_for_table(policies, table, kind)) is not None]
 
 
-def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[str]:
+def catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[str]:
     """Every table in one namespace, or in all namespaces (nested ones too) when ``namespace`` is None."""
     if namespace is not None:
         try:
@@ -316,7 +333,7 @@ def _catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list
     pending = [tuple(ns) for ns in catalog.list_namespaces()]
     while pending:
         ns = pending.pop()
-        names += _catalog_tables(catalog, ns)
+        names += catalog_tables(catalog, ns)
         pending += [tuple(child) for child in catalog.list_namespaces(ns) if tuple(child) != ns]
     return names
 
@@ -344,6 +361,6 @@ def attached_tables(
                 continue
             scope = None if _GLOB_CHARS & set(namespace_part) else tuple(namespace_part.split("."))
             if scope not in listed:
-                listed[scope] = _catalog_tables(catalog, scope)
+                listed[scope] = catalog_tables(catalog, scope)
             names.update(name for name in listed[scope] if fnmatch.fnmatchcase(name, pattern))
     return sorted(names)

@@ -121,8 +121,10 @@ class IcebergMaintenanceHook(IcebergHook):
     ) -> Evaluation:
         """Whether ``table`` is due for ``policy_type`` (orphan removal or snapshot expiry) under ``policies``
         (None: the default interval, orphan removal only)."""
-        uuid = str(self.load_table(table).metadata.table_uuid)
-        return evaluate_table(table, uuid, policies, self.state_store, datetime.now(UTC), source, policy_type)
+        loaded = self.load_table(table)
+        uuid = str(loaded.metadata.table_uuid)
+        now = datetime.now(UTC)
+        return evaluate_table(table, uuid, policies, self.state_store, now, source, policy_type, loaded=loaded)
 
     def index_lags(self, table: str, indexes: Sequence[str] | None, missing_ok: bool = False) -> list[IndexLag]:
         """The lag of each named index of the table (None: every index it has), the table loaded once.

@@ -139,7 +139,7 @@ class IcebergOrphanDueTablesOperator(_OrphanPlanningOperator):
                 self.log.warning("%s: table does not exist; not evaluated", name)
                 continue
             evaluation = evaluate_table(
-                name, str(table.metadata.table_uuid), policies, store, now, str(self.policy_file)
+                name, str(table.metadata.table_uuid), policies, store, now, str(self.policy_file), loaded=table
             )
             self.log.info("%s: %s", name, evaluation.reason)
             evaluations.append(evaluation)
