@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.deleting import DEFAULT_MAX_CONCURRENT_DELETES
-from airflow_iceberg_maint.orphans.other_tables import TablePaths
+
+if TYPE_CHECKING:  # a type only: the command line's parser reads this module's defaults without pyiceberg
+    from airflow_iceberg_maint.orphans.other_tables import TablePaths
 
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 #: The memory a scan holds its listed files and referenced set in, beyond the hashes (see docs/safety.md).
