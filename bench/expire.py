@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/expire.py                  # 1,000 snapshots x 100 files; expire the 900 oldest
     .venv/bin/python bench/expire.py --without-naive  # leave out the pyiceberg-only scan (about 12 s a repetition)
+    .venv/bin/python bench/expire.py --drop-every 10  # a second table: every 10th commit an overwrite (see below)
     scripts/services.sh run -- .venv/bin/python bench/expire.py --s3 moto --snapshots 300 --expire 270
                                                       # on a local S3-protocol server, requests counted: expire_s3.py
 
@@ -30,6 +31,11 @@ CLI run does (one thread: manifest workers are forked).
   (the expired ones name the candidates, the kept ones the kept manifests) and each unique
   manifest decoded once, one process a core (``bench/orphans.py``'s floor without its listing).
 
+With ``--drop-every K`` the table is another (under ``--work``-dropping): every K-th commit is an
+overwrite that deletes the files the commit K before it added, so the manifest holding them is
+rewritten and the expired snapshots drop manifests and free data files; every way must still
+delete the same set.
+
 ``T`` is the 901st oldest snapshot's time: the 900 oldest expire. Each way is timed ``--repeat``
 times, interleaved, and the median is kept; CPU seconds count every process.
 """
@@ -43,14 +49,17 @@ import shutil
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orphans import build, floor, in_child, naive, timed
+from orphans import OLD, build, floor, in_child, naive, placeholder_data_file, timed
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
+from pyiceberg.types import LongType, NestedField
 
 from airflow_iceberg_maint.expiry.run import expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
@@ -67,17 +76,56 @@ def load(work: Path) -> Table:
     return SqlCatalog("bench", uri=f"sqlite:///{work}/catalog.db").load_table("db.t")
 
 
-def prepare(work: Path, snapshots: int, per_snapshot: int) -> Path:
-    """The orphan bench's table without orphans, kept aside at ``work/pristine``; returns the live copy's root."""
+def prepare(work: Path, snapshots: int, per_snapshot: int, drop_every: int = 0) -> Path:
+    """The orphan bench's table without orphans (or ``build_dropping``'s), kept aside at ``work/pristine``;
+    returns the live copy's root."""
     live, pristine = work / "table", work / "pristine"
-    marker = pristine / f"prepared-{snapshots}-{per_snapshot}"
+    marker = pristine / f"prepared-{snapshots}-{per_snapshot}-{drop_every}"
     if not marker.exists():
         shutil.rmtree(pristine, ignore_errors=True)
-        build(live, snapshots, per_snapshot, 0)
+        if drop_every:
+            in_child(build_dropping, live, snapshots, per_snapshot, drop_every)
+        else:
+            build(live, snapshots, per_snapshot, 0)
         in_child(prepare_table, lambda: load(live))
         _copy(live, pristine)
         marker.touch()
     return live
+
+
+def build_dropping(work: Path, snapshots: int, per_snapshot: int, drop_every: int) -> None:
+    """Fast appends of ``per_snapshot`` one-byte files; every ``drop_every``-th commit an overwrite that
+    also deletes the files the commit ``drop_every`` before it added (their manifest is rewritten)."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=Schema(NestedField(1, "id", LongType())))
+    os.makedirs(local_path(table.location()) + "/data", exist_ok=True)
+    written = []
+    for s in range(snapshots):
+        files = [
+            placeholder_data_file(f"{table.location()}/data/{s:05d}-{i:04d}-{uuid.uuid4()}.parquet")
+            for i in range(per_snapshot)
+        ]
+        for data_file in files:
+            Path(local_path(data_file.file_path)).write_bytes(b"x")
+            data_file.spec_id = table.spec().spec_id  # an overwrite that deletes it reads its spec
+        written.append(files)
+        with table.transaction() as tx:
+            if s >= drop_every and s % drop_every == 0:
+                with tx.update_snapshot().overwrite() as overwrite:
+                    for data_file in written[s - drop_every]:
+                        overwrite.delete_data_file(data_file)
+                    for data_file in files:
+                        overwrite.append_data_file(data_file)
+            else:
+                with tx.update_snapshot().fast_append() as append:
+                    for data_file in files:
+                        append.append_data_file(data_file)
+    for dirpath, _, names in os.walk(local_path(table.location())):  # everything committed is old
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD))
 
 
 def prepare_table(load_table: Callable[[], Table]) -> None:
@@ -209,6 +257,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(__file__).parent / ".work" / "expire")
     parser.add_argument(
+        "--drop-every", type=int, default=0, help="the second table: every K-th commit an overwrite (0: fast appends)"
+    )
+    parser.add_argument(
         "--without-naive", action="store_true", help="leave out pyiceberg's expiry + the naive orphan scan"
     )
     parser.add_argument(
@@ -222,9 +273,11 @@ def main() -> int:
 
         return main_s3(args)
     work = args.work.resolve()
+    if args.drop_every:
+        work = work.with_name(f"{work.name}-dropping")
 
     print(f"preparing: {args.snapshots} snapshots x {args.files_per_snapshot} files", file=sys.stderr)
-    live = prepare(work, args.snapshots, args.files_per_snapshot)
+    live = prepare(work, args.snapshots, args.files_per_snapshot, args.drop_every)
     fresh_copy(work)
     table = load(live)
     cutoff = cutoff_for(table, args.expire)

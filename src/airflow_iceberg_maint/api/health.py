@@ -19,7 +19,8 @@ from airflow_iceberg_maint.api.tables import (
     resolve_table,
 )
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.health.fleet import DEFAULT_PARALLELISM, FleetHealth, Records, check_parallelism, fleet_scan
+from airflow_iceberg_maint.health.fleet import FleetHealth, Records, check_parallelism, fleet_scan
+from airflow_iceberg_maint.health.names import DEFAULT_PARALLELISM
 from airflow_iceberg_maint.health.report import HealthReport, build_report
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, catalog_tables
 from airflow_iceberg_maint.state.cleanup import CleanupState, StateStore

@@ -1,10 +1,12 @@
 """The ``iceberg-maint`` command (contract: docs/cli.md).
 
-Each subcommand lives in its own module with ``register(subparsers)``; the module sets
-``func`` on its parser to a callable ``(args) -> dict``. With ``--json`` that dict is
-printed as one JSON object on stdout; otherwise its ``text`` rendering is. Subcommands get their
-catalog from ``cli_catalog(args)``: ``--catalog`` (pyiceberg's configuration) or ``--conn-id`` (an
-Airflow connection, built as the operators build it).
+Each subcommand's arguments are declared in ``cli.parsers`` (``register(subparsers)``), which imports
+nothing heavy; its parser's ``func`` names the function ``(args) -> dict`` that runs it, in the
+subcommand's own module (``cli.orphans``, ``cli.expiry``, ...), imported only once the arguments parsed:
+``--version``, ``--help`` and a usage error never load pyiceberg, pyarrow, SQLAlchemy or Airflow. With
+``--json`` the dict is printed as one JSON object on stdout; otherwise its ``text`` rendering is.
+Subcommands get their catalog from ``cli.catalog.cli_catalog(args)``: ``--catalog`` (pyiceberg's
+configuration) or ``--conn-id`` (an Airflow connection, built as the operators build it).
 
 Exit status:
 
@@ -30,15 +32,10 @@ import logging
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_iceberg_maint import __version__
-from airflow_iceberg_maint.catalog import open_catalog
-from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, TableBusyError
-
-if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
+from airflow_iceberg_maint.errors import MaintenanceError, TableBusyError
 
 COMMAND_MODULES = ("orphans", "expiry", "due", "policy", "index", "health")
 PROGRESS_MODES = ("auto", "on", "off")
@@ -49,7 +46,6 @@ EXIT_TABLE_BUSY = 4
 #: The key of a command's result that holds the files whose deletion failed (``{"path", "error"}`` each).
 FAILED = "failed"
 DEFAULT_CATALOG = "default"
-_SECRETS_MASKER_LOGGER = "airflow.sdk._shared.secrets_masker"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,47 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"airflow_iceberg_maint.cli.{name}").register(subparsers)
+        importlib.import_module(f"airflow_iceberg_maint.cli.parsers.{name}").register(subparsers)
     return parser
-
-
-def timestamp(text: str) -> datetime:
-    """An ISO 8601 argument; one without a time zone is UTC."""
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 timestamp, got {text!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-
-
-def cli_catalog(args: argparse.Namespace) -> Catalog:
-    """The catalog the global options name: ``--conn-id`` (an Airflow connection) or ``--catalog``."""
-    if args.conn_id is not None:
-        return _connection_catalog(args.conn_id, verbose=args.verbose)
-    return open_catalog(args.catalog or DEFAULT_CATALOG)
-
-
-def _connection_catalog(conn_id: str, verbose: bool) -> Catalog:
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
-    # Airflow is imported only here, so every other use of the command stays free of it.
-    try:
-        from airflow_iceberg_maint.airflow.catalog import catalog_for
-    except ImportError as exc:
-        raise InvalidInputError(f"--conn-id {conn_id}: needs Apache Airflow, which cannot be imported: {exc}") from exc
-    finally:
-        # Importing Airflow points the root logger at stdout, which belongs to the --json object.
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    if not verbose:
-        # Airflow masks every value of the connection extra and warns about the short ones ("sql"):
-        # nothing for a command-line user to act on.
-        logging.getLogger(_SECRETS_MASKER_LOGGER).setLevel(logging.ERROR)
-    return catalog_for(conn_id)
 
 
 def _render_text(result: dict[str, Any]) -> str:

@@ -1,4 +1,7 @@
-"""``iceberg-maint due``: is a table due for orphan-file removal, and for each policy attached to it?"""
+"""``iceberg-maint due``: is a table due for orphan-file removal, and for each policy attached to it?
+
+Its arguments are ``airflow_iceberg_maint.cli.parsers.due``'s.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
+from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_policies, evaluate_table
 from airflow_iceberg_maint.policy.policies import load_policies
 from airflow_iceberg_maint.state.cleanup import SqlStateStore
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "due",
-        help="evaluate whether a table is due for orphan-file removal and for each policy attached to it",
-        description="State comes from $ICEBERG_MAINT_STATE_URL (a SQLAlchemy URL), "
-        "by default a SQLite file under ~/.local/state/iceberg-maint/.",
-    )
-    parser.add_argument("table", help="namespace.table")
-    parser.add_argument("--policy", help="policy file (JSON or YAML); without it the default interval applies")
-    add_json_flag(parser)
-    parser.set_defaults(func=run)
 
 
 def _verdict(evaluation: Evaluation) -> str:

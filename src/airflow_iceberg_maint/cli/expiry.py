@@ -1,4 +1,7 @@
-"""``iceberg-maint expire-snapshots``: expire old snapshots of one table and delete the files only they reached."""
+"""``iceberg-maint expire-snapshots``: expire old snapshots of one table and delete the files only they reached.
+
+Its arguments are ``airflow_iceberg_maint.cli.parsers.expiry``'s.
+"""
 
 from __future__ import annotations
 
@@ -7,40 +10,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.api.cleanup import expire_snapshots
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog, timestamp, with_failed_deletes
-from airflow_iceberg_maint.cli.lease import add_lease_wait, table_lease
-from airflow_iceberg_maint.cli.orphans import _positive
+from airflow_iceberg_maint.cli import with_failed_deletes
+from airflow_iceberg_maint.cli.catalog import cli_catalog
+from airflow_iceberg_maint.cli.lease import table_lease
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport
 from airflow_iceberg_maint.expiry.settings import check_retain_last
-from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_expiry_run
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "expire-snapshots", help="expire old snapshots and delete the files only they reached (no listing)"
-    )
-    parser.add_argument("table", help="namespace.table")
-    age = parser.add_mutually_exclusive_group()
-    age.add_argument(
-        "--older-than-days",
-        type=float,
-        help="expire snapshots older than this many days (default: history.expire.max-snapshot-age-ms, else 5 days)",
-    )
-    age.add_argument("--older-than", type=timestamp, help="expire snapshots older than this ISO 8601 timestamp")
-    parser.add_argument(
-        "--retain-last",
-        type=int,
-        help="every branch keeps at least its N newest ancestors "
-        "(default: history.expire.min-snapshots-to-keep, else 1)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="report, commit nothing, delete nothing")
-    parser.add_argument("--max-concurrent-deletes", type=_positive, default=DEFAULT_MAX_CONCURRENT_DELETES)
-    add_lease_wait(parser)
-    add_json_flag(parser)
-    parser.set_defaults(func=run)
 
 
 def _text(report: ExpiryReport) -> str:

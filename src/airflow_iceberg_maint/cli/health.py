@@ -8,44 +8,14 @@ from typing import Any
 
 from airflow_iceberg_maint.api.health import fleet_health
 from airflow_iceberg_maint.catalog import load_table
-from airflow_iceberg_maint.cli import add_json_flag, cli_catalog
-from airflow_iceberg_maint.cli.orphans import _positive
+from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.health.fleet import DEFAULT_PARALLELISM, check_parallelism
+from airflow_iceberg_maint.health.fleet import check_parallelism
 from airflow_iceberg_maint.health.report import HealthReport, build_report
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 from airflow_iceberg_maint.state.cleanup import SqlStateStore
 
-FORMATS = ("text", "table")
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "health",
-        help="statistics and a score from metadata and manifests: what each table needs, worst first",
-        description="Reads metadata and manifests only. The last orphan run's findings come from the state store "
-        "($ICEBERG_MAINT_STATE_URL).",
-    )
-    parser.add_argument("table", nargs="?", help="namespace.table")
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", metavar="NS", help="every table of namespace NS (and those under it)")
-    scope.add_argument("--all", action="store_true", help="every table of the catalog")
-    parser.add_argument(
-        "--target-file-size-mb",
-        type=_positive,
-        metavar="N",
-        help="data files below 75%% of N MiB are small (default: write.target-file-size-bytes, else 512)",
-    )
-    parser.add_argument(
-        "--parallelism",
-        type=_positive,
-        default=DEFAULT_PARALLELISM,
-        help=f"tables read at a time with --namespace or --all (default {DEFAULT_PARALLELISM})",
-    )
-    parser.add_argument("--format", choices=FORMATS, default="text", help="text (default) or a table for people")
-    add_json_flag(parser)
-    parser.set_defaults(func=run)
 
 
 def human_bytes(value: int) -> str:

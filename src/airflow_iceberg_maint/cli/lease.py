@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import socket
 import uuid
@@ -32,27 +31,6 @@ from airflow_iceberg_maint.state.leases import DEFAULT_TTL_SECONDS, take
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
 
 _LOG = logging.getLogger(__name__)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def add_lease_wait(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--lease-wait",
-        type=_seconds,
-        default=0.0,
-        metavar="SECONDS",
-        help="when another run holds the table's lease, wait up to this long for it (default 0: fail at once, "
-        "exit status 4)",
-    )
 
 
 def run_owner(args: argparse.Namespace) -> str:

@@ -6,38 +6,43 @@ snapshot lists, and their statistics and partition statistics files. The kept se
 metadata after the expiry references (every snapshot, ref, the metadata log, kept statistics
 files), read with the orphan engine's walk, plus every reference source (the indexes). A
 candidate is deleted only when no kept path names it exactly or under another spelling (S4).
+When the expiry drops no manifest, only the expired manifest lists and statistics files are
+candidates and no kept manifest is read (``dropped``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
+import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.catalog import refresh_table
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.expiry.dropped import (
+    Sized,
+    expired_lists,
+    expired_statistics,
+    kept_lists,
+    kept_references,
+    merged,
+    read_lists,
+)
 from airflow_iceberg_maint.index.lifecycle.references import not_referenced
 from airflow_iceberg_maint.orphans.options import refuse_gc_disabled
 from airflow_iceberg_maint.progress import Phase
-from airflow_iceberg_maint.reachability.manifests import sized_live_file_paths, sized_manifest_paths
+from airflow_iceberg_maint.reachability.manifests import live_file_paths, sized_live_file_paths
+from airflow_iceberg_maint.reachability.path_hashes import PathHasher
 from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, collect_referenced
 from airflow_iceberg_maint.reachability.referenced import ReferencedSet
 from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
-#: Path -> size in bytes, in the order found.
-Sized = dict[str, int]
 
-
-def _read_lists(io: FileIO, lists: list[str]) -> tuple[Sized, Sized]:
-    """Each manifest list's own size, and the manifests they name with their lengths (each once)."""
-    sizes: Sized = {}
-    manifests: Sized = {}
-    for manifest_list in lists:
-        sizes[manifest_list], named = sized_manifest_paths(io, manifest_list)
-        for path, length in named:
-            manifests.setdefault(path, length)
-    return sizes, manifests
+def _hashed_live_files(hasher: PathHasher, io: FileIO, manifests: list[str]) -> tuple[int, pa.RecordBatch]:
+    """How many manifests were read, and the hashes of their live entries (decoded and hashed on the workers)."""
+    return len(manifests), hasher.batch([path for manifest in manifests for path in live_file_paths(io, manifest)])
 
 
 def _read_live_files(io: FileIO, manifests: list[str]) -> tuple[int, Sized]:
@@ -53,18 +58,14 @@ def _expired_reach(
     walk: ReferenceWalk,
     before: TableMetadata,
     expired: set[int],
-    lists: Iterator[tuple[Sized, Sized]],
+    lists: tuple[Sized, Sized],
     kept: ReferencedSet,
 ) -> Sized:
     """Manifest lists and statistics of the expired snapshots, their manifests no kept snapshot lists, and
-    those manifests' live files (each with its size). ``lists``: ``_read_lists`` of the expired manifest lists."""
-    found: Sized = {}
+    those manifests' live files (each with its size). ``lists``: ``read_lists`` of the expired manifest lists."""
+    found: Sized = dict(lists[0])
     with Phase("reading expired manifests") as reading:
-        manifests: Sized = {}
-        for sizes, named in lists:
-            found.update(sizes)
-            for path, length in named.items():
-                manifests.setdefault(path, length)
+        manifests = lists[1]
         # A manifest a kept snapshot lists keeps its entries: only the others are read.
         unread = set(not_referenced(list(manifests), kept))
         reading.set_total(len(unread))
@@ -75,9 +76,8 @@ def _expired_reach(
             for path, size in entries.items():
                 found.setdefault(path, size)
             reading.advance(count)
-    for stats in [*before.statistics, *before.partition_statistics]:
-        if stats.snapshot_id in expired:
-            found.setdefault(stats.statistics_path, stats.file_size_in_bytes)
+    for path, size in expired_statistics(before, expired).items():
+        found.setdefault(path, size)
     return found
 
 
@@ -93,12 +93,26 @@ def deletable_files(
     expired: set[int],
     sources: Sequence[ReferenceSource],
 ) -> Sized:
-    """What ``expired`` snapshots of ``before`` reached and nothing ``after`` (metadata, location) or a source does."""
-    lists = [s.manifest_list for s in before.snapshots if s.snapshot_id in expired and s.manifest_list]
-    read = walk.read_chunks(_read_lists, lists)  # queued now: decoded beside the kept walk
-    kept = ReferencedSet(walk.equivalence)
-    collect_referenced(kept, walk, sources, *after)
-    return _unreferenced(_expired_reach(walk, before, expired, read, kept), kept)
+    """What ``expired`` snapshots of ``before`` reached and nothing ``after`` (metadata, location) or a source does.
+
+    The manifest lists, expired and kept, are read first (queued together); when they show that no
+    manifest is dropped, no kept manifest is read (``dropped``). Otherwise every kept reference is.
+    """
+    kept_paths = kept_lists(after[0])
+    expired_read = walk.read_chunks(read_lists, expired_lists(before, expired))  # both queued now: side by side
+    kept_read = walk.read_chunks(read_lists, kept_paths)
+    reached, (_, kept_manifests) = merged(expired_read), merged(kept_read)
+    kept = kept_references(walk, after, (kept_paths, kept_manifests), sources)
+    if all(manifest in kept_manifests for manifest in reached[1]):
+        return _unreferenced({**reached[0], **expired_statistics(before, expired)}, kept)
+    unseen = [m for m in kept_manifests if m not in walk.seen]
+    with Phase("reading manifests") as reading:
+        reading.set_total(len(unseen))
+        for count, batch in walk.read_chunks(partial(_hashed_live_files, PathHasher(walk.equivalence)), unseen):
+            kept.add_hashes(batch)
+            reading.advance(count)
+    walk.seen.update(unseen)  # the re-check reads only manifests committed since
+    return _unreferenced(_expired_reach(walk, before, expired, reached, kept), kept)
 
 
 def recheck(

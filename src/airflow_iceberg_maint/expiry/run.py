@@ -42,7 +42,8 @@ from airflow_iceberg_maint.errors import (
     first_line,
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
-from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
+from airflow_iceberg_maint.expiry.dropped import Sized
+from airflow_iceberg_maint.expiry.files import deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
 from airflow_iceberg_maint.expiry.restore import restore_lost
 from airflow_iceberg_maint.expiry.retention import Retention, plan_retention

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from botocore.credentials import RefreshableCredentials
 from pyiceberg.io import (
     AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY,
@@ -34,6 +33,9 @@ from pyiceberg.io import (
 from pyiceberg.utils.properties import get_first_property_value
 
 from airflow_iceberg_maint.errors import StorageError
+
+if TYPE_CHECKING:
+    from botocore.credentials import RefreshableCredentials
 
 #: The REST catalog's property for the end of vended S3 credentials, in milliseconds since the epoch.
 S3_SESSION_TOKEN_EXPIRES_AT_MS = "s3.session-token-expires-at-ms"
@@ -108,6 +110,9 @@ def renewing_credentials(props: Mapping[str, Any]) -> RefreshableCredentials | N
                 f"the catalog no longer vends credentials with an end ({S3_SESSION_TOKEN_EXPIRES_AT_MS})"
             )
         return {"access_key": key, "secret_key": secret, "token": session, "expiry_time": _iso(ends)}
+
+    # Imported here: every table load goes through ``remember``, and a table off S3 needs no botocore.
+    from botocore.credentials import RefreshableCredentials
 
     renew_before = min(RENEW_BEFORE_SECONDS, vended.lifetime / 4)
     return RefreshableCredentials.create_from_metadata(

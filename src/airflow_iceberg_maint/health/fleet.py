@@ -18,11 +18,11 @@ from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.errors import InvalidInputError, first_line
+from airflow_iceberg_maint.health.names import DEFAULT_PARALLELISM
 from airflow_iceberg_maint.health.report import HealthReport, RunRecord, build_report
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PARALLELISM = 4
 MAX_PARALLELISM = 64
 
 

@@ -38,3 +38,6 @@ DAYS_SINCE_LAST_RUN = "days_since_last_run"
 EXPRESSION_NAMES = frozenset({*HEALTH_NAMES, DAYS_SINCE_LAST_RUN})
 #: Days since the last run of a table never run (JSON has no infinity); the same as ``due``'s score then.
 NEVER_RUN_DAYS = 1_000_000.0
+
+#: Tables read at a time by a fleet scan.
+DEFAULT_PARALLELISM = 4

@@ -7,14 +7,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-
-from pyiceberg.table import Table
+from typing import TYPE_CHECKING
 
 from airflow_iceberg_maint.errors import CatalogListingError, GcDisabledError, InvalidInputError
 from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_location
 from airflow_iceberg_maint.reachability.cutoff import resolve_cutoff
-from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths
+
+if TYPE_CHECKING:  # types only: the command line's parser reads this module's defaults without pyiceberg
+    from pyiceberg.table import Table
+
+    from airflow_iceberg_maint.reachability.other_tables import TablePaths
 
 PREFIX_MISMATCH_MODES = ("error", "ignore", "delete")
 #: The memory a scan holds its listed files and referenced set in, beyond the hashes (see docs/safety.md).
@@ -89,6 +92,9 @@ def other_tables(table: Table, options: OrphanOptions) -> Sequence[TablePaths]:
         return ()
     if options.other_tables is not None:
         return options.other_tables
+    # Imported here: the catalog pass needs pyiceberg, which the command line's parser must not load.
+    from airflow_iceberg_maint.reachability.other_tables import catalog_table_paths
+
     try:
         return catalog_table_paths(table.catalog)
     except CatalogListingError as exc:
