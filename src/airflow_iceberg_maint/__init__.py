@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, expire_snapshots, remove_orphan_files
+    from airflow_iceberg_maint.api.compaction import (
+        DataRewritePlan,
+        DataRewriteReport,
+        FileGroupPlan,
+        Strategy,
+        plan_data_rewrite,
+        rewrite_data_files,
+    )
     from airflow_iceberg_maint.api.indexes import (
         ExtractExpiryReport,
         IndexInfo,
@@ -71,10 +79,13 @@ __all__ = [
     "CatalogLike",
     "CatalogListingError",
     "CommitOutcomeUnknownError",
+    "DataRewritePlan",
+    "DataRewriteReport",
     "ExpiryConflictError",
     "ExpiryReport",
     "ExtractExpiryReport",
     "FileCounts",
+    "FileGroupPlan",
     "GcDisabledError",
     "IncompleteMetadataError",
     "IndexCommitConflictError",
@@ -94,6 +105,7 @@ __all__ = [
     "RefreshResult",
     "SnapshotPin",
     "StorageError",
+    "Strategy",
     "TableBusyError",
     "TableLike",
     "TableNotFoundError",
@@ -111,15 +123,18 @@ __all__ = [
     "lookup_index",
     "lookup_index_range",
     "open_catalog",
+    "plan_data_rewrite",
     "refresh_index",
     "remove_orphan_files",
     "remove_unreferenced_index_files",
+    "rewrite_data_files",
 ]
 
 
 #: The modules the names of ``__all__`` come from (those of the imports above), searched in order on first use.
 _HOMES = (
     "api.cleanup",
+    "api.compaction",
     "api.indexes",
     "api.tables",
     "errors",

@@ -26,7 +26,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.commit_fence import commit_fenced
-from airflow_iceberg_maint.compaction.live_files import referenced_data_files
+from airflow_iceberg_maint.compaction.live_files import applying_deletes, referenced_data_files
 from airflow_iceberg_maint.compaction.options import COMMIT_ATTEMPTS
 from airflow_iceberg_maint.compaction.rewriter import GroupOutput, delete_quietly
 from airflow_iceberg_maint.compaction.snapshot import replace_snapshot
@@ -43,12 +43,12 @@ class BatchResult:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
-def conflict(output: GroupOutput, start: SnapshotFiles, now: SnapshotFiles) -> str | None:
+def conflict(table: Table, output: GroupOutput, start: SnapshotFiles, now: SnapshotFiles) -> str | None:
     """Why the group cannot commit on ``now`` (None: it can)."""
     for path in output.group.input_files:
         if path not in now.data_files:
             return f"input file {path} is no longer live (another commit removed or rewrote it)"
-        for delete in now.deletes_for(path):
+        for delete in applying_deletes(table, now, path):
             if delete.content == DataFileContent.POSITION_DELETES and delete.file_path not in start.delete_files:
                 return f"position delete {delete.file_path} on input file {path} was committed during the rewrite"
     return None
@@ -85,7 +85,7 @@ def commit_batch(
         now = plan_snapshot(table, current) if current is not None else None
         valid = []
         for output in outputs:
-            reason = "the table has no snapshot any more" if now is None else conflict(output, start, now)
+            reason = "the table has no snapshot any more" if now is None else conflict(table, output, start, now)
             if reason is None:
                 valid.append(output)
             else:

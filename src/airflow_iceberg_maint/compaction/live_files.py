@@ -7,12 +7,16 @@ a commit needs each entry's data sequence number and the manifest it lives in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from threading import Lock
 
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
 from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, ManifestEntry
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.pyiceberg_compat import read_position_deletes
 
 
@@ -44,8 +48,9 @@ def live_entries(table: Table) -> LiveEntries:
     return LiveEntries(snapshot, data, deletes)
 
 
+@cached(LRUCache(maxsize=1024), lock=Lock(), key=lambda table, delete: hashkey(delete.file_path))
 def referenced_data_files(table: Table, delete: DataFile) -> frozenset[str]:
-    """The data files a position delete file or deletion vector names."""
+    """The data files a position delete file or deletion vector names (cached: a delete file never changes)."""
     referenced = getattr(delete, "referenced_data_file", None)  # v3 manifests only; a v2 one reads the file
     if referenced:
         return frozenset([referenced])
@@ -53,3 +58,13 @@ def referenced_data_files(table: Table, delete: DataFile) -> frozenset[str]:
         return frozenset(read_position_deletes(table.io, delete))
     except Exception as exc:
         raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
+
+
+def applying_deletes(table: Table, files: SnapshotFiles, path: str) -> tuple[DataFile, ...]:
+    """The delete files that apply to the live data file ``path``: pyiceberg's delete index matches a
+    position delete file by partition and path bounds, so one that does not name ``path`` is left out."""
+    return tuple(
+        d
+        for d in files.deletes_for(path)
+        if d.content != DataFileContent.POSITION_DELETES or path in referenced_data_files(table, d)
+    )

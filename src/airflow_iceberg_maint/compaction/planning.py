@@ -18,6 +18,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from airflow_iceberg_maint.compaction.live_files import applying_deletes
 from airflow_iceberg_maint.compaction.options import RewriteOptions
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles, plan_snapshot
@@ -154,7 +155,7 @@ def plan_rewrite(table: Table, options: RewriteOptions) -> DataRewritePlan:
         data_file = live.data_file
         if not may_match(data_file):
             continue
-        planned = PlannedFile(data_file, live.sequence_number, tuple(files.deletes_for(path)))
+        planned = PlannedFile(data_file, live.sequence_number, applying_deletes(table, files, path))
         if not _is_candidate(options, planned):
             continue
         partition = partition_json(table, data_file.spec_id, data_file.partition)
