@@ -1,8 +1,8 @@
 """The row order of the sort and z-order strategies, within one file group held in memory.
 
 Sort: the columns given (``col``, ``col desc``, ``col asc nulls last``...), else the table's sort
-order (identity fields only). Z-order: each column's values ranked (dense, nulls first) and scaled
-to the same number of bits, whose bits are then interleaved into one unsigned 64-bit key: rows
+order (identity fields only). Z-order: each column's values ranked (dense) and scaled
+to the same number of bits (nulls last), whose bits are then interleaved into one unsigned 64-bit key: rows
 close in every column get close keys.
 """
 
@@ -73,13 +73,15 @@ def check_columns(table: Table, columns: Sequence[str], what: str) -> None:
 
 
 def sorted_rows(rows: pa.Table, keys: Sequence[SortKey]) -> pa.Table:
-    placement = "at_end" if keys and keys[0].nulls_last else "at_start"
-    order = [(k.column, "descending" if k.descending else "ascending") for k in keys]
-    return rows.take(pc.sort_indices(rows, sort_keys=order, null_placement=placement))
+    order = [
+        (k.column, "descending" if k.descending else "ascending", "at_end" if k.nulls_last else "at_start")
+        for k in keys
+    ]
+    return rows.take(pc.sort_indices(rows, sort_keys=order))
 
 
 def _scaled_rank(column: pa.ChunkedArray, bits: int) -> pa.Array:
-    ranks = pc.rank(column, sort_keys="ascending", null_placement="at_start", tiebreaker="dense")
+    ranks = pc.rank(column, sort_keys="ascending", tiebreaker="dense")  # nulls rank last
     top = pc.max(ranks).as_py() or 1
     if top <= 1:
         return pc.cast(pc.subtract(ranks, 1), pa.uint64())
@@ -92,7 +94,7 @@ def zorder_rows(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
         return rows
     bits = min(21, 64 // len(columns))
     values = [_scaled_rank(rows.column(c), bits) for c in columns]
-    key = pc.cast(pa.array([0] * rows.num_rows, pa.uint64()), pa.uint64())
+    key = pc.fill_null(pa.nulls(rows.num_rows, pa.uint64()), 0)
     one = pa.scalar(1, pa.uint64())
     for bit in range(bits):
         for index, value in enumerate(values):
