@@ -57,7 +57,7 @@ def test_sort_orders_the_rows_of_each_file(sqlite_catalog: Catalog) -> None:
 def test_zorder_clusters_both_columns(sqlite_catalog: Catalog) -> None:
     table = create(sqlite_catalog, "t", False, target=MB // 16)
     rng = random.Random(2)
-    for n in range(8):
+    for _ in range(8):
         rows = [
             {"id": rng.randrange(1024), "day": rng.randrange(1024), "payload": f"{rng.getrandbits(40):x}"}
             for _ in range(4000)
