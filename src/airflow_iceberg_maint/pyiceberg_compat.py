@@ -2,8 +2,10 @@
 
 pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
 of a file's columns onto a table schema (with the values of columns a file lacks), reading
-position deletes, the Avro block decoder, the filesystem a FileIO reads through, and a commit
-requirement of the project's own checked by the catalogs that validate requirements in-process. Each is
+position deletes, the Avro block decoder, the filesystem a FileIO reads through, a commit
+requirement of the project's own checked by the catalogs that validate requirements in-process,
+and the pieces of its writer compaction assembles (Parquet writer options, statistics from a
+footer, a delete-manifest writer, a partition key, a ``replace`` summary). Each is
 called here with keyword arguments, so a renamed or reordered parameter fails at once instead
 of passing a value to the wrong place.
 ``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
@@ -26,7 +28,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _to_requested_schema
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestWriterV2
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -39,12 +41,19 @@ __all__ = [
     "AVRO_CODECS",
     "AssertCurrentMetadata",
     "BinaryDecoder",
+    "DeleteManifestWriter",
     "avro_decoder",
     "bounds_may_match",
     "current_metadata_requirement",
+    "data_file_statistics",
+    "manifest_writer",
     "missing_column_values",
+    "parquet_writer_options",
+    "partition_key",
     "project_batch",
     "read_position_deletes",
+    "replace_summary",
+    "to_file_schema",
     "validates_requirements_in_process",
 ]
 
@@ -209,6 +218,17 @@ def partition_key(spec: PartitionSpec, schema: Schema, partition: Any) -> Any:
     return key
 
 
+class DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer for delete files (pyiceberg 0.12 writes data manifests only)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
 def manifest_writer(
     format_version: int,
     spec: PartitionSpec,
@@ -218,22 +238,11 @@ def manifest_writer(
     *,
     deletes: bool,
     compression: str,
-) -> Any:
+) -> ManifestWriterV2:
     """pyiceberg's v2 manifest writer, for data entries or (``deletes``) delete-file entries."""
-    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
-
     if format_version != 2:
         raise ValueError(f"format version {format_version}: pyiceberg writes only v2 manifests here")
-
-    class _DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
-
-    kind = _DeleteManifestWriter if deletes else ManifestWriterV2
+    kind = DeleteManifestWriter if deletes else ManifestWriterV2
     return kind(spec, schema, output, snapshot_id, compression)  # type: ignore[arg-type]
 
 
