@@ -18,6 +18,8 @@ from pyiceberg.table import Table
 
 from airflow_iceberg_maint import CommitOutcomeUnknownError, rewrite_data_files
 from airflow_iceberg_maint.compaction import commit, run
+from airflow_iceberg_maint.errors import LeaseLostError
+from airflow_iceberg_maint.fencing import fenced
 from tests.compaction.helpers import delete_files, read_live, scanned
 from tests.index.oracle_table import OracleTable
 
@@ -173,3 +175,18 @@ def test_every_delete_kind_on_each_catalog(backend: str, request: pytest.Fixture
     assert delete_files(table) == [] and scanned(table) == _rows(oracle.rows.values())
     for snapshot_id, rows in oracle.history.items():
         assert read_live(table, snapshot_id) == _rows(rows)
+
+
+class _LostLease:
+    """The fence of a run whose lease another run took over (``policy.fence`` raises the same)."""
+
+    def check(self, before: str) -> None:
+        raise LeaseLostError(f"table db.t: the lease was taken over; stopped before {before}")
+
+
+def test_a_lost_lease_stops_the_run_before_its_commit(sqlite_catalog: Catalog) -> None:
+    oracle = _oracle(sqlite_catalog)
+    location = oracle.table.metadata_location
+    with fenced(_LostLease()), pytest.raises(LeaseLostError, match="stopped before the compaction commit"):
+        rewrite_data_files(oracle.table, dry_run=False, min_input_files=2)
+    assert sqlite_catalog.load_table("db.t").metadata_location == location

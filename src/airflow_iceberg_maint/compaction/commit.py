@@ -25,6 +25,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.live_files import applying_deletes, referenced_data_files
 from airflow_iceberg_maint.compaction.options import COMMIT_ATTEMPTS
@@ -99,6 +100,9 @@ def commit_batch(
         added = [f for o in outputs for f in o.files]
         base, location = table.metadata, table.metadata_location
         replace = replace_snapshot(table, base, removed, added, data_sequence_number)
+        fencing.guard(
+            "the compaction commit"
+        )  # the run's lease (S15); outside the try, which reads any error as unknown
         try:
             commit_fenced(table, base, location, replace.updates)
         except CommitFailedException:

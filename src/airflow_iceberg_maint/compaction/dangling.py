@@ -17,6 +17,7 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
+from airflow_iceberg_maint import fencing
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.commit import landed
 from airflow_iceberg_maint.compaction.live_files import (
@@ -66,6 +67,9 @@ def remove_dangling_deletes(load: Callable[[], Table]) -> DanglingResult:
             return DanglingResult(None, 0)
         base, location = table.metadata, table.metadata_location
         replace = replace_snapshot(table, base, dangling, [], None)
+        fencing.guard(
+            "the dangling-delete commit"
+        )  # the run's lease (S15); outside the try, which reads any error as unknown
         try:
             commit_fenced(table, base, location, replace.updates)
         except CommitFailedException:
