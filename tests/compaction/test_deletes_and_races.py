@@ -7,6 +7,7 @@ or just before the rewrite's commit), through hooks around the run's own functio
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint import CommitOutcomeUnknownError, rewrite_data_files
-from airflow_iceberg_maint.compaction import commit, run
+from airflow_iceberg_maint.compaction import commit, rewriter, run
 from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.fencing import fenced
-from tests.compaction.helpers import delete_files, read_live, scanned
+from tests.compaction.helpers import MB, append_files, create, data_files, delete_files, read_live, scanned
 from tests.index.oracle_table import OracleTable
+from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
 
 TARGET = 64 * 1024
 
@@ -190,3 +192,27 @@ def test_a_lost_lease_stops_the_run_before_its_commit(sqlite_catalog: Catalog) -
     with fenced(_LostLease()), pytest.raises(LeaseLostError, match="stopped before the compaction commit"):
         rewrite_data_files(oracle.table, dry_run=False, min_input_files=2)
     assert sqlite_catalog.load_table("db.t").metadata_location == location
+
+
+def test_files_larger_than_the_budget_stream_with_every_delete(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = append_files(create(sqlite_catalog, "t", False, target=MB), random.Random(5), 3, 40000, [1, 2, None])
+    first, second = (f["file_path"] for f in data_files(table)[:2])
+    table = commit_position_deletes(table, {first: list(range(0, 40000, 7))})
+    table = commit_deletion_vector(table, second, list(range(3, 40000, 11)))
+    expected = Counter({row: n for row, n in scanned(table).items() if ("day", 1) not in row})
+    table = commit_equality_deletes(table, ["day"], [[1]])
+    batches: list[int] = []
+    real = rewriter.live_row_batches
+
+    def counted(*args: Any) -> Any:
+        for rows in real(*args):
+            batches.append(rows.num_rows)
+            yield rows
+
+    monkeypatch.setattr(rewriter, "live_row_batches", counted)
+    report = rewrite_data_files(table, dry_run=False, min_input_files=2, memory_budget_mb=1)
+    table = sqlite_catalog.load_table("db.t")
+    assert report.failed == [] and len(batches) > 3  # each input file read in several batches
+    assert delete_files(table) == [] and scanned(table) == expected

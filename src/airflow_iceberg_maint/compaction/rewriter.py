@@ -2,14 +2,15 @@
 
 Rows are read with the index engine's readers (``index/source/live_rows``), which apply position
 deletes, deletion vectors and equality deletes exactly, projected on the table's current schema.
-Bin-pack streams: one input file's live rows are in memory at a time, handed to the sized writer.
+Bin-pack streams: one input file's live rows are in memory at a time, handed to the sized writer, and a
+file too large for half the memory budget is read in batches of rows that fit.
 Sort and z-order need the group's rows together: a group whose rows exceed the memory budget
 fails with a message saying so (it is left as it is; bin-pack, or a larger budget, rewrites it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,10 +22,12 @@ from airflow_iceberg_maint.compaction.ordering import SortKey, sorted_rows, zord
 from airflow_iceberg_maint.compaction.planning import FileGroupPlan
 from airflow_iceberg_maint.compaction.writer import SizedWriter
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_rows_of_file
+from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_row_batches, live_rows_of_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 
 MB = 1024 * 1024
+#: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
+DECODED_PER_STORED_BYTE = 10
 
 
 class GroupTooLargeError(MaintenanceError):
@@ -66,6 +69,18 @@ def _live_rows(table: Table, plan: SnapshotFiles, path: str) -> pa.Table:
     return live_rows_of_file(table, plan, path, table.schema()).drop_columns([FILE_COLUMN, POS_COLUMN])
 
 
+def _live_batches(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iterator[pa.Table]:
+    """A file's live rows, whole when it surely fits in half the budget, else streamed in batches that do."""
+    data_file = plan.data_files[path].data_file
+    decoded = data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE
+    if decoded <= budget // 2:
+        yield _live_rows(table, plan, path)
+        return
+    batch_rows = max(1024, int(budget // 2 / (decoded / max(data_file.record_count, 1))))
+    for rows in live_row_batches(table, plan, path, table.schema(), batch_rows):
+        yield rows.drop_columns([POS_COLUMN])
+
+
 def _ordered(rows: pa.Table, layout: Layout) -> pa.Table:
     if layout.strategy == Strategy.SORT:
         return sorted_rows(rows, layout.sort)
@@ -93,7 +108,8 @@ def rewrite_group(
     try:
         if layout.strategy == Strategy.BINPACK:
             for path in group.input_files:
-                writer.write(_live_rows(table, plan, path))
+                for rows in _live_batches(table, plan, path, options.memory_budget_mb * MB):
+                    writer.write(rows)
                 on_file()
         else:
             budget = options.memory_budget_mb * MB
