@@ -10,7 +10,9 @@ fails with a message saying so (it is left as it is; bin-pack, or a larger budge
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,6 +30,8 @@ from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 MB = 1024 * 1024
 #: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
 DECODED_PER_STORED_BYTE = 10
+#: Input files read at the same time.
+READERS = 4
 
 
 class GroupTooLargeError(MaintenanceError):
@@ -69,16 +73,36 @@ def _live_rows(table: Table, plan: SnapshotFiles, path: str) -> pa.Table:
     return live_rows_of_file(table, plan, path, table.schema()).drop_columns([FILE_COLUMN, POS_COLUMN])
 
 
-def _live_batches(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iterator[pa.Table]:
-    """A file's live rows, whole when it surely fits in half the budget, else streamed in batches that do."""
+def _fits(plan: SnapshotFiles, path: str, share: int) -> bool:
+    return plan.data_files[path].data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE <= share
+
+
+def _streamed(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iterator[pa.Table]:
+    """A file too large for memory, in batches of rows that fit in half the budget."""
     data_file = plan.data_files[path].data_file
-    decoded = data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE
-    if decoded <= budget // 2:
-        yield _live_rows(table, plan, path)
-        return
-    batch_rows = max(1024, int(budget // 2 / (decoded / max(data_file.record_count, 1))))
+    per_row = data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE / max(data_file.record_count, 1)
+    batch_rows = max(1024, int(budget // 2 / per_row))
     for rows in live_row_batches(table, plan, path, table.schema(), batch_rows):
         yield rows.drop_columns([POS_COLUMN])
+
+
+def _live_batches(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], budget: int) -> Iterator[pa.Table]:
+    """The live rows of ``paths`` in order. Files that surely fit in a share of half the budget are read
+    ``READERS`` at a time (pyarrow decodes outside the GIL); a larger one is streamed on its own."""
+    share = budget // 2 // READERS
+    with ThreadPoolExecutor(READERS, thread_name_prefix="compaction-read") as pool:
+        pending: deque[Future[pa.Table]] = deque()
+        for path in paths:
+            if _fits(plan, path, share):
+                pending.append(pool.submit(_live_rows, table, plan, path))
+                if len(pending) >= READERS:
+                    yield pending.popleft().result()
+                continue
+            while pending:
+                yield pending.popleft().result()
+            yield from _streamed(table, plan, path, budget)
+        while pending:
+            yield pending.popleft().result()
 
 
 def _ordered(rows: pa.Table, layout: Layout) -> pa.Table:
@@ -107,9 +131,8 @@ def rewrite_group(
     )
     try:
         if layout.strategy == Strategy.BINPACK:
-            for path in group.input_files:
-                for rows in _live_batches(table, plan, path, options.memory_budget_mb * MB):
-                    writer.write(rows)
+            for rows in _live_batches(table, plan, group.input_files, options.memory_budget_mb * MB):
+                writer.write(rows)
                 on_file()
         else:
             budget = options.memory_budget_mb * MB
