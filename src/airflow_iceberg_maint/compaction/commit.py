@@ -30,7 +30,7 @@ from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.live_files import applying_deletes, referenced_data_files
 from airflow_iceberg_maint.compaction.options import COMMIT_ATTEMPTS
 from airflow_iceberg_maint.compaction.rewriter import GroupOutput, delete_quietly
-from airflow_iceberg_maint.compaction.snapshot import replace_snapshot
+from airflow_iceberg_maint.compaction.snapshot import ReplaceSnapshot, replace_snapshot
 from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, first_line
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles, plan_snapshot
 
@@ -75,6 +75,27 @@ def landed(load: Callable[[], Table], snapshot_id: int) -> bool:
         return False
 
 
+def commit_replace(load: Callable[[], Table], table: Table, replace: ReplaceSnapshot, what: str) -> bool:
+    """Commit ``replace`` on ``table.metadata`` through the fence (S18) after the run's lease (S15).
+
+    False: refused because the table moved (its manifests are removed; the caller builds it again).
+    An error of unknown outcome keeps every file and raises ``CommitOutcomeUnknownError`` (S9).
+    """
+    fencing.guard(what)  # outside the try, which reads any error as an unknown outcome
+    try:
+        commit_fenced(table, table.metadata, table.metadata_location, replace.updates)
+    except CommitFailedException:
+        delete_quietly(table, replace.written)  # refused: nothing references them
+        return False
+    except Exception as exc:
+        if not landed(load, replace.snapshot_id):
+            raise CommitOutcomeUnknownError(
+                f"{what} of snapshot {replace.snapshot_id}: outcome unknown ({first_line(exc)}); every file "
+                "written is kept, the next orphan run removes them if it did not land"
+            ) from exc
+    return True
+
+
 def commit_batch(
     load: Callable[[], Table], start: SnapshotFiles, data_sequence_number: int, outputs: list[GroupOutput]
 ) -> BatchResult:
@@ -98,22 +119,9 @@ def commit_batch(
         deletes = _removed_deletes(table, outputs, now)
         removed = {p for o in outputs for p in o.group.input_files} | deletes
         added = [f for o in outputs for f in o.files]
-        base, location = table.metadata, table.metadata_location
-        replace = replace_snapshot(table, base, removed, added, data_sequence_number)
-        fencing.guard(
-            "the compaction commit"
-        )  # the run's lease (S15); outside the try, which reads any error as unknown
-        try:
-            commit_fenced(table, base, location, replace.updates)
-        except CommitFailedException:
-            delete_quietly(table, replace.written)  # refused: nothing references them
+        replace = replace_snapshot(table, table.metadata, removed, added, data_sequence_number)
+        if not commit_replace(load, table, replace, "the compaction commit"):
             continue
-        except Exception as exc:
-            if not landed(load, replace.snapshot_id):
-                raise CommitOutcomeUnknownError(
-                    f"compaction commit of snapshot {replace.snapshot_id}: outcome unknown ({first_line(exc)}); "
-                    "every file written is kept, the next orphan run removes them if it did not land"
-                ) from exc
         result.snapshot_id = replace.snapshot_id
         result.committed = outputs
         result.removed_delete_files = len(deletes)

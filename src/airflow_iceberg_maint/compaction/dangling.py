@@ -12,14 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
-from airflow_iceberg_maint import fencing
-from airflow_iceberg_maint.commit_fence import commit_fenced
-from airflow_iceberg_maint.compaction.commit import landed
+from airflow_iceberg_maint.compaction.commit import commit_replace
 from airflow_iceberg_maint.compaction.live_files import (
     LiveEntries,
     live_entries,
@@ -27,9 +24,7 @@ from airflow_iceberg_maint.compaction.live_files import (
     sequence_number,
 )
 from airflow_iceberg_maint.compaction.options import COMMIT_ATTEMPTS
-from airflow_iceberg_maint.compaction.rewriter import delete_quietly
 from airflow_iceberg_maint.compaction.snapshot import replace_snapshot
-from airflow_iceberg_maint.errors import CommitOutcomeUnknownError, first_line
 
 
 @dataclass(frozen=True)
@@ -65,20 +60,8 @@ def remove_dangling_deletes(load: Callable[[], Table]) -> DanglingResult:
         dangling = dangling_deletes(table, live)
         if not dangling:
             return DanglingResult(None, 0)
-        base, location = table.metadata, table.metadata_location
-        replace = replace_snapshot(table, base, dangling, [], None)
-        fencing.guard(
-            "the dangling-delete commit"
-        )  # the run's lease (S15); outside the try, which reads any error as unknown
-        try:
-            commit_fenced(table, base, location, replace.updates)
-        except CommitFailedException:
-            delete_quietly(table, replace.written)
+        replace = replace_snapshot(table, table.metadata, dangling, [], None)
+        if not commit_replace(load, table, replace, "the dangling-delete commit"):
             continue
-        except Exception as exc:
-            if not landed(load, replace.snapshot_id):
-                raise CommitOutcomeUnknownError(
-                    f"dangling-delete commit of snapshot {replace.snapshot_id}: outcome unknown ({first_line(exc)})"
-                ) from exc
         return DanglingResult(replace.snapshot_id, len(replace.removed))
     return DanglingResult(None, 0, f"lost the commit race {COMMIT_ATTEMPTS} times; retry later")
