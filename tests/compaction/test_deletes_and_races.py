@@ -119,6 +119,17 @@ def test_a_position_delete_on_an_input_during_the_rewrite_fails_the_group(
     assert on_disk == live  # the group's new files were removed
 
 
+def test_an_input_file_rewritten_during_the_rewrite_fails_the_group(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    oracle = _oracle(sqlite_catalog)
+    _after_each_group(monkeypatch, lambda: oracle.delete_copy_on_write(3))  # pyiceberg rewrites one input file
+    report = rewrite_data_files(sqlite_catalog.load_table("db.t"), dry_run=False, min_input_files=2)
+    assert report.commits == [] and [f["group"] for f in report.failed] == ["0/{}"]
+    assert "is no longer live" in report.failed[0]["error"]
+    assert scanned(sqlite_catalog.load_table("db.t")) == _rows(oracle.rows.values())
+
+
 def test_an_append_during_the_rewrite_commits(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     oracle = _oracle(sqlite_catalog)
     _after_each_group(monkeypatch, lambda: oracle.append(50))
