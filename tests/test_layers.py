@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("storage", {"fs", "catalog", "commit_fence", "sorting"}),
     ("reachability and state", {"reachability", "state"}),
-    ("engines", {"orphans", "index", "expiry", "health"}),
+    ("engines", {"orphans", "index", "expiry", "health", "compaction"}),
     ("planning", {"policy"}),
     ("interfaces", {"api", "cli", "airflow", "provider_info", ROOT}),
 ]
@@ -49,6 +49,8 @@ SIDEWAYS: dict[str, set[str]] = {
     "expiry": {"index", "orphans"},
     # Health counts what the default expiry would free with the expiry's own planning.
     "health": {"expiry", "index", "orphans"},
+    # Compaction applies deletes with the index engine's readers of live rows.
+    "compaction": {"index"},
     # The command line opens a catalog from an Airflow connection (--conn-id) and prints the version.
     "cli": {"api", "airflow", ROOT},
     "airflow": {"api", "provider_info"},

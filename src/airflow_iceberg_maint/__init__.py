@@ -25,6 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, expire_snapshots, remove_orphan_files
+    from airflow_iceberg_maint.api.compaction import (
+        DataRewritePlan,
+        DataRewriteReport,
+        FileGroupPlan,
+        Strategy,
+        plan_data_rewrite,
+        rewrite_data_files,
+    )
     from airflow_iceberg_maint.api.health import fleet_health, table_health
     from airflow_iceberg_maint.api.indexes import (
         ExtractExpiryReport,
@@ -75,10 +83,13 @@ __all__ = [
     "CatalogLike",
     "CatalogListingError",
     "CommitOutcomeUnknownError",
+    "DataRewritePlan",
+    "DataRewriteReport",
     "ExpiryConflictError",
     "ExpiryReport",
     "ExtractExpiryReport",
     "FileCounts",
+    "FileGroupPlan",
     "FleetHealth",
     "GcDisabledError",
     "HealthReport",
@@ -100,6 +111,7 @@ __all__ = [
     "RefreshResult",
     "SnapshotPin",
     "StorageError",
+    "Strategy",
     "TableBusyError",
     "TableLike",
     "TableNotFoundError",
@@ -118,9 +130,11 @@ __all__ = [
     "lookup_index",
     "lookup_index_range",
     "open_catalog",
+    "plan_data_rewrite",
     "refresh_index",
     "remove_orphan_files",
     "remove_unreferenced_index_files",
+    "rewrite_data_files",
     "table_health",
 ]
 
@@ -128,6 +142,7 @@ __all__ = [
 #: The modules the names of ``__all__`` come from (those of the imports above), searched in order on first use.
 _HOMES = (
     "api.cleanup",
+    "api.compaction",
     "api.health",
     "api.indexes",
     "api.tables",

@@ -2,8 +2,10 @@
 
 pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
 of a file's columns onto a table schema (with the values of columns a file lacks), reading
-position deletes, the Avro block decoder, the filesystem a FileIO reads through, and a commit
-requirement of the project's own checked by the catalogs that validate requirements in-process. Each is
+position deletes, the Avro block decoder, the filesystem a FileIO reads through, a commit
+requirement of the project's own checked by the catalogs that validate requirements in-process,
+and the pieces of its writer compaction assembles (Parquet writer options, statistics from a
+footer, a delete-manifest writer, a partition key, a ``replace`` summary). Each is
 called here with keyword arguments, so a renamed or reordered parameter fails at once instead
 of passing a value to the wrong place.
 ``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
@@ -26,7 +28,7 @@ from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _to_requested_schema
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestWriterV2
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -39,12 +41,19 @@ __all__ = [
     "AVRO_CODECS",
     "AssertCurrentMetadata",
     "BinaryDecoder",
+    "DeleteManifestWriter",
     "avro_decoder",
     "bounds_may_match",
     "current_metadata_requirement",
+    "data_file_statistics",
+    "manifest_writer",
     "missing_column_values",
+    "parquet_writer_options",
+    "partition_key",
     "project_batch",
     "read_position_deletes",
+    "replace_summary",
+    "to_file_schema",
     "validates_requirements_in_process",
 ]
 
@@ -151,3 +160,105 @@ def current_metadata_requirement(expected: TableMetadata) -> TableRequirement:
 def validates_requirements_in_process(catalog: Catalog) -> bool:
     """Whether ``catalog`` checks each requirement's ``validate`` against its current metadata inside its commit."""
     return isinstance(catalog, MetastoreCatalog)
+
+
+# Compaction's writes (``compaction/``): pyiceberg 0.12 has no rewrite, so its file writer's settings, its
+# statistics from a Parquet footer, its manifest writers and a partition key are used piece by piece.
+
+
+def to_file_schema(file_schema: Schema, table_schema: Schema, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of ``table_schema`` rows as pyiceberg writes it to a data file: ``file_schema`` with field IDs."""
+    from pyiceberg.io.fileformat import FileFormatFactory
+    from pyiceberg.manifest import FileFormat
+
+    return _to_requested_schema(
+        requested_schema=file_schema,
+        file_schema=table_schema,
+        batch=batch,
+        include_field_ids=True,
+        format_model=FileFormatFactory.get(FileFormat.PARQUET),
+    )
+
+
+def parquet_writer_options(properties: dict[str, str]) -> dict[str, Any]:
+    """pyarrow ``ParquetWriter`` keyword arguments from a table's ``write.parquet.*`` properties."""
+    import warnings
+
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs
+
+    with warnings.catch_warnings():  # pyiceberg warns of the byte-size properties it ignores; compaction sizes files
+        warnings.simplefilter("ignore")
+        return _get_parquet_writer_kwargs(properties)
+
+
+def data_file_statistics(schema: Schema, properties: dict[str, str], footer: Any) -> dict[str, Any]:
+    """The ``DataFile`` fields of a written Parquet file (record count, sizes, bounds) from its footer."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return statistics.to_serialized_dict()
+
+
+def partition_key(spec: PartitionSpec, schema: Schema, partition: Any) -> Any:
+    """A ``PartitionKey`` for a location provider, from a partition tuple already transformed (None: unpartitioned)."""
+    from pyiceberg.partitioning import PartitionKey
+
+    if spec.is_unpartitioned():
+        return None
+    key = PartitionKey(field_values=[], partition_spec=spec, schema=schema)
+    key.__dict__["partition"] = partition  # its cached property, which would transform raw values
+    return key
+
+
+class DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer for delete files (pyiceberg 0.12 writes data manifests only)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def manifest_writer(
+    format_version: int,
+    spec: PartitionSpec,
+    schema: Schema,
+    output: Any,
+    snapshot_id: int,
+    *,
+    deletes: bool,
+    compression: str,
+) -> ManifestWriterV2:
+    """pyiceberg's v2 manifest writer, for data entries or (``deletes``) delete-file entries."""
+    if format_version != 2:
+        raise ValueError(f"format version {format_version}: pyiceberg writes only v2 manifests here")
+    kind = DeleteManifestWriter if deletes else ManifestWriterV2
+    return kind(spec, schema, output, snapshot_id, compression)  # type: ignore[arg-type]
+
+
+def replace_summary(added: list[DataFile], removed: list[DataFile], metadata: TableMetadata) -> Any:
+    """The summary of a ``replace`` snapshot on the current one: pyiceberg computes the totals of the
+    operations it writes only, so they are computed as for an overwrite and the operation set after."""
+    from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+
+    schema, specs = metadata.schema(), metadata.specs()
+    collector = SnapshotSummaryCollector()
+    for data_file in added:
+        collector.add_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
+    for data_file in removed:
+        collector.remove_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
+    current = metadata.current_snapshot()
+    totals = update_snapshot_summaries(
+        Summary(Operation.OVERWRITE, **collector.build()), previous_summary=current.summary if current else None
+    )
+    return Summary(Operation.REPLACE, **totals.additional_properties)

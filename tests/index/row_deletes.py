@@ -22,11 +22,9 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
-    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV2,
 )
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
@@ -34,21 +32,14 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 from pyroaring import BitMap
 
+from airflow_iceberg_maint.pyiceberg_compat import DeleteManifestWriter
+
 POSITION_DELETE_SCHEMA = pa.schema(
     [
         pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
         pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
     ]
 )
-
-
-class _DeleteManifestWriter(ManifestWriterV2):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
 
 
 class _AddDeleteFiles(_FastAppendFiles):
@@ -64,7 +55,7 @@ class _AddDeleteFiles(_FastAppendFiles):
             by_spec.setdefault(delete.spec_id, []).append(delete)
         manifests = []
         for spec_id, deletes in sorted(by_spec.items()):
-            writer = _DeleteManifestWriter(
+            writer = DeleteManifestWriter(
                 self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression
             )
             with writer:

@@ -10,7 +10,7 @@ missing from old files, identity partition values).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from threading import Lock
 from typing import Any
@@ -134,6 +134,26 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     batch = raw.to_batches()[0] if raw.num_rows else pa.RecordBatch.from_pylist([], schema=raw.schema)
     batch = _project(path, schema, file_project_schema, batch, downcast, missing)
     return pa.Table.from_batches([batch]).append_column(POS_COLUMN, row_positions)
+
+
+def iter_rows(table: Table, data_file: DataFile, schema: Schema, batch_rows: int) -> Iterator[pa.Table]:
+    """The rows of ``read_rows`` (every row, file order), at most ``batch_rows`` at a time."""
+    if data_file.file_format != FileFormat.PARQUET:
+        raise MetadataReadError(f"data file {data_file.file_path!r}: format {data_file.file_format} is not supported")
+    metadata = table.metadata
+    path = data_file.file_path
+    with table.io.new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        file_project_schema = _file_projection(table, path, parquet, _projected_ids(tuple(schema.fields)))
+        missing = missing_column_values(
+            data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
+        )
+        start = 0
+        columns = [c.name for c in file_project_schema.columns]
+        for raw in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+            batch = _project(path, schema, file_project_schema, raw, metadata.format_version <= 2, missing)
+            yield pa.Table.from_batches([batch]).append_column(POS_COLUMN, arange(start, start + raw.num_rows))
+            start += raw.num_rows
 
 
 _relabels: LRUCache[tuple[Any, ...], pa.Schema] = LRUCache(maxsize=_CACHE_SIZE)
@@ -264,20 +284,44 @@ def live_rows_of_file(table: Table, plan: SnapshotFiles, path: str, schema: Sche
     the current snapshot reads with the current schema, as a pyiceberg scan does).
     """
     deletes = plan.deletes_for(path)
+    read_schema = _with_equality_columns(table, plan, deletes, schema)
+    rows = _live(
+        table, path, deletes, read_schema, schema, read_rows(table, plan.data_files[path].data_file, read_schema)
+    )
+    zeros = pc.fill_null(pa.nulls(rows.num_rows, type=pa.int32()), 0)
+    file_column = pa.DictionaryArray.from_arrays(zeros, pa.array([path]))
+    return rows.add_column(rows.num_columns - 1, FILE_COLUMN, file_column)
+
+
+def live_row_batches(
+    table: Table, plan: SnapshotFiles, path: str, schema: Schema, batch_rows: int
+) -> Iterator[pa.Table]:
+    """The live rows of ``live_rows_of_file`` (without ``_file``), read ``batch_rows`` rows of the file at a time:
+    a file larger than memory streams through."""
+    deletes = plan.deletes_for(path)
+    read_schema = _with_equality_columns(table, plan, deletes, schema)
+    for rows in iter_rows(table, plan.data_files[path].data_file, read_schema, batch_rows):
+        yield _live(table, path, deletes, read_schema, schema, rows)
+
+
+def _with_equality_columns(table: Table, plan: SnapshotFiles, deletes: list[DataFile], schema: Schema) -> Schema:
+    """``schema`` plus the columns the equality deletes compare that it lacks."""
     equality_ids = {i for d in deletes if d.content == DataFileContent.EQUALITY_DELETES for i in d.equality_ids or []}
     extra = prune_columns(plan_schema(table, plan), equality_ids - set(schema.field_ids), select_full_types=False)
-    read_schema = Schema(*schema.fields, *extra.fields, schema_id=schema.schema_id)
-    rows = read_rows(table, plan.data_files[path].data_file, read_schema)
+    return Schema(*schema.fields, *extra.fields, schema_id=schema.schema_id)
+
+
+def _live(
+    table: Table, path: str, deletes: list[DataFile], read_schema: Schema, schema: Schema, rows: pa.Table
+) -> pa.Table:
+    """``rows`` of ``path`` (with ``_pos``) without those its deletes remove, projected on ``schema``."""
     if deletes:
         removed = pc.or_(
             pc.is_in(rows.column(POS_COLUMN), value_set=deleted_positions(table, deletes, path)),
             equality_deleted_mask(table, rows, read_schema, deletes),
         )
         rows = rows.filter(pc.invert(removed))
-    rows = rows.select([f.name for f in schema.fields] + [POS_COLUMN])
-    zeros = pc.fill_null(pa.nulls(rows.num_rows, type=pa.int32()), 0)
-    file_column = pa.DictionaryArray.from_arrays(zeros, pa.array([path]))
-    return rows.add_column(rows.num_columns - 1, FILE_COLUMN, file_column)
+    return rows.select([f.name for f in schema.fields] + [POS_COLUMN])
 
 
 def plan_schema(table: Table, plan: SnapshotFiles) -> Schema:

@@ -1,0 +1,70 @@
+"""The live manifest entries of a snapshot, by file path, with their sequence numbers.
+
+Compaction reads these, not a pyiceberg scan: pyiceberg 0.12 refuses to plan equality deletes, and
+a commit needs each entry's data sequence number and the manifest it lives in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from threading import Lock
+
+from cachetools import LRUCache, cached
+from cachetools.keys import hashkey
+from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, ManifestEntry
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.pyiceberg_compat import read_position_deletes
+
+
+@dataclass(frozen=True)
+class LiveEntries:
+    snapshot: Snapshot | None
+    data: dict[str, ManifestEntry]
+    deletes: dict[str, ManifestEntry]
+
+
+def sequence_number(entry: ManifestEntry) -> int:
+    return entry.sequence_number if entry.sequence_number is not None else INITIAL_SEQUENCE_NUMBER
+
+
+def live_entries(table: Table) -> LiveEntries:
+    """The live data and delete entries of the table's current snapshot (empty for a table without one)."""
+    snapshot = table.current_snapshot()
+    data: dict[str, ManifestEntry] = {}
+    deletes: dict[str, ManifestEntry] = {}
+    if snapshot is None:
+        return LiveEntries(None, data, deletes)
+    try:
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                kind = data if entry.data_file.content == DataFileContent.DATA else deletes
+                kind[entry.data_file.file_path] = entry
+    except Exception as exc:
+        raise MetadataReadError(f"snapshot {snapshot.snapshot_id}: manifests cannot be read ({exc})") from exc
+    return LiveEntries(snapshot, data, deletes)
+
+
+@cached(LRUCache(maxsize=1024), lock=Lock(), key=lambda table, delete: hashkey(delete.file_path))
+def referenced_data_files(table: Table, delete: DataFile) -> frozenset[str]:
+    """The data files a position delete file or deletion vector names (cached: a delete file never changes)."""
+    referenced = getattr(delete, "referenced_data_file", None)  # v3 manifests only; a v2 one reads the file
+    if referenced:
+        return frozenset([referenced])
+    try:
+        return frozenset(read_position_deletes(table.io, delete))
+    except Exception as exc:
+        raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
+
+
+def applying_deletes(table: Table, files: SnapshotFiles, path: str) -> tuple[DataFile, ...]:
+    """The delete files that apply to the live data file ``path``: pyiceberg's delete index matches a
+    position delete file by partition and path bounds, so one that does not name ``path`` is left out."""
+    return tuple(
+        d
+        for d in files.deletes_for(path)
+        if d.content != DataFileContent.POSITION_DELETES or path in referenced_data_files(table, d)
+    )
