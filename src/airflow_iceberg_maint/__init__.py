@@ -3,7 +3,8 @@ secondary indexes.
 
 The Python API is what this package exports (``__all__``, docs/python.md): ``remove_orphan_files``,
 ``expire_snapshots``, the index operations (``create_index``, ``refresh_index``, ``lookup_index``, ...),
-``load_table``, their typed reports and errors. Everything not exported here is internal and may change.
+``load_table``, ``rewrite_manifests``, their typed reports and errors. Everything not exported here is internal
+and may change.
 The same engines serve the ``iceberg-maint`` command (docs/cli.md) and the Airflow provider
 (``airflow_iceberg_maint.airflow``, docs/airflow.md).
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, expire_snapshots, remove_orphan_files
+    from airflow_iceberg_maint.api.compaction import rewrite_manifests
     from airflow_iceberg_maint.api.indexes import (
         ExtractExpiryReport,
         IndexInfo,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
         remove_unreferenced_index_files,
     )
     from airflow_iceberg_maint.api.tables import CatalogLike, TableLike, load_table, open_catalog
+    from airflow_iceberg_maint.compaction.manifests import ManifestRewriteReport
     from airflow_iceberg_maint.errors import (
         CatalogListingError,
         CommitOutcomeUnknownError,
@@ -86,6 +89,7 @@ __all__ = [
     "LocationRefusedError",
     "LookupResult",
     "MaintenanceError",
+    "ManifestRewriteReport",
     "MetadataReadError",
     "OrphanReport",
     "PrefixMismatchError",
@@ -114,14 +118,17 @@ __all__ = [
     "refresh_index",
     "remove_orphan_files",
     "remove_unreferenced_index_files",
+    "rewrite_manifests",
 ]
 
 
 #: The modules the names of ``__all__`` come from (those of the imports above), searched in order on first use.
 _HOMES = (
     "api.cleanup",
+    "api.compaction",
     "api.indexes",
     "api.tables",
+    "compaction.manifests",
     "errors",
     "expiry.pins",
     "expiry.run",

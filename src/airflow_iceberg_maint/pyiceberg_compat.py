@@ -2,9 +2,9 @@
 
 pyiceberg has no public API yet for these: pruning data files by column bounds, the projection
 of a file's columns onto a table schema (with the values of columns a file lacks), reading
-position deletes, the Avro block decoder, the filesystem a FileIO reads through, and a commit
-requirement of the project's own checked by the catalogs that validate requirements in-process. Each is
-called here with keyword arguments, so a renamed or reordered parameter fails at once instead
+position deletes, a writer of delete manifests, the Avro block decoder, the filesystem a FileIO reads
+through, and a commit requirement of the project's own checked by the catalogs that validate requirements
+in-process. Each is called here with keyword arguments, so a renamed or reordered parameter fails at once instead
 of passing a value to the wrong place.
 ``pyproject.toml`` caps pyiceberg at the newest minor version tested; ``make test-newest-pyiceberg``
 runs the tests that go through this module against the newest pyiceberg release.
@@ -24,9 +24,9 @@ from pyiceberg.catalog import Catalog, MetastoreCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _to_requested_schema
-from pyiceberg.manifest import DataFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestWriter, ManifestWriterV2, write_manifest
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -42,6 +42,7 @@ __all__ = [
     "avro_decoder",
     "bounds_may_match",
     "current_metadata_requirement",
+    "manifest_writer",
     "missing_column_values",
     "project_batch",
     "read_position_deletes",
@@ -151,3 +152,45 @@ def current_metadata_requirement(expected: TableMetadata) -> TableRequirement:
 def validates_requirements_in_process(catalog: Catalog) -> bool:
     """Whether ``catalog`` checks each requirement's ``validate`` against its current metadata inside its commit."""
     return isinstance(catalog, MetastoreCatalog)
+
+
+class _DeleteManifestWriterV2(ManifestWriterV2):
+    """pyiceberg 0.12 writes data manifests only; a delete manifest differs by its content, in the list and the file."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def manifest_writer(
+    *,
+    format_version: int,
+    content: ManifestContent,
+    spec: PartitionSpec,
+    schema: Schema,
+    output_file: OutputFile,
+    snapshot_id: int,
+    avro_compression: str,
+) -> ManifestWriter:
+    """A manifest writer of ``content`` (data or deletes) for a table of ``format_version`` 1 or 2.
+
+    Raises ``ValueError`` for what pyiceberg cannot write: a v3 manifest, deletes in a v1 table.
+    """
+    compression: Any = avro_compression
+    if content == ManifestContent.DELETES:
+        if format_version != 2:
+            raise ValueError(f"cannot write a delete manifest for table format version {format_version}")
+        return _DeleteManifestWriterV2(spec, schema, output_file, snapshot_id, compression)
+    if format_version not in (1, 2):
+        raise ValueError(f"cannot write a manifest for table format version {format_version}")
+    return write_manifest(
+        format_version=cast(Any, format_version),
+        spec=spec,
+        schema=schema,
+        output_file=output_file,
+        snapshot_id=snapshot_id,
+        avro_compression=compression,
+    )

@@ -40,7 +40,7 @@ from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, Ta
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-COMMAND_MODULES = ("orphans", "expiry", "due", "policy", "index")
+COMMAND_MODULES = ("orphans", "expiry", "manifests", "due", "policy", "index")
 PROGRESS_MODES = ("auto", "on", "off")
 #: The exit status of a command that completed with failed deletes (see the module's docstring).
 EXIT_FAILED_DELETES = 3
