@@ -8,11 +8,13 @@ every delete by sequence number); every snapshot of the history is read before a
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.update import AddSnapshotUpdate
@@ -22,6 +24,7 @@ from airflow_iceberg_maint import commit_fence
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.compaction.manifest_plan import group_key
 from airflow_iceberg_maint.compaction.manifests import TARGET_SIZE_PROPERTY, rewrite_manifests
+from airflow_iceberg_maint.errors import CommitOutcomeUnknownError
 from tests.commit_race import race_into_commit
 from tests.expiry.history import snapshot_rows
 from tests.index.row_deletes import commit_equality_deletes, commit_position_deletes
@@ -214,3 +217,33 @@ def test_an_append_inside_the_commit_makes_the_rewrite_plan_again_on_it(catalog:
     assert parent is not None and parent.summary.operation.value == "append"  # type: ignore[union-attr]
     assert snapshot_rows(table)[f"snapshot:{current.snapshot_id}"] == expected
     assert pa.array(expected).to_pylist() == expected
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_an_unknown_commit_outcome_keeps_the_new_manifests(sqlite_catalog: Catalog, landed: bool) -> None:
+    """The catalog's answer is lost (after the commit landed, or before): the run fails naming the unknown
+    outcome, every file it wrote stays, and the table reads the same rows either way."""
+    table = make_table(sqlite_catalog, partitioned=True, equality=True)
+    name = ".".join(table.name())
+    expected = snapshot_rows(table)[f"snapshot:{table.metadata.current_snapshot_id}"]
+    commit = sqlite_catalog.commit_table
+
+    def lost_answer(table: Table, requirements: Any, updates: Any) -> Any:
+        if landed:
+            commit(table, requirements, updates)
+        raise CommitStateUnknownException("the catalog did not answer")
+
+    sqlite_catalog.commit_table = lost_answer  # type: ignore[method-assign]
+    metadata_dir = Path(table.location().removeprefix("file://")) / "metadata"
+    before = set(metadata_dir.iterdir())
+    with pytest.raises(CommitOutcomeUnknownError, match="whether it landed is unknown: its new manifests are kept"):
+        rewrite_manifests(table, dry_run=False)
+    written = {p for p in set(metadata_dir.iterdir()) - before if p.suffix == ".avro"}
+    assert len(written) > 1  # the manifests and the manifest list, none deleted
+    sqlite_catalog.commit_table = commit  # type: ignore[method-assign]
+    after = load_table(sqlite_catalog, name)
+    current = after.current_snapshot()
+    assert current is not None and (current.summary.operation.value == "replace") == landed  # type: ignore[union-attr]
+    assert snapshot_rows(after)[f"snapshot:{current.snapshot_id}"] == expected
+    if landed:
+        assert {Path(m.manifest_path.removeprefix("file://")) for m in current.manifests(after.io)} <= written | before
