@@ -18,7 +18,11 @@ from tests.policy.test_compaction_policy import UUID, rewrite_json
 def test_the_page_shows_days_since_the_last_compaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__STATE_URL", url)
-    monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__POLICY_FILE", str(DAGS / "iceberg_maint_policies.yaml"))
+    # The sample file's compaction policy, enabled (the sample ships it disabled).
+    sample = (DAGS / "iceberg_maint_policies.yaml").read_text(encoding="utf-8")
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(sample.replace("  enabled: false", "  enabled: true"), encoding="utf-8")
+    monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__POLICY_FILE", str(policies))
     monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__INDEX_DEFINITIONS_FILE", str(DAGS / "iceberg_indexes.yaml"))
     at = datetime.now(UTC) - timedelta(days=2)
     record_compaction_run(SqlStateStore(url), UUID, {**rewrite_json(), "table": "demo.events"}, at)

@@ -28,6 +28,9 @@ from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_R
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
 
+#: The state's job of a manifest rewrite: not a policy type (the compaction policy runs it), its runs' record.
+MANIFEST_REWRITE = "manifest_rewrite"
+
 SUCCESS = "success"
 FAILED = "failed"
 
@@ -192,6 +195,28 @@ def record_compaction_run(
         counts=counts,
         error=error,
         job=DATA_COMPACTION,
+        report=report,
+    )
+
+
+def record_manifest_rewrite_run(
+    store: StateStore, table_uuid: str, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed manifest rewrite from its JSON (``ManifestRewriteReport.to_json()``)."""
+    counts = {
+        "rewritten_manifests": int(summary["rewritten_manifests"]),
+        "added_manifests": int(summary["added_manifests"]),
+        "commit_count": len(summary["commits"]),
+    }
+    return record_attempt(
+        store,
+        table_uuid=table_uuid,
+        table=str(summary["table"]),
+        at=at,
+        dry_run=bool(summary["dry_run"]),
+        succeeded=True,
+        counts=counts,
+        job=MANIFEST_REWRITE,
         report=report,
     )
 
