@@ -31,13 +31,21 @@ from tests.index.row_deletes import commit_equality_deletes, commit_position_del
 from tests.orphans.scenario import SCHEMA, rows
 
 
-@pytest.fixture(params=["sqlite", "sqlite-rest-path", pytest.param("rest", marks=pytest.mark.rest)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        "sqlite-rest-path",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("rest", marks=pytest.mark.rest),
+    ]
+)
 def catalog(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Catalog:
     """SQLite; SQLite on the REST path of ``commit_fence`` (no requirement of the project's own checked in-process,
-    the location looked at before the commit); SeaweedFS's REST catalog."""
+    the location looked at before the commit); PostgreSQL; SeaweedFS's REST catalog."""
     if request.param == "sqlite-rest-path":
         monkeypatch.setattr(commit_fence, "validates_requirements_in_process", lambda catalog: False)
-    return request.getfixturevalue("rest_catalog" if request.param == "rest" else "sqlite_catalog")
+    fixture = {"sqlite-rest-path": "sqlite_catalog", "postgres": "pg_catalog", "rest": "rest_catalog"}
+    return request.getfixturevalue(fixture.get(request.param, f"{request.param}_catalog"))
 
 
 def make_table(catalog: Catalog, *, partitioned: bool, equality: bool, version: int = 2) -> Table:
