@@ -49,5 +49,5 @@ def test_the_provider_info_lists_every_module_of_its_kind_on_disk_and_no_other(k
 
 def test_the_provider_info_describes_each_kind_of_maintenance() -> None:
     description = get_provider_info()["description"]
-    for maintenance in ("orphan-file removal", "snapshot expiry", "secondary indexes"):
+    for maintenance in ("orphan-file removal", "snapshot expiry", "compaction", "secondary indexes"):
         assert maintenance in description

@@ -3,13 +3,13 @@ secondary indexes.
 
 The Python API is what this package exports (``__all__``, docs/python.md): ``remove_orphan_files``,
 ``expire_snapshots``, the index operations (``create_index``, ``refresh_index``, ``lookup_index``, ...),
-``load_table``, ``table_health`` and ``fleet_health``, their typed reports and errors. Everything not
-exported here is internal and may change.
+``load_table``, ``rewrite_data_files``, ``rewrite_manifests``, ``table_health`` and ``fleet_health``, their typed
+reports and errors. Everything not exported here is internal and may change.
 The same engines serve the ``iceberg-maint`` command (docs/cli.md) and the Airflow provider
 (``airflow_iceberg_maint.airflow``, docs/airflow.md).
 
 The core library (everything outside ``airflow_iceberg_maint.airflow``) never imports Airflow.
-Comments cite the safety rules S1 to S17 of ``docs/safety.md``, which names the tests proving each.
+Comments cite the safety rules S1 to S21 of ``docs/safety.md``, which names the tests proving each.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Strategy,
         plan_data_rewrite,
         rewrite_data_files,
+        rewrite_manifests,
     )
     from airflow_iceberg_maint.api.health import fleet_health, table_health
     from airflow_iceberg_maint.api.indexes import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         remove_unreferenced_index_files,
     )
     from airflow_iceberg_maint.api.tables import CatalogLike, TableLike, load_table, open_catalog
+    from airflow_iceberg_maint.compaction.manifests import ManifestRewriteReport
     from airflow_iceberg_maint.errors import (
         CatalogListingError,
         CommitOutcomeUnknownError,
@@ -103,6 +105,7 @@ __all__ = [
     "LocationRefusedError",
     "LookupResult",
     "MaintenanceError",
+    "ManifestRewriteReport",
     "MetadataReadError",
     "OrphanReport",
     "PrefixMismatchError",
@@ -135,6 +138,7 @@ __all__ = [
     "remove_orphan_files",
     "remove_unreferenced_index_files",
     "rewrite_data_files",
+    "rewrite_manifests",
     "table_health",
 ]
 
@@ -146,6 +150,7 @@ _HOMES = (
     "api.health",
     "api.indexes",
     "api.tables",
+    "compaction.manifests",
     "errors",
     "expiry.pins",
     "expiry.run",

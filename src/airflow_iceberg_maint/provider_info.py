@@ -76,8 +76,8 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-iceberg-maint",
         "name": "Apache Iceberg maintenance",
         "description": "Keeps Apache Iceberg tables healthy natively in Python: policy-driven orphan-file removal "
-        "and snapshot expiry (each with an optional human review), and secondary indexes (builds, incremental "
-        "refreshes, lookups, lag sensors, extract expiry).",
+        "and snapshot expiry (each with an optional human review), compaction (data files and manifests), and "
+        "secondary indexes (builds, incremental refreshes, lookups, lag sensors, extract expiry).",
         "versions": [__version__],
         "integrations": [
             {
@@ -107,6 +107,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_maint.airflow.operators.orphan_planning",
                     "airflow_iceberg_maint.airflow.operators.orphan_shards",
                     "airflow_iceberg_maint.airflow.operators.expiry",
+                    "airflow_iceberg_maint.airflow.operators.compaction",
+                    "airflow_iceberg_maint.airflow.operators.compaction_planning",
                     "airflow_iceberg_maint.airflow.operators.maintenance_planning",
                     "airflow_iceberg_maint.airflow.operators.reviewed",
                     "airflow_iceberg_maint.airflow.operators.reviewed_expiry",

@@ -26,9 +26,9 @@ from pyiceberg.catalog import Catalog, MetastoreCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.io.pyarrow import _get_column_projection_values, _read_deletes, _to_requested_schema
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestWriterV2
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestWriter, ManifestWriterV2, write_manifest
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -230,20 +230,34 @@ class DeleteManifestWriter(ManifestWriterV2):
 
 
 def manifest_writer(
+    *,
     format_version: int,
+    content: ManifestContent,
     spec: PartitionSpec,
     schema: Schema,
-    output: Any,
+    output_file: OutputFile,
     snapshot_id: int,
-    *,
-    deletes: bool,
-    compression: str,
-) -> ManifestWriterV2:
-    """pyiceberg's v2 manifest writer, for data entries or (``deletes``) delete-file entries."""
-    if format_version != 2:
-        raise ValueError(f"format version {format_version}: pyiceberg writes only v2 manifests here")
-    kind = DeleteManifestWriter if deletes else ManifestWriterV2
-    return kind(spec, schema, output, snapshot_id, compression)  # type: ignore[arg-type]
+    avro_compression: str,
+) -> ManifestWriter:
+    """A manifest writer of ``content`` (data or deletes) for a table of ``format_version`` 1 or 2.
+
+    Raises ``ValueError`` for what pyiceberg cannot write: a v3 manifest, deletes in a v1 table.
+    """
+    compression: Any = avro_compression
+    if content == ManifestContent.DELETES:
+        if format_version != 2:
+            raise ValueError(f"cannot write a delete manifest for table format version {format_version}")
+        return DeleteManifestWriter(spec, schema, output_file, snapshot_id, compression)
+    if format_version not in (1, 2):
+        raise ValueError(f"cannot write a manifest for table format version {format_version}")
+    return write_manifest(
+        format_version=cast(Any, format_version),
+        spec=spec,
+        schema=schema,
+        output_file=output_file,
+        snapshot_id=snapshot_id,
+        avro_compression=compression,
+    )
 
 
 def replace_summary(added: list[DataFile], removed: list[DataFile], metadata: TableMetadata) -> Any:

@@ -1,4 +1,5 @@
-"""``iceberg_table_maintenance_scheduled`` end to end with ``dag.test()``: per table, expire then remove orphans."""
+"""``iceberg_table_maintenance_scheduled`` end to end with ``dag.test()``: per table, compact (off in the sample
+policies: skipped), expire, then remove orphans."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tests.airflow.helpers import task_states, xcom
 DAG_ID = "iceberg_table_maintenance_scheduled"
 EXPIRE = "maintain_table.expire_snapshots"
 REMOVE = "maintain_table.remove_orphan_files"
+DATA_FILES = "maintain_table.rewrite_data_files"
+MANIFESTS = "maintain_table.rewrite_manifests"
 RUN_HISTORIES = ("iceberg_maint.runs.demo.orders", "iceberg_maint.runs.demo.events")
 
 
@@ -62,6 +65,11 @@ def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan
     # Both never maintained: equal scores, so the items are in name order.
     assert task_states(DAG_ID, run.run_id) == {
         ("plan_due_tables", -1): "success",
+        # The sample's compaction policy is disabled: no table is due for it, and expiry runs after the skips.
+        (DATA_FILES, 0): "skipped",
+        (DATA_FILES, 1): "skipped",
+        (MANIFESTS, 0): "skipped",
+        (MANIFESTS, 1): "skipped",
         (EXPIRE, 0): "failed",
         (REMOVE, 0): "upstream_failed",
         (EXPIRE, 1): "success",

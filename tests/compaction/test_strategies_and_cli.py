@@ -15,8 +15,8 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from airflow_iceberg_maint import rewrite_data_files
-from airflow_iceberg_maint.compaction.options import COMPACTION_JOB
 from airflow_iceberg_maint.state.cleanup import SqlStateStore
+from airflow_iceberg_maint.state.jobs import DATA_COMPACTION
 from tests.compaction.helpers import ARROW, MB, append_files, create, data_files, scanned
 
 REPORT_KEYS = {
@@ -102,7 +102,7 @@ def test_cli_dry_run_then_real_run(env: dict[str, str], sqlite_catalog: Catalog)
     done = json.loads(real.stdout)
     assert set(done) == REPORT_KEYS and done["rewritten_data_files"] == 12 and len(done["commits"]) == 2
     assert [g["output_files"] for g in done["groups"]] == [1, 1]
-    state = SqlStateStore().get(str(table.metadata.table_uuid), COMPACTION_JOB)
+    state = SqlStateStore().get(str(table.metadata.table_uuid), DATA_COMPACTION)
     assert state is not None and state.last_success_at is not None and state.last_attempt_dry_run is False
     text = _cli(env, "db.t", "--target-file-size-mb", "1")
     assert text.returncode == 0 and text.stdout.startswith("table db.t: rewrote 0 data files in 0 groups")

@@ -319,7 +319,7 @@ def test_unknown_type_lists_both_known_types() -> None:
         parse_policy({**EXPIRY_EXAMPLE, "type": "system_iceberg_compaction"}, source="f.json")
     assert str(caught.value) == (
         "f.json: policy 'expire_daily'.type: unknown policy type 'system_iceberg_compaction' "
-        "(known: system_iceberg_orphan_file_removal, system_iceberg_snapshot_expiry)"
+        "(known: system_iceberg_data_compaction, system_iceberg_orphan_file_removal, system_iceberg_snapshot_expiry)"
     )
 
 

@@ -1,9 +1,9 @@
-"""Compaction for Python callers: ``plan_data_rewrite`` and ``rewrite_data_files``, with the command line's options
-and defaults (``iceberg-maint rewrite-data-files``, docs/cli.md).
+"""Compaction for Python callers: ``plan_data_rewrite``, ``rewrite_data_files`` and ``rewrite_manifests``, with
+the command line's options and defaults (``iceberg-maint rewrite-data-files`` and ``rewrite-manifests``, docs/cli.md).
 
-``rewrite_data_files`` is a dry run unless ``dry_run=False``. The arguments are checked before the catalog is
-contacted (S7). It neither takes the table's lease nor records the run for ``due``: the command line and the
-Airflow operators do both around it.
+``rewrite_data_files`` and ``rewrite_manifests`` are dry runs unless ``dry_run=False``. The arguments are checked
+before the catalog is contacted (S7). Neither takes the table's lease nor records the run for ``due``: the
+command line and the Airflow operators do both around it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from airflow_iceberg_maint.api.tables import (
     check_whole,
     resolve_table,
 )
-from airflow_iceberg_maint.compaction import run
+from airflow_iceberg_maint.compaction import manifests, run
+from airflow_iceberg_maint.compaction.manifests import ManifestRewriteReport
 from airflow_iceberg_maint.compaction.options import (
     DEFAULT_DELETE_FILE_THRESHOLD,
     DEFAULT_MIN_INPUT_FILES,
@@ -43,9 +44,11 @@ __all__ = [
     "DataRewritePlan",
     "DataRewriteReport",
     "FileGroupPlan",
+    "ManifestRewriteReport",
     "Strategy",
     "plan_data_rewrite",
     "rewrite_data_files",
+    "rewrite_manifests",
 ]
 
 
@@ -163,3 +166,24 @@ def rewrite_data_files(
     reporter: AbstractContextManager[object] = reporting(progress) if progress is not None else nullcontext()
     with reporter:
         return run.rewrite_data_files(load, options, dry_run=dry_run, group_ids=group_ids)
+
+
+def rewrite_manifests(
+    table: TableLike,
+    *,
+    catalog: CatalogLike = DEFAULT_CATALOG,
+    target_manifest_size_bytes: int | None = None,
+    dry_run: bool = True,
+) -> ManifestRewriteReport:
+    """Regroup the live entries of the table's current snapshot by partition into manifests of the target size,
+    in one ``replace`` commit when ``dry_run=False`` (``iceberg-maint rewrite-manifests``, docs/cli.md).
+
+    ``table``: a pyiceberg ``Table`` or ``"namespace.table"`` in ``catalog``. The target is
+    ``target_manifest_size_bytes``, else the table's ``commit.manifest.target-size-bytes``, else 8 MB. Every
+    entry keeps its snapshot id and sequence numbers, so every snapshot reads the same rows. A dry run reads
+    manifests only and reports the plan.
+    """
+    check_whole(target_manifest_size_bytes, "target_manifest_size_bytes", 1)
+    check_flag(dry_run, "dry_run")
+    loaded = resolve_table(table, catalog)
+    return manifests.rewrite_manifests(loaded, target_manifest_size_bytes=target_manifest_size_bytes, dry_run=dry_run)

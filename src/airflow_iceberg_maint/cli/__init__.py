@@ -37,7 +37,7 @@ from typing import Any
 from airflow_iceberg_maint import __version__
 from airflow_iceberg_maint.errors import MaintenanceError, TableBusyError
 
-COMMAND_MODULES = ("orphans", "expiry", "compaction", "due", "policy", "index", "health")
+COMMAND_MODULES = ("orphans", "expiry", "compaction", "manifests", "due", "policy", "index", "health")
 PROGRESS_MODES = ("auto", "on", "off")
 #: The exit status of a command that completed with failed deletes (see the module's docstring).
 EXIT_FAILED_DELETES = 3

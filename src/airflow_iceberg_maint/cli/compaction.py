@@ -9,10 +9,9 @@ from typing import Any
 from airflow_iceberg_maint.api.compaction import Strategy, rewrite_data_files
 from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.cli.lease import table_lease
-from airflow_iceberg_maint.compaction.options import COMPACTION_JOB
 from airflow_iceberg_maint.compaction.report import DataRewriteReport
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
+from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_compaction_run
 
 MB = 1024 * 1024
 
@@ -67,19 +66,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             memory_budget_mb=args.memory_budget_mb,
         )
         # Bookkeeping for `due`: a real run where no group failed moves the compaction clock.
-        record_attempt(
-            store,
-            table_uuid=report.table_uuid,
-            table=report.table,
-            at=datetime.now(UTC),
-            dry_run=report.dry_run,
-            succeeded=not report.failed,
-            counts={
-                "rewritten_data_files": report.rewritten_data_files,
-                "added_data_files": report.added_data_files,
-                "failed_count": len(report.failed),
-            },
-            error=f"{len(report.failed)} groups failed" if report.failed else None,
-            job=COMPACTION_JOB,
-        )
+        record_compaction_run(store, report.table_uuid, report.to_json(), datetime.now(UTC))
     return {**report.to_json(), "__text__": _text(report)}

@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # a type only: the command line's parser reads this module wi
     from pyiceberg.table import Table
 
 #: The policy type whose clock a real run moves (``due``).
-COMPACTION_JOB = "system_iceberg_data_compaction"
+#: The table property of rewrite-manifests' target size.
+MANIFEST_TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
 TARGET_SIZE_PROPERTY = "write.target-file-size-bytes"
 DEFAULT_TARGET_FILE_SIZE_BYTES = 512 * 1024 * 1024
 #: A data file is rewritten when below this share of the target, or above the next one.

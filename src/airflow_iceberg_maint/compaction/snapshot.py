@@ -67,13 +67,13 @@ class _Files:
         output = self.output(f"{self.commit_uuid}-m{len(self.written)}.avro")
         spec = self.base.specs()[spec_id]
         return manifest_writer(
-            self.base.format_version,
-            spec,
-            self.base.schema(),
-            output,
-            snapshot_id,
-            deletes=deletes,
-            compression=self.compression,
+            format_version=self.base.format_version,
+            content=ManifestContent.DELETES if deletes else ManifestContent.DATA,
+            spec=spec,
+            schema=self.base.schema(),
+            output_file=output,
+            snapshot_id=snapshot_id,
+            avro_compression=self.compression,
         )
 
 

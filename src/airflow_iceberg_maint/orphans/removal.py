@@ -1,6 +1,6 @@
 """Orphan-file removal in one task: list the table location, subtract every referenced file, delete the rest.
 
-The rules (S1 to S17) cited here are those of ``docs/safety.md``.
+The rules (S1 to S21) cited here are those of ``docs/safety.md``.
 
 Pipeline (the dry run runs all of it but the last step), each step in its own module:
 1. ``options.scan_setup``: refuse ``gc.enabled=false`` (S12), resolve the cutoff (``reachability.cutoff``,

@@ -1,8 +1,9 @@
-"""Trigger evaluation (docs/design.md, "Trigger evaluation"): is a table due for orphan-file removal, or
-for snapshot expiry?
+"""Trigger evaluation (docs/design.md, "Trigger evaluation"): is a table due for orphan-file removal, for
+snapshot expiry, or for data compaction?
 
 Trigger: days since the last run of the policy's kind (the last cleanup for orphan removal,
-the last expiry for snapshot expiry) ``>= minIntervalDays``; score: the days since. A table
+the last expiry for snapshot expiry, the last real rewrite-data-files run for compaction)
+``>= minIntervalDays``; score: the days since. A table
 never run is due with the highest score. Days are exact fractions of 24 hours, so a table
 cleaned 6.9 days ago is not due under a 7-day interval.
 
@@ -25,6 +26,7 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.health.names import DAYS_SINCE_LAST_RUN, NEVER_RUN_DAYS
 from airflow_iceberg_maint.policy.policies import (
+    DATA_COMPACTION,
     DEFAULT_MIN_INTERVAL_DAYS,
     ORPHAN_FILE_REMOVAL,
     SNAPSHOT_EXPIRY,
@@ -51,6 +53,7 @@ class _Words:
 _WORDS = {
     ORPHAN_FILE_REMOVAL: _Words("cleaned", "cleanup", "orphan-removal"),
     SNAPSHOT_EXPIRY: _Words("expired", "expiry", "snapshot-expiry"),
+    DATA_COMPACTION: _Words("compacted", "compaction", "data-compaction"),
 }
 
 

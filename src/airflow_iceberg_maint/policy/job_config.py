@@ -1,5 +1,5 @@
 """Job configuration (docs/design.md, "Job configuration"): policy content plus evaluation time become
-the exact options of one orphan-removal or snapshot-expiry run.
+the exact options of one orphan-removal, snapshot-expiry or data-compaction run.
 
 ``olderThanDays`` becomes an absolute UTC cutoff, and ``location`` is validated against the
 table location here, before anything is submitted; the engine validates it again (S3). An
@@ -24,8 +24,10 @@ from airflow_iceberg_maint.fs.locations import PathEquivalence, validate_locatio
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
 from airflow_iceberg_maint.policy.policies import (
+    DATA_COMPACTION,
     ORPHAN_FILE_REMOVAL,
     SNAPSHOT_EXPIRY,
+    DataCompactionContent,
     OrphanRemovalContent,
     Policy,
     SnapshotExpiryContent,
@@ -133,6 +135,33 @@ def build_expiry_job(
     return ExpiryJobConfig(table, settings.cutoff.astimezone(UTC), settings.retain_last, content.dry_run)
 
 
+@dataclass(frozen=True)
+class CompactionJobConfig:
+    """A data compaction (rewrite data files, then manifests); None: the table's property, else the default."""
+
+    table: str
+    target_file_size_mb: float | None
+    min_input_files: int | None
+    strategy: str
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as the rewrite operator's arguments."""
+        return {
+            "table": self.table,
+            "target_file_size_mb": self.target_file_size_mb,
+            "min_input_files": self.min_input_files,
+            "strategy": self.strategy,
+            "dry_run": self.dry_run,
+        }
+
+
+def build_compaction_job(table: str, content: DataCompactionContent) -> CompactionJobConfig:
+    return CompactionJobConfig(
+        table, content.target_file_size_mb, content.min_input_files, content.strategy, content.dry_run
+    )
+
+
 JobT = TypeVar("JobT")
 
 
@@ -146,6 +175,7 @@ class JobPlan(Generic[JobT]):
 
 OrphanPlan = JobPlan[OrphanJobConfig]
 ExpiryPlan = JobPlan[ExpiryJobConfig]
+CompactionPlan = JobPlan[CompactionJobConfig]
 
 
 def _plan_jobs(
@@ -192,3 +222,14 @@ def plan_expiry_jobs(
         return build_expiry_job(name, table.metadata.properties, policy.content, now)
 
     return _plan_jobs(catalog, policies, store, now, source, SNAPSHOT_EXPIRY, build)
+
+
+def plan_compaction_jobs(
+    catalog: Catalog, policies: list[Policy[Any]], store: StateStore, now: datetime, source: str = "the policies"
+) -> CompactionPlan:
+    """Evaluate each table the data-compaction policies attach and configure a job for the due ones."""
+
+    def build(name: str, table: Table, policy: Policy[Any]) -> CompactionJobConfig:
+        return build_compaction_job(name, policy.content)
+
+    return _plan_jobs(catalog, policies, store, now, source, DATA_COMPACTION, build)

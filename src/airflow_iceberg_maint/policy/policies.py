@@ -1,6 +1,6 @@
 """Maintenance policies: what to run on which tables, declared as configuration.
 
-Two policy types are built in: orphan-file removal and snapshot expiry. A policy has the
+Three policy types are built in: orphan-file removal, snapshot expiry and data compaction. A policy has the
 body shape of docs/design.md (section "Policy") plus two
 top-level fields shared by every policy type: ``minIntervalDays`` (the minimum interval
 between runs) and ``tables`` (exact names or globs the policy attaches to). Policies load
@@ -32,9 +32,12 @@ from airflow_iceberg_maint.errors import InvalidInputError, TableNotFoundError
 from airflow_iceberg_maint.health.expressions import BOOLEAN, NUMBER, Expression, parse
 from airflow_iceberg_maint.health.names import EXPRESSION_NAMES
 from airflow_iceberg_maint.reachability.cutoff import DEFAULT_OLDER_THAN_DAYS
+from airflow_iceberg_maint.state.jobs import DATA_COMPACTION as DATA_COMPACTION
 from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL as ORPHAN_FILE_REMOVAL
 from airflow_iceberg_maint.state.jobs import SNAPSHOT_EXPIRY as SNAPSHOT_EXPIRY
 
+#: The strategies a compaction policy may name: z-order needs columns, which a policy does not name.
+COMPACTION_STRATEGIES = ("binpack", "sort")
 DEFAULT_MIN_INTERVAL_DAYS = 7.0
 #: Smallest ``olderThanDays`` an unattended run accepts without ``allowRecentFiles`` (Spark's floor).
 RECENT_FILES_FLOOR_DAYS = 1.0
@@ -84,7 +87,25 @@ class SnapshotExpiryContent:
         return {"olderThanDays": self.older_than_days, "retainLast": self.retain_last, "dryRun": self.dry_run}
 
 
-PolicyContent = OrphanRemovalContent | SnapshotExpiryContent
+@dataclass(frozen=True)
+class DataCompactionContent:
+    """Content of a ``system_iceberg_data_compaction`` policy; None: the table's property, else the engine's default."""
+
+    target_file_size_mb: float | None = None
+    min_input_files: int | None = None
+    strategy: str = "binpack"
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "targetFileSizeMb": self.target_file_size_mb,
+            "minInputFiles": self.min_input_files,
+            "strategy": self.strategy,
+            "dryRun": self.dry_run,
+        }
+
+
+PolicyContent = OrphanRemovalContent | SnapshotExpiryContent | DataCompactionContent
 ContentT = TypeVar("ContentT", bound=PolicyContent)
 
 
@@ -227,10 +248,31 @@ def parse_snapshot_expiry_content(body: Any, what: str) -> SnapshotExpiryContent
     )
 
 
+def parse_data_compaction_content(body: Any, what: str) -> DataCompactionContent:
+    """Parse and validate the content of a data-compaction policy."""
+    body = _content_body(body, frozenset({"targetFileSizeMb", "minInputFiles", "strategy", "dryRun"}), what)
+    size, files = body.get("targetFileSizeMb"), body.get("minInputFiles")
+    if size is not None and _number(size, f"{what} content.targetFileSizeMb") == 0:
+        raise InvalidInputError(f"{what} content.targetFileSizeMb: expected a number of MB > 0, got {size!r}")
+    strategy = body.get("strategy", "binpack")
+    if strategy not in COMPACTION_STRATEGIES:
+        raise InvalidInputError(
+            f"{what} content.strategy: expected one of {', '.join(COMPACTION_STRATEGIES)} (sort: the table's sort "
+            f"order; zorder needs columns, which only the command line and the operator take), got {strategy!r}"
+        )
+    return DataCompactionContent(
+        target_file_size_mb=None if size is None else float(size),
+        min_input_files=None if files is None else _whole_number(files, f"{what} content.minInputFiles", 1),
+        strategy=strategy,
+        dry_run=_boolean(body.get("dryRun", False), f"{what} content.dryRun"),
+    )
+
+
 #: Content parser for each known policy type; a new built-in type registers here.
 CONTENT_PARSERS: Mapping[str, Callable[[Any, str], PolicyContent]] = {
     ORPHAN_FILE_REMOVAL: parse_orphan_removal_content,
     SNAPSHOT_EXPIRY: parse_snapshot_expiry_content,
+    DATA_COMPACTION: parse_data_compaction_content,
 }
 
 

@@ -6,7 +6,8 @@ Nothing here calls a catalog, so a page over 1,000 tables costs one read of the 
 small file parses.
 
 Every figure of a row comes from one cleanup state: whether the table is due, when it was last
-cleaned (by any run, scheduled or manual, whether or not a policy attaches) and its last run.
+cleaned (by any run, scheduled or manual, whether or not a policy attaches) and its last run. A table
+a compaction policy attaches also shows that policy's evaluation, from the compaction state.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate, unattached
 from airflow_iceberg_maint.policy.index_definitions import TableDefinition
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy, policy_for_table
+from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, Policy, policy_for_table
 from airflow_iceberg_maint.state.cleanup import CleanupState
 from airflow_iceberg_maint.state.status_records import (
     INDEX_LAG_PREFIX,
@@ -116,6 +117,7 @@ class TableStatus:
     indexes: Sequence[IndexStatus]
     runs: Sequence[RunRecord]  # every kind, oldest first
     now: datetime
+    compaction: Evaluation | None = None  # the compaction policy's evaluation; None: no such policy attaches
 
     @property
     def last_cleaned_at(self) -> datetime | None:
@@ -143,6 +145,7 @@ class TableStatus:
             "last_run": None if last_run is None else _last_run_json(last_run),
             "indexes": [i.to_json() for i in self.indexes],
             "runs": [r.to_json() for r in self.runs],
+            "compaction": None if self.compaction is None else self.compaction.policy_json(),
         }
 
 
@@ -177,5 +180,9 @@ def table_rows(
         names_of_indexes = indexes.get(table, []) + sorted(set(lags) - set(indexes.get(table, [])))
         statuses = [IndexStatus(n, lags.get(n), history.get(n, [])) for n in names_of_indexes]
         runs = run_history(records.runs.get(table, []), states.values())
-        rows.append(TableStatus(table, evaluation, state, statuses, runs, now))
+        compacting = policy_for_table(policies, table, DATA_COMPACTION)
+        compaction = None
+        if compacting is not None:
+            compaction = evaluate(table, uuid, compacting, states.get(DATA_COMPACTION), now)
+        rows.append(TableStatus(table, evaluation, state, statuses, runs, now, compaction))
     return rows

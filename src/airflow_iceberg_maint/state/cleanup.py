@@ -1,7 +1,7 @@
 """Per-table maintenance state: when a job last succeeded, and what its last attempt did.
 
 State is keyed by the table UUID (so dropping and recreating a table resets it) and by the
-policy type, the ``job``: orphan removal and snapshot expiry each have their own clock, and the
+policy type, the ``job``: orphan removal, snapshot expiry and data compaction each have their own clock, and the
 records written before expiry existed are read as the orphan-removal records they always were.
 It is kept outside the table: bookkeeping never makes an Iceberg commit. Only a successful
 non-dry run moves ``last_success_at``; dry runs and failures record an attempt.
@@ -24,9 +24,12 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError, StorageError
-from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.state.jobs import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 STATE_URL_ENV = "ICEBERG_MAINT_STATE_URL"
+
+#: The state's job of a manifest rewrite: not a policy type (the compaction policy runs it), its runs' record.
+MANIFEST_REWRITE = "manifest_rewrite"
 
 SUCCESS = "success"
 FAILED = "failed"
@@ -163,6 +166,59 @@ def record_expiry_run(
         "deleted_bytes": int(summary["deleted_bytes"]),
     }
     return _record_run(store, SNAPSHOT_EXPIRY, summary, counts, at, report)
+
+
+def record_compaction_run(
+    store: StateStore, table_uuid: str, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed rewrite-data-files run from its JSON (``DataRewriteReport.to_json()``, whose keys do
+    not name the table's UUID: the caller passes it). A run where a file group failed did not finish its work,
+    so it does not move the "days since last compaction" clock."""
+    failed = summary.get("failed") or []
+    counts = {
+        "rewritten_data_files": int(summary["rewritten_data_files"]),
+        "added_data_files": int(summary["added_data_files"]),
+        "removed_delete_files": int(summary["removed_delete_files"]),
+        "rewritten_bytes": int(summary["rewritten_bytes"]),
+        "commit_count": len(summary["commits"]),
+        "failed_count": len(failed),
+    }
+    first = failed[0] if failed else None
+    error = f"{len(failed)} file groups failed (first: {first.get('group')}: {first.get('error')})" if first else None
+    return record_attempt(
+        store,
+        table_uuid=table_uuid,
+        table=str(summary["table"]),
+        at=at,
+        dry_run=bool(summary["dry_run"]),
+        succeeded=not failed,
+        counts=counts,
+        error=error,
+        job=DATA_COMPACTION,
+        report=report,
+    )
+
+
+def record_manifest_rewrite_run(
+    store: StateStore, table_uuid: str, summary: Mapping[str, Any], at: datetime, report: str | None = None
+) -> CleanupState:
+    """Record a completed manifest rewrite from its JSON (``ManifestRewriteReport.to_json()``)."""
+    counts = {
+        "rewritten_manifests": int(summary["rewritten_manifests"]),
+        "added_manifests": int(summary["added_manifests"]),
+        "commit_count": len(summary["commits"]),
+    }
+    return record_attempt(
+        store,
+        table_uuid=table_uuid,
+        table=str(summary["table"]),
+        at=at,
+        dry_run=bool(summary["dry_run"]),
+        succeeded=True,
+        counts=counts,
+        job=MANIFEST_REWRITE,
+        report=report,
+    )
 
 
 def default_state_url() -> str:

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.state.cleanup import CleanupState
-from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.state.cleanup import MANIFEST_REWRITE, CleanupState
+from airflow_iceberg_maint.state.jobs import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 KEY_PREFIX = "iceberg_maint."
 #: Cleanup states, ``iceberg_maint.state.<job>.<table uuid>`` (``state.cleanup.CleanupState``).
@@ -45,7 +45,12 @@ LAG_HISTORY_LIMIT = 50
 #: ``RunRecord.kind`` of an orphan-file removal run.
 ORPHANS_KIND = "orphans"
 #: The run kind of each job's cleanup state; a job not listed is shown by its own name.
-JOB_KINDS = {ORPHAN_FILE_REMOVAL: ORPHANS_KIND, SNAPSHOT_EXPIRY: "expiry"}
+JOB_KINDS = {
+    ORPHAN_FILE_REMOVAL: ORPHANS_KIND,
+    SNAPSHOT_EXPIRY: "expiry",
+    DATA_COMPACTION: "compaction",
+    MANIFEST_REWRITE: "manifests",
+}
 
 
 class RecordLog(Protocol):

@@ -1,8 +1,8 @@
-"""The operators that plan snapshot expiry, alone or with orphan removal, for dynamic task mapping.
+"""The operators that plan snapshot expiry, alone or with compaction and orphan removal, for dynamic task mapping.
 
 ``IcebergExpiryPolicyExpansionOperator`` returns one expiry job per table due for expiry;
-``IcebergMaintenancePlanOperator`` returns one item per table due for either kind, for the
-mapped group of ``iceberg_table_maintenance_scheduled`` (expire, then remove orphans).
+``IcebergMaintenancePlanOperator`` returns one item per table due for any kind, for the mapped
+group of ``iceberg_table_maintenance_scheduled`` (rewrite data files and manifests, expire, remove orphans).
 """
 
 from __future__ import annotations
@@ -15,11 +15,20 @@ from airflow.sdk import Context
 
 from airflow_iceberg_maint.airflow.operators.orphan_planning import EVALUATIONS_KEY, _OrphanPlanningOperator
 from airflow_iceberg_maint.policy.due import Evaluation
-from airflow_iceberg_maint.policy.job_config import ExpiryPlan, OrphanPlan, plan_expiry_jobs, plan_orphan_jobs
+from airflow_iceberg_maint.policy.job_config import (
+    CompactionPlan,
+    ExpiryPlan,
+    OrphanPlan,
+    plan_compaction_jobs,
+    plan_expiry_jobs,
+    plan_orphan_jobs,
+)
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, load_policies
 
 #: XCom key of the expiry evaluations (the orphan ones stay under ``evaluations``).
 EXPIRY_EVALUATIONS_KEY = "expiry_evaluations"
+#: XCom key of the compaction evaluations.
+COMPACTION_EVALUATIONS_KEY = "compaction_evaluations"
 
 
 def expiry_items(plan: ExpiryPlan) -> list[dict[str, Any]]:
@@ -54,17 +63,18 @@ class IcebergExpiryPolicyExpansionOperator(_OrphanPlanningOperator):
 
 
 class IcebergMaintenancePlanOperator(_OrphanPlanningOperator):
-    """Evaluate every attached table for both kinds; return one item per table due for either.
+    """Evaluate every attached table for each kind; return one item per table due for any.
 
     Each item feeds the mapped group of ``iceberg_table_maintenance_scheduled`` (``expand_kwargs``):
-    ``table``; ``expire`` (due for expiry) with ``expire_older_than``, ``retain_last``,
-    ``expire_dry_run`` and ``expire_policy``; ``remove_orphans`` (due for orphan removal) with
-    ``older_than``, ``location``, ``dry_run``, ``policy``, ``allow_recent_files``,
+    ``table``; ``compact`` (due for data compaction) with ``target_file_size_mb``, ``min_input_files``,
+    ``strategy``, ``compact_dry_run`` and ``compact_policy``; ``expire`` (due for expiry) with
+    ``expire_older_than``, ``retain_last``, ``expire_dry_run`` and ``expire_policy``; ``remove_orphans``
+    (due for orphan removal) with ``older_than``, ``location``, ``dry_run``, ``policy``, ``allow_recent_files``,
     ``other_tables_uri``, ``memory_budget_mb`` (the policy's ``memoryBudgetMb``; None: the default) and
     ``listing`` (the policy's inventory; None: list storage).
     A part that is not due has its flag false and its other keys None.
-    Items are sorted by the higher of the two scores. The evaluations are pushed under
-    ``evaluations`` (orphan removal) and ``expiry_evaluations``.
+    Items are sorted by the highest of the scores. The evaluations are pushed under
+    ``evaluations`` (orphan removal), ``expiry_evaluations`` and ``compaction_evaluations``.
 
     :param policy_file: JSON or YAML policy file with policies of either kind, read when the task runs.
     :param iceberg_conn_id: an ``iceberg`` connection.
@@ -82,27 +92,50 @@ class IcebergMaintenancePlanOperator(_OrphanPlanningOperator):
         source = str(self.policy_file)
         expiry = plan_expiry_jobs(catalog, policies, store, now, source)
         orphans = plan_orphan_jobs(catalog, policies, store, now, source)
-        evaluated = {e.table: e.table_uuid for e in [*expiry.evaluations, *orphans.evaluations]}
+        compaction = plan_compaction_jobs(catalog, policies, store, now, source)
+        evaluated = {
+            e.table: e.table_uuid for e in [*expiry.evaluations, *orphans.evaluations, *compaction.evaluations]
+        }
         self.hook.record_policy_tables(evaluated, self.log)
         _log_evaluations(self, expiry.evaluations, len(expiry.jobs), "snapshot expiry")
         _log_evaluations(self, orphans.evaluations, len(orphans.jobs), "orphan removal")
+        _log_evaluations(self, compaction.evaluations, len(compaction.jobs), "data compaction")
+        context["ti"].xcom_push(key=COMPACTION_EVALUATIONS_KEY, value=[e.to_json() for e in compaction.evaluations])
         context["ti"].xcom_push(key=EXPIRY_EVALUATIONS_KEY, value=[e.to_json() for e in expiry.evaluations])
         context["ti"].xcom_push(key=EVALUATIONS_KEY, value=[e.to_json() for e in orphans.evaluations])
         allow_recent = {p.name: p.content.allow_recent_files for p in policies if p.type == ORPHAN_FILE_REMOVAL}
         uri = self._share_catalog_pass(context, catalog) if orphans.jobs else None
-        return table_items(expiry, orphans, allow_recent, uri)
+        return table_items(expiry, orphans, allow_recent, uri, compaction)
 
 
 def table_items(
-    expiry: ExpiryPlan, orphans: OrphanPlan, allow_recent: dict[str, bool], other_tables_uri: str | None
+    expiry: ExpiryPlan,
+    orphans: OrphanPlan,
+    allow_recent: dict[str, bool],
+    other_tables_uri: str | None,
+    compaction: CompactionPlan | None = None,
 ) -> list[dict[str, Any]]:
-    """One item per table due for either kind, the table with the highest score of either first."""
-    scores = {e.table: e.score for e in [*expiry.evaluations, *orphans.evaluations] if e.due}
+    """One item per table due for any kind, the table with the highest score of any first."""
+    compacting = compaction.evaluations if compaction else []
+    scores: dict[str, float] = {}
+    for e in [*expiry.evaluations, *orphans.evaluations, *compacting]:
+        if e.due:
+            scores[e.table] = max(scores.get(e.table, 0.0), e.score)
     expire = {job.table: (job, policy) for job, policy in expiry.jobs}
     remove = {job.table: (job, policy) for job, policy in orphans.jobs}
+    compact = {job.table: (job, policy) for job, policy in (compaction.jobs if compaction else [])}
     items = []
-    for table in sorted(set(expire) | set(remove), key=lambda t: (-scores.get(t, 0.0), t)):
+    for table in sorted(set(expire) | set(remove) | set(compact), key=lambda t: (-scores.get(t, 0.0), t)):
         item: dict[str, Any] = {"table": table, "expire": table in expire, "remove_orphans": table in remove}
+        c_job, c_policy = compact.get(table, (None, None))
+        item.update(
+            compact=c_job is not None,
+            target_file_size_mb=c_job.target_file_size_mb if c_job else None,
+            min_input_files=c_job.min_input_files if c_job else None,
+            strategy=c_job.strategy if c_job else "binpack",
+            compact_dry_run=c_job.dry_run if c_job else False,
+            compact_policy=c_policy,
+        )
         e_job, e_policy = expire.get(table, (None, None))
         item.update(
             expire_older_than=e_job.older_than.isoformat() if e_job else None,

@@ -14,6 +14,7 @@ from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.errors import InvalidInputError, MaintenanceError
 from airflow_iceberg_maint.policy.due import Evaluation
 from airflow_iceberg_maint.policy.policies import (
+    DATA_COMPACTION,
     ORPHAN_FILE_REMOVAL,
     SNAPSHOT_EXPIRY,
     Policy,
@@ -21,15 +22,16 @@ from airflow_iceberg_maint.policy.policies import (
     policy_for_table,
 )
 
-POLICY_TYPES = (ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY)
+POLICY_TYPES = (ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, DATA_COMPACTION)
 
 
 class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
     """Succeed when ``days_since_last_cleanup >= minIntervalDays`` for the table (or it was never cleaned).
 
     ``policy_type`` chooses the kind: ``system_iceberg_orphan_file_removal`` (the default: days since
-    the last cleanup) or ``system_iceberg_snapshot_expiry`` (days since the last expiry; then
-    ``policy_file`` is required, as expiry has no default interval).
+    the last cleanup), ``system_iceberg_snapshot_expiry`` (days since the last expiry) or
+    ``system_iceberg_data_compaction`` (days since the last compaction); for these two ``policy_file``
+    is required, as they have no default interval.
 
     Pokes in a worker slot, or with ``deferrable=True`` waits in the triggerer. The XCom value
     is the evaluation (``due``, ``score``, ``reason``, ...). A table no policy of the file
@@ -42,7 +44,7 @@ class IcebergTableDueSensor(MaintenanceHookMixin, BaseSensorOperator):
     :param iceberg_conn_id: an ``iceberg`` connection.
     :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
     :param deferrable: wait in the triggerer instead of a worker slot.
-    :param policy_type: the kind of maintenance to wait for (orphan removal or snapshot expiry).
+    :param policy_type: the kind of maintenance to wait for (orphan removal, snapshot expiry or data compaction).
     """
 
     template_fields: Sequence[str] = ("table", "policy_file")
