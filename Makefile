@@ -51,9 +51,11 @@ lint: install ## ruff check, ruff format --check, mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-bench: install ## The orphan-scan, snapshot-expiry and index benchmarks
+bench: install ## The orphan-scan, snapshot-expiry, index and compaction benchmarks
 	$(PY) bench/orphans.py
 	$(PY) bench/expire.py
 	$(PY) bench/index.py
 	$(PY) bench/index.py --refresh
 	$(PY) bench/index_build.py
+	test -x bench/.venvs/zamboni/bin/python || (python3 -m venv bench/.venvs/zamboni && bench/.venvs/zamboni/bin/pip install --quiet iceberg-zamboni==0.7.0)
+	$(PY) bench/compaction.py
