@@ -75,3 +75,8 @@ def exists(endpoint: str, uri: str) -> bool:
 def read_json(endpoint: str, uri: str) -> Any:
     bucket, key = _split(uri)
     return json.loads(s3_test_client(endpoint).get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def gate_key(run_id: str, map_index: int) -> str:
+    """Where a gated shard (``kill_on``, tests/celery/dags/celery_dags.py) says it waits to be killed."""
+    return f"gates/{run_id}/{map_index}"

@@ -35,6 +35,7 @@ from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanF
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
+from tests.celery.helpers import gate_key
 
 HERE = Path(__file__).parent
 POLICIES = str(HERE / "celery_policies.yaml")
@@ -53,10 +54,6 @@ def _s3() -> Any:
         aws_secret_access_key="testing",
         region_name="us-east-1",
     )
-
-
-def gate_key(run_id: str, map_index: int) -> str:
-    return f"gates/{run_id}/{map_index}"
 
 
 def _gate(context: Any, result: Any = None) -> None:
@@ -256,7 +253,7 @@ with DAG(
     params={"older_than": Param(type="string")},
     render_template_as_native_obj=True,
 ):
-    # The due sensor: the table was just cleaned, so it is due again only 17 s later (celery_due_soon).
+    # The due sensor: the table was just cleaned, so it is due again only 35 s later (celery_due_soon).
     cleaned = IcebergRemoveOrphanFilesOperator(
         task_id="clean_due_table",
         table="due.events",
