@@ -36,7 +36,7 @@ unit: install ## The tests that need no service and start no process (no DAG run
 	  -u TEST_CELERY_PORT ICEBERG_MAINT_UNIT_RUN=1 \
 	  $(PY) -m pytest -q -n auto -m "$(UNIT_TESTS)" $(PYTEST_ARGS)
 
-test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, chromium), run every test
+test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, SeaweedFS, Redis, chromium), run every test
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The tests that go through pyiceberg's internals, against the newest pyiceberg release.
