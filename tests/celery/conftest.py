@@ -336,6 +336,7 @@ def celery_airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deploym
         "AIRFLOW__CELERY__BROKER_URL": broker,
         "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + sa_metadata,
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "tests.celery.celery_config.CELERY_CONFIG",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(first_port),
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,15 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from tests.s3_helpers import s3_test_client
+
+
+@dataclass
+class PlantedTable:
+    table: Table
+    planted: list[str]  # the orphans, sorted
+    live: set[str]  # every file its metadata reaches
+    cutoff: str  # an ``older_than`` after every file of both
+
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("kind", pa.string())])
 
@@ -46,6 +56,13 @@ def plant_orphans(endpoint: str, table: Table, count: int, tag: str) -> list[str
         s3.put_object(Bucket=bucket, Key=key, Body=b"orphan" * (i + 1))
         planted.append(uri)
     return sorted(planted)
+
+
+def planted_table(catalog: Catalog, endpoint: str, name: str, orphans: int, appends: int = 8) -> PlantedTable:
+    """A table of ``appends`` commits with ``orphans`` planted files, its live files, and a cutoff after both."""
+    table = make_table(catalog, name, appends=appends)
+    planted = plant_orphans(endpoint, table, orphans, name.replace(".", "-"))
+    return PlantedTable(table, planted, live_files(table), cutoff_after_writes())
 
 
 def cutoff_after_writes() -> str:

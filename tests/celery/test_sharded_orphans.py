@@ -7,7 +7,7 @@ from collections import Counter
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.celery.conftest import WORKERS, Deployment
-from tests.celery.helpers import cutoff_after_writes, exists, live_files, make_table, plant_orphans, read_json
+from tests.celery.helpers import exists, planted_table, read_json
 
 SHARD_TASKS = ("scan_orphan_shard", "match_orphan_shard")
 COUNTS = ("orphan_file_count", "orphan_bytes", "files_listed", "dry_run")
@@ -17,10 +17,9 @@ def test_four_shards_spread_over_both_workers_match_the_single_task_and_delete_e
     celery_airflow: Deployment, catalog: SqlCatalog
 ) -> None:
     endpoint = celery_airflow.catalog_properties["s3.endpoint"]
-    table = make_table(catalog, "shards.orders", appends=8)
-    planted = plant_orphans(endpoint, table, 9, "sharded")
-    live = live_files(table)
-    conf = {"table": "shards.orders", "older_than": cutoff_after_writes(), "dry_run": True, "shards": 4}
+    made = planted_table(catalog, endpoint, "shards.orders", 9)
+    planted, live = made.planted, made.live
+    conf = {"table": "shards.orders", "older_than": made.cutoff, "dry_run": True, "shards": 4}
 
     single_run = celery_airflow.trigger("celery_orphans_single", conf)
     sharded_run = celery_airflow.trigger("celery_orphans_sharded", conf)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.celery.conftest import HEARTBEAT_TIMEOUT_SECONDS, Deployment, wait_for
-from tests.celery.helpers import cutoff_after_writes, exists, gate_key, live_files, make_table, plant_orphans
+from tests.celery.helpers import exists, gate_key, planted_table
 from tests.s3_helpers import s3_test_client
 
 DAG = "celery_orphans_sharded"
@@ -25,10 +25,9 @@ def test_a_worker_killed_mid_shard_has_its_shard_retried_on_the_other_and_the_ru
     celery_airflow: Deployment, catalog: SqlCatalog
 ) -> None:
     endpoint = celery_airflow.catalog_properties["s3.endpoint"]
-    table = make_table(catalog, "kill.orders", appends=8)
-    planted = plant_orphans(endpoint, table, 6, "kill")
-    live = live_files(table)
-    conf = {"table": "kill.orders", "older_than": cutoff_after_writes(), "dry_run": False, "shards": 4}
+    made = planted_table(catalog, endpoint, "kill.orders", 6)
+    planted, live = made.planted, made.live
+    conf = {"table": "kill.orders", "older_than": made.cutoff, "dry_run": False, "shards": 4}
     run = celery_airflow.trigger(DAG, {**conf, "kill_on": VICTIM})
     s3 = s3_test_client(endpoint)
 

@@ -73,6 +73,13 @@ def _gate(context: Any, result: Any = None) -> None:
     raise RuntimeError(f"{ti.task_id}[{ti.map_index}]: not killed within {GATE_SECONDS} s")
 
 
+#: What every DAG here shares: triggered by the tests only, the params and plans reaching operators with their types.
+MANUAL: dict[str, Any] = {
+    "schedule": None,
+    "start_date": datetime(2026, 1, 1),
+    "catchup": False,
+    "render_template_as_native_obj": True,
+}
 ORPHAN_PARAMS = {
     "table": Param(type="string"),
     "older_than": Param(type="string"),
@@ -89,10 +96,7 @@ ORPHAN_JOB: dict[str, Any] = {
 
 with DAG(
     dag_id="celery_orphans_single",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    render_template_as_native_obj=True,
+    **MANUAL,
     params=ORPHAN_PARAMS,
     default_args=QUEUED,
 ):
@@ -100,10 +104,7 @@ with DAG(
 
 with DAG(
     dag_id="celery_orphans_sharded",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    render_template_as_native_obj=True,
+    **MANUAL,
     params=ORPHAN_PARAMS,
     default_args=QUEUED,
     max_active_runs=1,
@@ -120,12 +121,9 @@ def pushed_commits(task_id: str) -> list[dict[str, Any]]:
 
 with DAG(
     dag_id="celery_index_build",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
+    **MANUAL,
     default_args=RETRIED,
     params={"table": Param("idx.events", type="string"), "shards": Param(4, type="integer")},
-    render_template_as_native_obj=True,
 ):
     create = IcebergCreateMissingIndexesOperator(
         task_id="create_missing_indexes", definitions_file=INDEXES, tables="{{ params.table }}"
@@ -187,11 +185,8 @@ class RecordedOrphans(_Recorded, IcebergRemoveOrphanFilesOperator):
 
 with DAG(
     dag_id="celery_table_maintenance",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
+    **MANUAL,
     max_active_runs=2,
-    render_template_as_native_obj=True,
     default_args=RETRIED,
 ):
     due = IcebergMaintenancePlanOperator(task_id="plan_due_tables", policy_file=POLICIES)
@@ -246,12 +241,9 @@ with DAG(
 
 with DAG(
     dag_id="celery_deferred",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
+    **MANUAL,
     default_args=RETRIED,
     params={"older_than": Param(type="string")},
-    render_template_as_native_obj=True,
 ):
     # The due sensor: the table was just cleaned, so it is due again only 35 s later (celery_due_soon).
     cleaned = IcebergRemoveOrphanFilesOperator(
