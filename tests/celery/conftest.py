@@ -194,11 +194,17 @@ class Deployment:
         component.process.wait(timeout=60)
 
     def logs(self) -> str:
+        """The end of every component's log, and of every task log (on its worker's disk) that holds an error."""
         parts = []
         for component in self.components.values():
             text = component.log.read_text(errors="replace") if component.log.exists() else ""
             tail = "\n".join(text.splitlines()[-80:])
             parts.append(f"----- {component.name} ({component.log}), last lines -----\n{tail}")
+            for task_log in sorted((component.root / "airflow" / "logs").rglob("*.log")):
+                text = task_log.read_text(errors="replace")
+                if '"level":"error"' in text.replace(" ", "") or "Traceback" in text:
+                    tail = "\n".join(text.splitlines()[-30:])
+                    parts.append(f"----- task log {task_log} (on {component.name}), last lines -----\n{tail}")
         return "\n".join(parts)
 
 
