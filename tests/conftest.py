@@ -49,9 +49,9 @@ def azure_props(blob_endpoint: str) -> dict[str, str]:
     return {"adls.connection-string": conn, "adls.account-name": AZURITE_ACCOUNT}
 
 
-#: The marker of each fixture that needs a service of ``make test``: a test using one is marked with it,
-#: so ``make unit`` (``-m "not (s3 or postgres or gcs or azure or rest or browser or reliability or slow)"``) selects
-#: exactly the tests that need none. A test calling ``_service`` itself carries its marker explicitly.
+#: The marker of each fixture that needs a service of ``make test``: a test using one is marked with it, so
+#: ``make unit`` (``-m "not (s3 or postgres or gcs or azure or rest or browser or celery or reliability or slow)"``)
+#: selects exactly the tests that need none. A test calling ``_service`` itself carries its marker explicitly.
 #: A test parametrized with a fixture's name (``request.getfixturevalue(backend)``) is marked the same way.
 SERVICE_FIXTURES = {
     "s3_endpoint": "s3",

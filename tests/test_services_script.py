@@ -80,7 +80,13 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
             address, port = fields[1].split(":")
             listening.append([address, int(port, 16)])
+import redis
+broker = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
+broker.set("probe", b"queued")
 print(json.dumps({
+    "redis": broker.get("probe").decode(), "redis_save": broker.config_get("save")["save"],
+    "redis_appendonly": broker.config_get("appendonly")["appendonly"],
+    "redis_bind": broker.config_get("bind")["bind"], "celery_port": os.environ["TEST_CELERY_PORT"],
     "database": database, "data_dir": data_dir, "socket_dir": socket_dir,
     "socket_dir_uid": info.st_uid, "socket_dir_mode": stat.S_IMODE(info.st_mode),
     "s3_body": s3.get_object(Bucket="probe", Key="k")["Body"].read().decode(),
@@ -156,7 +162,15 @@ def listener() -> Iterator[socket.socket]:
 
 
 def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | None = None) -> dict[str, str]:
-    exported = ("TEST_PG_URL", "TEST_S3_ENDPOINT", "TEST_REST_URI", "TEST_SEAWEED_S3_ENDPOINT", "TMPDIR")
+    exported = (
+        "TEST_PG_URL",
+        "TEST_S3_ENDPOINT",
+        "TEST_REST_URI",
+        "TEST_SEAWEED_S3_ENDPOINT",
+        "TEST_REDIS_URL",
+        "TEST_CELERY_PORT",
+        "TMPDIR",
+    )
     env = {k: v for k, v in os.environ.items() if k not in exported}
     env.update(TEST_PG_PORT=str(pg_port), TEST_S3_PORT=str(s3_port), VENV=str(venv))
     # Free ports for the emulators too, and the project's Azurite install rather than one a checkout.
@@ -165,6 +179,8 @@ def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | Non
         TEST_GCS_PORT=str(free_port()),
         TEST_FAKE_GCS_PORT=str(free_port()),
         TEST_SEAWEED_PORT=str(free_block()),
+        TEST_REDIS_PORT=str(free_port()),
+        TEST_CELERY_PORT=str(free_block(4)),
         AZURITE_PREFIX=os.environ.get("AZURITE_PREFIX", str(SCRIPT.parents[1] / ".services" / "node")),
     )
     if tmpdir is not None:
@@ -204,6 +220,11 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert seen["rest_uri"] == f"http://127.0.0.1:{seaweed + 8}"
     assert seen["seaweed_s3"] == f"http://127.0.0.1:{seaweed + 6}"
     assert seen["rest_namespaces"] == [["probe_ns"]]
+    # Redis: on loopback only, keeping nothing on disk; the Celery deployment's ports passed through.
+    redis_port = int(env["TEST_REDIS_PORT"])
+    assert (seen["redis"], seen["redis_save"], seen["redis_appendonly"]) == ("queued", "", "no")
+    assert seen["redis_bind"] == "127.0.0.1"
+    assert seen["celery_port"] == env["TEST_CELERY_PORT"]
     # One weed process, listening on loopback only: its 10 ports and the admin HTTP port the kernel picked.
     assert seen["weed_processes"] == 1
     loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp spells it
@@ -215,6 +236,7 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
     assert not folder.exists()
     assert not answers(pg_port) and not answers(s3_port)
     assert not any(answers(port) for port in range(seaweed, seaweed + 10))
+    assert not answers(redis_port)
     assert list(Path("/tmp").glob(f"iceberg-maint-seaweed-{seaweed}.*")) == []
     assert [p for p in Path("/tmp").glob("seaweedfs-*.sock") if int(p.stem.rsplit("-", 1)[1]) in ports] == []
     logs = checkout / ".services" / f"{pg_port}-{s3_port}"
@@ -227,6 +249,7 @@ def test_services_answer_from_checkout_below_0700_folder(checkout: Path, home: P
         "pg-ctl.log",
         "pg-initdb.log",
         "pg-server.log",
+        "redis.log",
         "seaweed.log",
     ]
 

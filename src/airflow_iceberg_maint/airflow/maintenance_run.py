@@ -25,12 +25,14 @@ from pyiceberg.table import Table
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHook
 from airflow_iceberg_maint.airflow.reports import (
+    REPORT_SETTING,
     TaskLog,
     default_report_base,
     refuse_inside_tables,
     report_uri,
     write_report,
 )
+from airflow_iceberg_maint.airflow.shared_storage import require_shared_location
 from airflow_iceberg_maint.airflow.task_errors import task_exception
 from airflow_iceberg_maint.errors import MaintenanceError, PrefixMismatchError
 from airflow_iceberg_maint.orphans.report import OrphanReport
@@ -147,6 +149,7 @@ def prepare_run(
     outside this table and ``other_tables``, and gather what the run needs into a ``kind``."""
     hook = task.hook
     base = arguments.optional_str(task.report_location, "report_location") or default_report_base()
+    require_shared_location(base, "report location", REPORT_SETTING)  # read by other tasks and the api-server
     refuse_inside_tables(base, [TablePaths.of(table_name, table.metadata), *other_tables])
     ti = context["ti"]
     name = report_name or table_name

@@ -22,11 +22,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.io import load_file_io
 
 from airflow_iceberg_maint.airflow import config
+from airflow_iceberg_maint.airflow.shared_storage import require_shared_location
 from airflow_iceberg_maint.errors import InvalidInputError, LocationRefusedError, MaintenanceError
 from airflow_iceberg_maint.fs.locations import validate_location
 from airflow_iceberg_maint.reachability.other_tables import TablePaths, catalog_table_paths, save_table_paths
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+#: What to change when a report location is refused (``shared_storage``).
+REPORT_SETTING = "the task's report_location or [iceberg_maint] report_location"
 
 
 class TaskLog(Protocol):
@@ -88,6 +91,7 @@ def share_catalog_pass(catalog: Catalog, dag_id: str, run_id: str, base: str | N
     Without it, each task makes its own pass (and refuses when the catalog cannot be listed).
     """
     base = base or default_report_base()
+    require_shared_location(base, "report location", REPORT_SETTING)  # the removal tasks may run elsewhere
     uri = report_uri(base, dag_id, run_id, "catalog-tables", None)
     try:
         paths = catalog_table_paths(catalog)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_iceberg_maint.airflow import config
+from airflow_iceberg_maint.airflow.shared_storage import require_shared_state
 from airflow_iceberg_maint.state.cleanup import default_state_url
 from airflow_iceberg_maint.state.leases import Lease, LeaseStore
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
@@ -124,5 +125,5 @@ class HostAndVariableLeases:
 def lease_store_for(state_url: str | None) -> LeaseStore:
     """Where the cleanup state is: the database of ``state_url`` (or ``[iceberg_maint] state_url``), or else
     the Variables together with the host's default state file (``HostAndVariableLeases``)."""
-    url = state_url or config.state_url()
+    url = require_shared_state(state_url or config.state_url())  # one lease for every worker (shared_storage)
     return SqlLeases(url) if url else HostAndVariableLeases(SqlLeases(default_state_url()), VariableLeases())

@@ -32,6 +32,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.airflow import config
+from airflow_iceberg_maint.airflow.shared_storage import require_shared_state
 from airflow_iceberg_maint.airflow.variable_store import VariableRecords, VariableStateStore
 from airflow_iceberg_maint.catalog import load_error_message, load_table
 from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
@@ -105,12 +106,14 @@ class IcebergMaintenanceHook(IcebergHook):
 
     @cached_property
     def state_store(self) -> StateStore:
-        return SqlStateStore(self.state_url) if self.state_url else VariableStateStore()
+        url = require_shared_state(self.state_url)  # one state for every worker (shared_storage)
+        return SqlStateStore(url) if url else VariableStateStore()
 
     @cached_property
     def record_store(self) -> RecordStore:
         """Where the status records go: the same place as the state."""
-        return SqlRecords(self.state_url) if self.state_url else VariableRecords()
+        url = require_shared_state(self.state_url)
+        return SqlRecords(url) if url else VariableRecords()
 
     def evaluate_due(
         self,
