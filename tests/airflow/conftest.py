@@ -17,10 +17,9 @@ from cryptography.fernet import Fernet
 from pyiceberg.catalog.sql import SqlCatalog
 
 from tests.airflow.helpers import TaskContextTI, plant_orphans
+from tests.support.airflow_dags import DAGS, TEST_DAGS
 
 REPO = Path(__file__).resolve().parents[2]
-DAGS = REPO / "dags"
-TEST_DAGS = Path(__file__).resolve().parent / "dags"
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="iceberg-maint-airflow-"))
 
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
@@ -75,15 +74,6 @@ def catalog(tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture
 def state_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/state.db"
-
-
-def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> Any:
-    """An ``IcebergRemoveOrphanFilesOperator`` with its state and reports in the test's folder."""
-    from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-
-    return IcebergRemoveOrphanFilesOperator(
-        task_id="remove", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
-    )
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
-from tests.airflow.conftest import remover
+from tests.support.airflow_dags import remover
 
 TABLE = "demo.orders"
 

@@ -22,8 +22,8 @@ from airflow_iceberg_maint.airflow.operators.maintenance_planning import (
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 from airflow_iceberg_maint.state.status_records import SqlRecords, runs_key
-from tests.airflow.conftest import DAGS
 from tests.expiry.history import build_history, reachable
+from tests.support.airflow_dags import DAGS
 
 SUMMARY_KEYS = {
     "table",

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from tests.airflow.helpers import check_due_sensor
-from tests.conftest import glue_properties
+from tests.support.services import glue_properties
 
 pytestmark = pytest.mark.s3
 

@@ -17,10 +17,10 @@ from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.policy.index_definitions import load_index_definitions
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import task_states, xcom
 from tests.airflow.index_helpers import TABLE, assert_lookups_exact, extract_snapshots
 from tests.airflow.test_index_event_trigger import MetastoreAssetState, Running
+from tests.support.airflow_dags import DAGS
 
 EVENT = "iceberg_index_maintenance_event_triggered"
 SCHEDULED = "iceberg_index_maintenance_scheduled"

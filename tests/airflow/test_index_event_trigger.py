@@ -20,9 +20,9 @@ from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCre
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger, advance
 from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
 from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 POLL = 0.05
 QUIET = 0.6  # > 10 polls

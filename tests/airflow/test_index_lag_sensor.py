@@ -12,9 +12,9 @@ from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtr
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import next_event
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from airflow_iceberg_maint.airflow.operators.index_definitions import (
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from tests.airflow.conftest import DAGS
 from tests.airflow.index_helpers import (
     TABLE,
     append,
@@ -32,6 +31,7 @@ from tests.airflow.index_helpers import (
     extract_ids,
     extract_snapshots,
 )
+from tests.support.airflow_dags import DAGS
 
 DEFINITIONS = str(DAGS / "iceberg_indexes.yaml")
 POLICIES = str(DAGS / "iceberg_maint_policies.yaml")

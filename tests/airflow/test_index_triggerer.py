@@ -19,9 +19,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import TaskContextTI
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 ASSET = "index_lag_watched"
 CLASSPATH = "airflow_iceberg_maint.airflow.triggers.index_events.IcebergIndexLagEventTrigger"

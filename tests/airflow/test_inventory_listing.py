@@ -11,10 +11,10 @@ from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from tests.airflow.conftest import remover
-from tests.conftest import S3_PROPS
 from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows
+from tests.support.airflow_dags import remover
+from tests.support.services import S3_PROPS
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS
 
 DAG_ID = "iceberg_table_maintenance_scheduled"
 EXPIRE = "maintain_table.expire_snapshots"

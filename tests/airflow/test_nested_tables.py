@@ -11,8 +11,8 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS, remover
 
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
 

@@ -19,7 +19,7 @@ from airflow_iceberg_maint.airflow.operators.maintenance_planning import Iceberg
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS, remover
+from tests.support.airflow_dags import DAGS, remover
 
 SUMMARY_KEYS = {
     "table",

@@ -23,8 +23,8 @@ from airflow_iceberg_maint.airflow.operators.orphan_planning import (
     IcebergOrphanDueTablesOperator,
     IcebergOrphanPolicyExpansionOperator,
 )
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS, remover
 
 MANUAL = "iceberg_orphan_cleanup_manual"
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"

@@ -20,12 +20,12 @@ from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
 from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import check_due_sensor, task_states, xcom
-from tests.conftest import create_plain_bucket
 from tests.expiry.history import reachable
 from tests.orphans.catalog_cases import cutoff_after_writes, hiding_history, whole_table
 from tests.orphans.scenario import SCHEMA, Files, snapshot_row_counts
+from tests.support.airflow_dags import DAGS, remover
+from tests.support.services import create_plain_bucket
 
 pytestmark = pytest.mark.rest
 MANUAL = "iceberg_orphan_cleanup_manual"

@@ -27,9 +27,9 @@ from airflow_iceberg_maint.airflow.operators.reviewed_expiry import (
     expiry_review,
     load_expiry_review,
 )
-from tests.airflow.conftest import remover
 from tests.expiry.history import build_history
 from tests.orphans.scenario import rows
+from tests.support.airflow_dags import remover
 
 TABLE = "demo.orders"
 

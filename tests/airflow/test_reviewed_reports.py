@@ -21,8 +21,8 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import xcom
+from tests.support.airflow_dags import DAGS
 
 REVIEWED = "iceberg_table_maintenance_reviewed"
 TABLE = "demo.orders"

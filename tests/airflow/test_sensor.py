@@ -13,8 +13,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import next_event
+from tests.support.airflow_dags import DAGS
 
 POLICY_FILE = str(DAGS / "iceberg_maint_policies.yaml")
 

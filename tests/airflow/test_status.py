@@ -26,7 +26,7 @@ from airflow_iceberg_maint.state.status_records import (
     index_lag_key,
     record_run,
 )
-from tests.airflow.conftest import DAGS, remover
+from tests.support.airflow_dags import DAGS, remover
 
 NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
 POLICIES = parse_policies(

@@ -25,7 +25,7 @@ from airflow_iceberg_maint.state.status_records import (
     record_index_lags,
     record_run,
 )
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import remover
 from tests.orphans.catalog_cases import cutoff_after_writes
+from tests.support.airflow_dags import remover
 from tests.vending import OUTSIDER, VendedTable, VendingServer
 
 pytestmark = pytest.mark.rest

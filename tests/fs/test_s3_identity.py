@@ -26,9 +26,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
-from tests.fs.conftest import IamServer, Keys, allow, bucket_resources
 from tests.reliability.fault_proxy import FaultProxy
+from tests.support.iam import IamServer, Keys, allow, bucket_resources
+from tests.support.services import S3_PROPS
 
 FILES = ["t/data/a.parquet", "t/data/b.parquet", "t/metadata/m.json"]
 

@@ -50,7 +50,7 @@ from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
+from tests.support.services import S3_PROPS
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 INDEX = "by_id"

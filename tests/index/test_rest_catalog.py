@@ -26,9 +26,9 @@ from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.write.incremental import refresh_index
-from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import CatalogCase, cutoff_after_writes, older_than
 from tests.orphans.scenario import SCHEMA, Files, rows
+from tests.support.services import create_plain_bucket
 
 pytestmark = pytest.mark.rest
 

@@ -385,7 +385,7 @@ def test_s3_previous_versions_max_and_delete_after_commit(s3_catalog: SqlCatalog
 def test_s3_concurrent_commits_from_several_processes(
     s3_catalog: SqlCatalog, s3_endpoint: str, s3_bucket: str, tmp_path: Any
 ) -> None:
-    from tests.conftest import S3_PROPS
+    from tests.support.services import S3_PROPS
 
     run_concurrent_commits(
         s3_catalog,

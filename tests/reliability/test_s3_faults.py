@@ -54,10 +54,10 @@ from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS, seaweed_s3_properties
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
 from tests.reliability import figures, oracle
 from tests.reliability.fault_proxy import FAULTS, FaultProxy, Rule
+from tests.support.services import S3_PROPS, seaweed_s3_properties
 
 pytestmark = pytest.mark.s3
 

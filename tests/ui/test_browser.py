@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.ui.conftest import ARTIFACTS, BASE, CHROMIUM_ARGS, INDEX_DAG, MANUAL, PASSWORD, Airflow
+from tests.support.browser import ARTIFACTS, BASE, CHROMIUM_ARGS, INDEX_DAG, MANUAL, PASSWORD, Airflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(900)]
 

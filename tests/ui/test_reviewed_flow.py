@@ -19,7 +19,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from tests.ui.conftest import ARTIFACTS, BASE, CHROMIUM_ARGS, PASSWORD, Airflow
+from tests.support.browser import ARTIFACTS, BASE, CHROMIUM_ARGS, PASSWORD, Airflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(2400)]
 
