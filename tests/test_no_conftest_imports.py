@@ -17,8 +17,9 @@ def conftest_imports(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if any(n.split(".")[-1] == "conftest" for n in names):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     return found

@@ -10,14 +10,17 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography.fernet import Fernet
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.helpers import TaskContextTI, plant_orphans
+from tests.airflow.helpers import plant_orphans, task_context
 from tests.support.airflow_dags import DAGS, TEST_DAGS
+
+if TYPE_CHECKING:  # Airflow is imported only after the environment below is set
+    from airflow.sdk import Context
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="iceberg-maint-airflow-"))
@@ -77,8 +80,8 @@ def state_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def context() -> dict[str, Any]:
-    return {"ti": TaskContextTI()}
+def context() -> Context:
+    return task_context()
 
 
 @pytest.fixture

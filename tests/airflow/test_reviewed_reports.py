@@ -146,7 +146,7 @@ def test_the_approved_reports_stay_as_reviewed_beside_the_executed_ones(
         ("expiry", False, real["expire_approved"], dry["expire_dry_run"]),
         ("orphans", False, real["delete_approved"], dry["dry_run"]),
     ]
-    page = table_page(TABLE).body.decode()
+    page = bytes(table_page(TABLE).body).decode()
     links = {
         (m[0], unquote(html.unescape(m[1])))
         for m in re.findall(r'<a (class="approved" )?href="report\?uri=([^"]+)"', page)

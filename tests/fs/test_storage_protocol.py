@@ -132,7 +132,7 @@ def test_a_backend_missing_a_capability_is_refused_before_the_scan_starts() -> N
 class Tree:
     root: str  # the directory listed, with no trailing '/'
     storage: Storage
-    put: Callable[[str], None]  # plants a file at root + '/' + name
+    put: Callable[[str], object]  # plants a file at root + '/' + name
     keeps_double_slash: bool  # an object store: 'a//b' is a key of its own
 
 

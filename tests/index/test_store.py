@@ -51,7 +51,7 @@ def create_index(table: Table, name: str = "by_id", **properties: str) -> IndexS
 
 
 def add_extract(table: Table, tracking: str) -> Any:
-    snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    snapshot_id = table.current_snapshot().snapshot_id
 
     def update(metadata: IndexMetadata) -> IndexMetadata:
         metadata, schema_id = with_extract_schema_for(metadata, table.metadata, snapshot_id)

@@ -265,7 +265,7 @@ def prepare(real: SqlCatalog) -> str:
 def plant(real: SqlCatalog, plain: Any, name: str) -> set[str]:
     """A newer snapshot for the refresh, and planted orphans (data, metadata, index) for the orphan run."""
     table = real.load_table(name)
-    start = int(table.current_snapshot().summary["total-records"])  # type: ignore[union-attr,index]
+    start = int(table.current_snapshot().summary["total-records"])
     table.append(rows(start, 10))
     location = table.metadata.location.rstrip("/")
     tag = uuid.uuid4().hex[:6]
