@@ -47,7 +47,7 @@ test-newest-pyiceberg: install ## The pyiceberg-internals tests against the newe
 soak: install ## The reliability suite at its long size
 	ICEBERG_MAINT_SOAK=1 scripts/services.sh run -- $(PY) -m pytest -q --timeout=3600 tests/reliability $(PYTEST_ARGS)
 
-lint: install ## ruff check, ruff format --check, mypy
+lint: install ## ruff check, ruff format --check, mypy (src strict; tests with the relaxations of pyproject.toml)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

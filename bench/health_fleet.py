@@ -56,7 +56,7 @@ def _catalog(kind: str, work: Path) -> Any:
     sys.path.insert(0, str(ROOT))
     from pyiceberg.catalog import load_catalog
 
-    from tests.conftest import create_table_bucket, rest_properties
+    from tests.support.services import create_table_bucket, rest_properties
 
     return load_catalog("bench", **rest_properties(create_table_bucket()))
 

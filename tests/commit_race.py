@@ -15,7 +15,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 
-def race_into_commit(catalog: Catalog, change: Callable[[], None], when: Callable[[Sequence[Any]], bool]) -> None:
+def race_into_commit(catalog: Catalog, change: Callable[[], object], when: Callable[[Sequence[Any]], bool]) -> None:
     commit = catalog.commit_table
     done: list[bool] = []
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,7 +21,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.cli import main
 from airflow_iceberg_maint.state.cleanup import SqlStateStore
 
-POLICY = {
+POLICY: dict[str, Any] = {
     "name": "weekly",
     "type": "system_iceberg_orphan_file_removal",
     "minIntervalDays": 7,

@@ -96,7 +96,7 @@ def test_expire_snapshots_fails_at_once_on_a_held_lease_changing_nothing_then_ru
     assert _files(tmp_path / "wh") == files
     table_uuid = str(catalog.load_table("db.events").metadata.table_uuid)
     assert SqlStateStore().get(table_uuid, SNAPSHOT_EXPIRY) is None  # not even recorded as an attempt
-    assert _store().holder("db.events").owner == TASK  # type: ignore[union-attr]
+    assert _store().holder("db.events").owner == TASK
 
     _store().release(task)
     done = _run(env, *args)
@@ -134,7 +134,7 @@ def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
     dry = _run(_env(tmp_path), "orphans", "db.t", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["orphan_files"] == [f"file://{orphan}"]
-    assert _store().holder("db.t").owner == TASK  # type: ignore[union-attr]
+    assert _store().holder("db.t").owner == TASK
 
 
 def test_lease_wait_waits_for_the_release_then_runs_or_gives_up(tmp_path: Path) -> None:
@@ -183,11 +183,11 @@ class _SecondRun:
     def update(self, phase: str, done: int, total: int | None, finished: bool) -> None:
         with self.lock:
             if self.second is None:
-                self.holder = _store().holder("db.t").owner  # type: ignore[union-attr]
+                self.holder = _store().holder("db.t").owner
                 self.second = _run(self.env, "orphans", "db.t", "--json")
 
 
-def test_two_command_line_runs_never_overlap(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_two_command_line_runs_never_overlap(tmp_path: Path, capsys, monkeypatch) -> None:
     orphan = _table_with_orphan(tmp_path)
     env = _env(tmp_path)
     for key in [k for k in env if k.startswith("PYICEBERG_CATALOG__DEFAULT__")]:
@@ -221,7 +221,7 @@ def test_index_commands_that_commit_take_the_lease(tmp_path: Path) -> None:
 
 def test_a_run_that_loses_its_lease_exits_4_with_one_line_and_deletes_nothing_more(
     tmp_path: Path, capsys, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The command's lease is taken over while it runs (time passing beyond its ttl, then a task's take):
     it stops before its first delete batch."""
     orphan = _table_with_orphan(tmp_path)

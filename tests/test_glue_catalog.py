@@ -51,7 +51,7 @@ def test_orphan_removal_dry_run_then_real(glue_catalog: GlueCatalog) -> None:
 
 def test_other_glue_tables_under_the_location_are_kept(glue_catalog: GlueCatalog) -> None:
     outer = glue_table(glue_catalog, "outer")
-    inner_id = f"{glue_catalog.test_namespace}.inner"
+    inner_id = f"{glue_catalog.test_namespace}.inner"  # type: ignore[attr-defined]  # set by the glue_catalog fixture
     inner = glue_catalog.create_table(
         inner_id, pa.schema([("id", pa.int64())]), location=f"{outer.location()}/data/nested"
     )

@@ -50,7 +50,7 @@ def _data_files(table: Table) -> list:
 def test_bounds_may_match_prunes_by_column_bounds(sqlite_catalog: SqlCatalog) -> None:
     table = _table(sqlite_catalog)
     low, high = _data_files(table)
-    may_match = bounds_may_match(table.schema(), EqualTo("id", 105))
+    may_match = bounds_may_match(table.schema(), EqualTo("id", 105))  # type: ignore[arg-type, call-arg]
     assert (may_match(low), may_match(high)) == (False, True)
 
 
@@ -119,4 +119,4 @@ def test_a_rest_request_cannot_carry_assert_current_metadata(sqlite_catalog: Sql
     """Why REST catalogs get the location check and the restore instead (commit_fence)."""
     requirement = current_metadata_requirement(_table(sqlite_catalog).metadata)
     with pytest.raises(ValidationError):
-        CommitTableRequest(identifier=TableIdentifier(namespace=["db"], name="t"), requirements=(requirement,))
+        CommitTableRequest(identifier=TableIdentifier(namespace=["db"], name="t"), requirements=(requirement,))  # type: ignore[arg-type]  # pydantic builds the Namespace from the list

@@ -209,7 +209,7 @@ def test_the_index_operations_list_look_up_expire_and_clean(sqlite_catalog: Cata
     refreshed = refresh_index(table, "by_id")
     assert refreshed.extract.source_table_snapshot_id == table.snapshots()[-1].snapshot_id
     assert index_lag(table, "by_id").snapshots_behind == 0
-    expected = table.scan(row_filter=GreaterThanOrEqual("id", 48)).to_arrow().to_pylist()
+    expected = table.scan(row_filter=GreaterThanOrEqual("id", 48)).to_arrow().to_pylist()  # type: ignore[arg-type, call-arg]
     ranged = lookup_index_range(table, "by_id", low=48, high=None)
     assert sorted(r["id"] for r in ranged.rows.to_pylist()) == sorted(r["id"] for r in expected)
     assert lookup_index(table, "by_id", pa.array([3, 104])).rows.column("id").to_pylist() == [3, 104]
@@ -249,7 +249,7 @@ BAD_INPUT: dict[str, tuple[Callable[[str, Any], object], type[MaintenanceError],
         r"older_than_days 1e\+06: expected at most \d+ days \(back to 1970-01-01\)",
     ),
     "days as text": (
-        lambda t, c: remove_orphan_files(t, catalog=c, older_than_days="3"),
+        lambda t, c: remove_orphan_files(t, catalog=c, older_than_days="3"),  # type: ignore[arg-type]  # deliberately wrong: the API's check is tested
         InvalidInputError,
         "older_than_days '3': expected a number of days >= 0",
     ),
@@ -269,12 +269,12 @@ BAD_INPUT: dict[str, tuple[Callable[[str, Any], object], type[MaintenanceError],
         "older_than and older_than_days: give one of them, not both",
     ),
     "dry_run not a bool": (
-        lambda t, c: remove_orphan_files(t, catalog=c, dry_run=0),
+        lambda t, c: remove_orphan_files(t, catalog=c, dry_run=0),  # type: ignore[arg-type]  # deliberately wrong: the API's check is tested
         InvalidInputError,
         "dry_run 0: expected True or False",
     ),
     "unknown mode": (
-        lambda t, c: remove_orphan_files(t, catalog=c, prefix_mismatch_mode="sometimes"),
+        lambda t, c: remove_orphan_files(t, catalog=c, prefix_mismatch_mode="sometimes"),  # type: ignore[arg-type]  # deliberately wrong: the API's check is tested
         InvalidInputError,
         "prefix_mismatch_mode 'sometimes': expected one of PrefixMismatchMode.ERROR, PrefixMismatchMode.IGNORE, "
         "PrefixMismatchMode.DELETE",
@@ -300,12 +300,12 @@ BAD_INPUT: dict[str, tuple[Callable[[str, Any], object], type[MaintenanceError],
         "retain_last 0: expected a whole number >= 1 (every branch keeps its head)",
     ),
     "one source, not a list": (
-        lambda t, c: remove_orphan_files(t, catalog=c, extra_sources=_Keep("mine", [])),
+        lambda t, c: remove_orphan_files(t, catalog=c, extra_sources=_Keep("mine", [])),  # type: ignore[arg-type]  # deliberately wrong: the API's check is tested
         InvalidInputError,
         "extra_sources: expected a list or tuple, got _Keep",
     ),
     "a pin without snapshot_ids": (
-        lambda t, c: expire_snapshots(t, catalog=c, extra_pins=[_Keep("mine", [])]),
+        lambda t, c: expire_snapshots(t, catalog=c, extra_pins=[_Keep("mine", [])]),  # type: ignore[list-item]  # deliberately wrong: the API's check is tested
         InvalidInputError,
         r"extra_pins: <.*_Keep object at \w+> lacks snapshot_ids",
     ),
@@ -388,7 +388,7 @@ def test_the_package_exports_its_api_and_nothing_else_of_the_internals() -> None
     for name, module in typed.items():
         assert getattr(airflow_iceberg_maint, name) is getattr(importlib.import_module(module), name), name
     with pytest.raises(AttributeError, match="has no attribute 'removal'"):
-        _ = airflow_iceberg_maint.removal  # type: ignore[attr-defined]
+        _ = airflow_iceberg_maint.removal
     assert {m.value for m in PrefixMismatchMode} == set(PREFIX_MISMATCH_MODES)
 
 

@@ -33,8 +33,8 @@ import boto3
 import botocore.exceptions
 from pyiceberg.catalog import Catalog, load_catalog
 
-from tests.conftest import oauth2_server_uri
 from tests.orphans.scenario import SCHEMA, rows
+from tests.support.services import oauth2_server_uri
 
 ROLE_ARN = "arn:aws:iam::role/IcebergVendedRole"
 #: The catalog's OAuth2 client, and the identity that creates table buckets and plants files in tests.

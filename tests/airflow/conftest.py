@@ -10,17 +10,19 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography.fernet import Fernet
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.helpers import TaskContextTI, plant_orphans
+from tests.airflow.helpers import plant_orphans, task_context
+from tests.support.airflow_dags import DAGS, TEST_DAGS
+
+if TYPE_CHECKING:  # Airflow is imported only after the environment below is set
+    from airflow.sdk import Context
 
 REPO = Path(__file__).resolve().parents[2]
-DAGS = REPO / "dags"
-TEST_DAGS = Path(__file__).resolve().parent / "dags"
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="iceberg-maint-airflow-"))
 
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
@@ -77,18 +79,9 @@ def state_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/state.db"
 
 
-def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> Any:
-    """An ``IcebergRemoveOrphanFilesOperator`` with its state and reports in the test's folder."""
-    from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-
-    return IcebergRemoveOrphanFilesOperator(
-        task_id="remove", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
-    )
-
-
 @pytest.fixture
-def context() -> dict[str, Any]:
-    return {"ti": TaskContextTI()}
+def context() -> Context:
+    return task_context()
 
 
 @pytest.fixture

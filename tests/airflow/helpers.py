@@ -8,12 +8,14 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # importing Airflow here would read its configuration before conftest sets it
+    from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 DAY = 86_400
@@ -40,6 +42,19 @@ class TaskContextTI:
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
+
+
+def task_context(ti: object = None) -> Context:
+    """A task context holding ``ti`` (a new ``TaskContextTI`` by default): a test double implementing the parts of
+    a task instance the operators use, not the whole protocol, hence the cast."""
+    return cast("Context", {"ti": TaskContextTI() if ti is None else ti})
+
+
+def pushed(context: Context) -> dict[str, Any]:
+    """What the operator pushed to XCom through the test's ``TaskContextTI``."""
+    ti = context["ti"]
+    assert isinstance(ti, TaskContextTI)
+    return ti.pushed
 
 
 def xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
@@ -87,10 +102,11 @@ async def next_event(trigger: BaseTrigger, timeout: float) -> TriggerEvent | Non
         return None
     finally:
         with contextlib.suppress(RuntimeError):
-            await events.aclose()
+            if isinstance(events, AsyncGenerator):  # a trigger's run() is an async generator
+                await events.aclose()
 
 
-def check_due_sensor(conn_id: str, table: Any, name: str, tmp_path: Path, context: dict) -> None:
+def check_due_sensor(conn_id: str, table: Any, name: str, tmp_path: Path, context: Context) -> None:
     """The due sensor through connection ``conn_id`` on ``table`` (called ``name`` there), with a weekly
     policy: due when never cleaned, not due two days after a recorded cleanup."""
     from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor

@@ -33,13 +33,13 @@ from airflow_iceberg_maint.state.cleanup import MANIFEST_REWRITE, SqlStateStore
 from airflow_iceberg_maint.state.leases import Lease
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from airflow_iceberg_maint.state.status_records import SqlRecords, runs_key
-from tests.airflow.conftest import DAGS, TEST_DAGS
 from tests.airflow.helpers import TaskContextTI, task_states, xcom
 from tests.airflow.test_maintenance_dag import RUN_HISTORIES, no_run_history, variable  # noqa: F401 (a fixture)
 from tests.compaction.test_rewrite_manifests import make_table
 from tests.expiry.history import snapshot_rows
 from tests.lease_helpers import hold
 from tests.orphans.scenario import rows
+from tests.support.airflow_dags import DAGS, TEST_DAGS
 
 needs_the_core = pytest.mark.skipif(
     not hasattr(compaction_api, "rewrite_data_files"),

@@ -10,9 +10,9 @@ import pytest
 
 from airflow_iceberg_maint.airflow.plugin import status_json, status_page
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_compaction_run
-from tests.airflow.conftest import DAGS
 from tests.airflow.test_status_page import Elements
 from tests.policy.test_compaction_policy import UUID, rewrite_json
+from tests.support.airflow_dags import DAGS
 
 
 def test_the_page_shows_days_since_the_last_compaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,8 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import stored_state, task_states, xcom
+from tests.support.airflow_dags import DAGS
 
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
 MANUAL = "iceberg_orphan_cleanup_manual"

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
-from tests.airflow.conftest import remover
+from tests.support.airflow_dags import remover
 
 TABLE = "demo.orders"
 
@@ -29,7 +30,7 @@ def _no_snapshots(original: bytes) -> bytes:
 @pytest.mark.parametrize("damage", [_truncated, _no_snapshots], ids=["truncated", "no snapshots"])
 @pytest.mark.parametrize("task", ["orphans", "orphans dry run", "expiry", "expiry dry run"])
 def test_a_damaged_metadata_file_fails_the_task_without_retry_and_deletes_nothing(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict, task: str, damage: Any
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context, task: str, damage: Any
 ) -> None:
     current = Path(catalog.load_table(TABLE).metadata_location.removeprefix("file://"))
     current.write_bytes(damage(current.read_bytes()))

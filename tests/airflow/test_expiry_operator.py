@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -22,8 +24,9 @@ from airflow_iceberg_maint.airflow.operators.maintenance_planning import (
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
 from airflow_iceberg_maint.state.status_records import SqlRecords, runs_key
-from tests.airflow.conftest import DAGS
+from tests.airflow.helpers import pushed
 from tests.expiry.history import build_history, reachable
+from tests.support.airflow_dags import DAGS
 
 SUMMARY_KEYS = {
     "table",
@@ -48,21 +51,21 @@ SUMMARY_KEYS = {
 }
 
 
-def expirer(state_url: str, tmp_path: Path, **kwargs: object) -> IcebergExpireSnapshotsOperator:
+def expirer(state_url: str, tmp_path: Path, **kwargs: Any) -> IcebergExpireSnapshotsOperator:
     return IcebergExpireSnapshotsOperator(
         task_id="expire", state_url=state_url, report_location=f"file://{tmp_path}/reports", **kwargs
     )
 
 
 @pytest.fixture
-def history(catalog: SqlCatalog):  # type: ignore[no-untyped-def]
+def history(catalog: SqlCatalog):
     catalog.create_namespace("db")
     return build_history(catalog)
 
 
 def test_expiry_deletes_exactly_what_only_expired_snapshots_reached(
-    history, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict, capsys: pytest.CaptureFixture[str]
-) -> None:  # type: ignore[no-untyped-def]
+    history, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context, capsys: pytest.CaptureFixture[str]
+) -> None:
     table = history.table
     every = {s.snapshot_id for s in table.metadata.snapshots}
     kept = {history.ids["a4"], history.ids["b1"], history.ids["pos"]}
@@ -126,8 +129,8 @@ def test_expiry_deletes_exactly_what_only_expired_snapshots_reached(
     ],
 )
 def test_bad_input_fails_without_retry_and_changes_nothing(
-    history, state_url: str, tmp_path: Path, context: dict, kwargs: dict, message: str
-) -> None:  # type: ignore[no-untyped-def]
+    history, state_url: str, tmp_path: Path, context: Context, kwargs: dict, message: str
+) -> None:
     every = {s.snapshot_id for s in history.table.metadata.snapshots}
     with pytest.raises(AirflowFailException, match=message):
         expirer(state_url, tmp_path, **{"table": "db.events", **kwargs}).execute(context)
@@ -135,13 +138,13 @@ def test_bad_input_fails_without_retry_and_changes_nothing(
     assert {s.snapshot_id for s in history.table.metadata.snapshots} == every
 
 
-def test_disabled_task_skips(state_url: str, tmp_path: Path, context: dict) -> None:
+def test_disabled_task_skips(state_url: str, tmp_path: Path, context: Context) -> None:
     with pytest.raises(AirflowSkipException, match=r"table db\.events: not due for snapshot expiry"):
         expirer(state_url, tmp_path, table="db.events", enabled="False").execute(context)
 
 
 def test_expiry_planning_returns_due_tables_and_skips_recent_ones(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: Context
 ) -> None:
     policy_file = str(DAGS / "iceberg_maint_policies.yaml")
     orders = str(catalog.load_table("demo.orders").metadata.table_uuid)
@@ -164,7 +167,7 @@ def test_expiry_planning_returns_due_tables_and_skips_recent_ones(
     ]
     cutoff = datetime.fromisoformat(jobs[0]["older_than"])
     assert now - timedelta(days=5) <= cutoff <= datetime.now(UTC) - timedelta(days=5)
-    reasons = {e["table"]: e["reason"] for e in context["ti"].pushed["expiry_evaluations"]}
+    reasons = {e["table"]: e["reason"] for e in pushed(context)["expiry_evaluations"]}
     assert reasons["demo.orders"].startswith("last expired 0.04 days ago, interval 1 day: not due")
     assert reasons["demo.events"] == "never expired: due"
 

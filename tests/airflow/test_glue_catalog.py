@@ -9,15 +9,21 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from airflow.sdk import Context
 
 from tests.airflow.helpers import check_due_sensor
-from tests.conftest import glue_properties
+from tests.support.services import glue_properties
 
 pytestmark = pytest.mark.s3
 
 
 def test_due_sensor_on_a_glue_table(
-    glue_catalog: Any, s3_endpoint: str, s3_bucket: str, tmp_path: Path, context: dict, monkeypatch: pytest.MonkeyPatch
+    glue_catalog: Any,
+    s3_endpoint: str,
+    s3_bucket: str,
+    tmp_path: Path,
+    context: Context,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     namespace = glue_catalog.test_namespace
     table = glue_catalog.create_table(f"{namespace}.orders", pa.schema([("id", pa.int64())]))

@@ -7,7 +7,7 @@ from airflow.providers.apache.iceberg.triggers.iceberg import IcebergTableSnapsh
 from airflow.sdk.definitions.asset import AssetNameRef
 
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 EVENT = "iceberg_index_maintenance_event_triggered"
 SCHEDULED = "iceberg_index_maintenance_scheduled"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
@@ -17,10 +18,10 @@ from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.lifecycle.references import extract_file_batches
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.policy.index_definitions import load_index_definitions
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import task_states, xcom
 from tests.airflow.index_helpers import TABLE, assert_lookups_exact, extract_snapshots
 from tests.airflow.test_index_event_trigger import MetastoreAssetState, Running
+from tests.support.airflow_dags import DAGS
 
 EVENT = "iceberg_index_maintenance_event_triggered"
 SCHEDULED = "iceberg_index_maintenance_scheduled"
@@ -66,7 +67,7 @@ def queued_for(dag_id: str) -> list[str]:
         return [uri for (uri,) in rows]
 
 
-def lag_watcher(dag: object) -> IcebergIndexLagEventTrigger:
+def lag_watcher(dag: Any) -> IcebergIndexLagEventTrigger:
     """The events_by_id lag watcher of the DAG's table asset, inflated from its serialized form."""
     [asset] = dag.timetable.asset_condition.objects
     [watcher] = [
@@ -155,7 +156,7 @@ def test_writer_commit_fires_the_watcher_then_the_dag_commits_an_extract(dags: d
     async def watch(expected: int) -> list[dict]:
         # Inflated afresh each time, as a (re)started triggerer does; the cursor is in the store.
         watcher = lag_watcher(dags[EVENT])
-        watcher.asset_state_store = state
+        watcher.asset_state_store = state  # type: ignore[assignment]  # the metastore's store stands in for Airflow's accessors
         running = Running(watcher)
         await running.wait_for(expected)
         assert await running.quiet() == expected  # never again at the next polls

@@ -14,7 +14,7 @@ from airflow_iceberg_maint.policy.index_definitions import (
     table_names,
 )
 from airflow_iceberg_maint.policy.lag_threshold import LagThreshold
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 
 def test_the_sample_definitions() -> None:

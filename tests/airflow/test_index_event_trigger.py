@@ -20,9 +20,9 @@ from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCre
 from airflow_iceberg_maint.airflow.triggers.index_events import IcebergIndexLagEventTrigger, advance
 from airflow_iceberg_maint.index.lifecycle.lag import FileCounts, IndexLag
 from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
-from tests.airflow.conftest import DAGS
-from tests.airflow.helpers import TaskContextTI
+from tests.airflow.helpers import task_context
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 POLL = 0.05
 QUIET = 0.6  # > 10 polls
@@ -67,7 +67,7 @@ def state() -> MetastoreAssetState:
 @pytest.fixture
 def indexed(catalog: SqlCatalog) -> SqlCatalog:
     events_table(catalog)
-    context = {"ti": TaskContextTI()}
+    context = task_context()
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
         context
     )
@@ -77,7 +77,7 @@ def indexed(catalog: SqlCatalog) -> SqlCatalog:
 
 def commit_extracts() -> None:
     for index in ("events_by_id", "events_by_kind"):
-        IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index=index).execute({"ti": TaskContextTI()})
+        IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index=index).execute(task_context())
 
 
 def trigger(**kwargs: Any) -> IcebergIndexLagEventTrigger:
@@ -128,7 +128,7 @@ def in_thread(function: Callable[..., Any], *args: Any) -> Any:
 def test_fires_once_per_crossing_and_not_again_without_one(indexed: SqlCatalog, state: MetastoreAssetState) -> None:
     async def scenario() -> None:
         watcher = trigger()
-        watcher.asset_state_store = state
+        watcher.asset_state_store = state  # type: ignore[assignment]  # the metastore's store stands in for Airflow's accessors
         running = Running(watcher)
         assert await running.quiet() == 0  # the index is current
 
@@ -160,7 +160,7 @@ def test_cursor_survives_a_triggerer_restart(indexed: SqlCatalog, state: Metasto
     classpath, kwargs = first.serialize()
 
     async def before_restart() -> int:
-        first.asset_state_store = state
+        first.asset_state_store = state  # type: ignore[assignment]  # the metastore's store stands in for Airflow's accessors
         running = Running(first)
         await in_thread(append, indexed, 5)
         await running.wait_for(1)
@@ -209,7 +209,7 @@ def test_every_index_of_the_table_and_a_missing_table(catalog: SqlCatalog) -> No
             IcebergCreateMissingIndexesOperator(
                 task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")
             ).execute,
-            {"ti": TaskContextTI()},
+            task_context(),
         )
         await running.wait_for(1)
         if len(running.events[0]["indexes"]) == 1:  # it polled between the two indexes' creation
@@ -244,7 +244,7 @@ def test_a_read_error_is_logged_and_polled_again(indexed: SqlCatalog, state: Met
 
     async def scenario() -> None:
         watcher = trigger()
-        watcher.asset_state_store = state
+        watcher.asset_state_store = state  # type: ignore[assignment]  # the metastore's store stands in for Airflow's accessors
         running = Running(watcher)
         broken.write_text("{not json")  # the newest metadata version cannot be read
         await in_thread(append, indexed, 5)

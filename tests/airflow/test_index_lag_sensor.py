@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -12,13 +14,13 @@ from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtr
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.triggers.index_lag import IcebergIndexLagTrigger
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import next_event
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 
 @pytest.fixture
-def indexed(catalog: SqlCatalog, context: dict) -> SqlCatalog:
+def indexed(catalog: SqlCatalog, context: Context) -> SqlCatalog:
     """demo.events with both defined indexes, each with an extract of the current snapshot."""
     events_table(catalog)
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
@@ -29,11 +31,11 @@ def indexed(catalog: SqlCatalog, context: dict) -> SqlCatalog:
     return catalog
 
 
-def sensor(**kwargs: object) -> IcebergIndexLagSensor:
+def sensor(**kwargs: Any) -> IcebergIndexLagSensor:
     return IcebergIndexLagSensor(task_id="lag", table=TABLE, index="events_by_kind", poke_interval=0.05, **kwargs)
 
 
-def test_poke_reports_the_lag_against_each_bound(indexed: SqlCatalog, context: dict) -> None:
+def test_poke_reports_the_lag_against_each_bound(indexed: SqlCatalog, context: Context) -> None:
     current = sensor(max_snapshots_behind="1").poke(context)
     assert current.is_done is False
     assert (current.xcom_value["stale"], current.xcom_value["reasons"]) == (False, [])
@@ -49,7 +51,7 @@ def test_poke_reports_the_lag_against_each_bound(indexed: SqlCatalog, context: d
     assert sensor().poke(context).xcom_value["reasons"] == ["stale: 2 snapshot(s) behind"]
 
 
-def test_missing_index_and_bad_bounds_fail_at_once(indexed: SqlCatalog, context: dict) -> None:
+def test_missing_index_and_bad_bounds_fail_at_once(indexed: SqlCatalog, context: Context) -> None:
     with pytest.raises(AirflowFailException, match=r"index 'nope': table .* has no such index"):
         IcebergIndexLagSensor(task_id="lag", table=TABLE, index="nope").poke(context)
     with pytest.raises(AirflowFailException, match=r"argument max_snapshots_behind: expected a number >= 0"):
@@ -58,7 +60,7 @@ def test_missing_index_and_bad_bounds_fail_at_once(indexed: SqlCatalog, context:
         sensor(max_added_files="1.5", deferrable=True).execute(context)
 
 
-def test_deferrable_waits_in_the_trigger_until_the_lag_exceeds(indexed: SqlCatalog, context: dict) -> None:
+def test_deferrable_waits_in_the_trigger_until_the_lag_exceeds(indexed: SqlCatalog, context: Context) -> None:
     operator = sensor(max_snapshots_behind="1", deferrable=True, timeout=600)
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute(context)
@@ -86,7 +88,7 @@ def test_deferrable_waits_in_the_trigger_until_the_lag_exceeds(indexed: SqlCatal
     assert (result["snapshots_behind"], result["reasons"]) == (2, ["2 snapshot(s) behind > 1"])
 
 
-def test_deferrable_returns_at_once_when_already_lagging(indexed: SqlCatalog, context: dict) -> None:
+def test_deferrable_returns_at_once_when_already_lagging(indexed: SqlCatalog, context: Context) -> None:
     append(indexed, 1)
     assert sensor(deferrable=True).execute(context)["reasons"] == ["stale: 1 snapshot(s) behind"]
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -23,7 +25,7 @@ from airflow_iceberg_maint.airflow.operators.index_definitions import (
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanDueTablesOperator
 from airflow_iceberg_maint.index.lifecycle.lag import index_lag
 from airflow_iceberg_maint.index.metadata.store import IndexStore
-from tests.airflow.conftest import DAGS
+from tests.airflow.helpers import pushed, task_context
 from tests.airflow.index_helpers import (
     TABLE,
     append,
@@ -32,26 +34,27 @@ from tests.airflow.index_helpers import (
     extract_ids,
     extract_snapshots,
 )
+from tests.support.airflow_dags import DAGS
 
 DEFINITIONS = str(DAGS / "iceberg_indexes.yaml")
 POLICIES = str(DAGS / "iceberg_maint_policies.yaml")
 
 
-def create(context: dict, **kwargs: object) -> list[dict]:
+def create(context: Context, **kwargs: Any) -> list[dict]:
     return IcebergCreateMissingIndexesOperator(task_id="create", definitions_file=DEFINITIONS, **kwargs).execute(
         context
     )
 
 
-def plan(context: dict) -> list[dict]:
+def plan(context: Context) -> list[dict]:
     return IcebergIndexLagPlanOperator(task_id="plan", definitions_file=DEFINITIONS).execute(context)
 
 
-def commit(context: dict, index: str, **kwargs: object) -> dict:
+def commit(context: Context, index: str, **kwargs: Any) -> dict:
     return IcebergCommitIndexExtractOperator(task_id="commit", table=TABLE, index=index, **kwargs).execute(context)
 
 
-def test_create_missing_indexes_once_and_skips_missing_tables(catalog: SqlCatalog, context: dict) -> None:
+def test_create_missing_indexes_once_and_skips_missing_tables(catalog: SqlCatalog, context: Context) -> None:
     assert create(context) == []  # the table does not exist yet
     events_table(catalog)
     assert create(context) == [
@@ -66,18 +69,18 @@ def test_create_missing_indexes_once_and_skips_missing_tables(catalog: SqlCatalo
     assert IndexStore(catalog.load_table(TABLE)).names() == ["events_by_id", "events_by_kind"]
 
 
-def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, context: dict) -> None:
+def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     create(context)
     snapshot = catalog.load_table(TABLE).current_snapshot().snapshot_id
     assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
-    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
-    lags = context["ti"].pushed[LAGS_KEY]
+    assert pushed(context)[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
+    lags = pushed(context)[LAGS_KEY]
     assert [(lag["index"], lag["extract_snapshot_id"], lag["reasons"]) for lag in lags] == [
         ("events_by_id", None, ["no extract yet"]),
         ("events_by_kind", None, ["no extract yet"]),
     ]
-    assert context["ti"].pushed[EXPIRE_KEY] == [
+    assert pushed(context)[EXPIRE_KEY] == [
         {"table": TABLE, "index": "events_by_id", "retain_last": 2},
         {"table": TABLE, "index": "events_by_kind", "retain_last": 2},
     ]
@@ -110,11 +113,11 @@ def test_plan_commit_and_retry_are_keyed_by_snapshot(catalog: SqlCatalog, contex
         }
     assert extract_snapshots(catalog, "events_by_id") == [snapshot]
     assert plan(context) == []
-    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
+    assert pushed(context)[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 17, 39, 40])
 
 
-def test_thresholds_come_from_the_definitions(catalog: SqlCatalog, context: dict) -> None:
+def test_thresholds_come_from_the_definitions(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     create(context)
     commit(context, "events_by_id", full="true")
@@ -124,14 +127,14 @@ def test_thresholds_come_from_the_definitions(catalog: SqlCatalog, context: dict
     append(catalog, 5)
     # events_by_id lags at any new snapshot; events_by_kind only beyond 2 snapshots or 10 files.
     assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
-    assert [lag["reasons"] for lag in context["ti"].pushed[LAGS_KEY]] == [["2 snapshot(s) behind > 0"], []]
+    assert [lag["reasons"] for lag in pushed(context)[LAGS_KEY]] == [["2 snapshot(s) behind > 0"], []]
     append(catalog, 5)
     assert plan(context) == [{"table": TABLE, "index": "events_by_id"}]
-    assert context["ti"].pushed[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
-    assert context["ti"].pushed[LAGS_KEY][1]["reasons"] == ["3 snapshot(s) behind > 2"]
+    assert pushed(context)[SHARDED_KEY] == [{"table": TABLE, "index": "events_by_kind", "shards": 2}]
+    assert pushed(context)[LAGS_KEY][1]["reasons"] == ["3 snapshot(s) behind > 2"]
 
 
-def test_commit_at_an_older_snapshot_then_current(catalog: SqlCatalog, context: dict) -> None:
+def test_commit_at_an_older_snapshot_then_current(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     create(context)
     old = catalog.load_table(TABLE).current_snapshot().snapshot_id
@@ -146,7 +149,7 @@ def test_commit_at_an_older_snapshot_then_current(catalog: SqlCatalog, context: 
     assert_lookups_exact(catalog, "events_by_kind", "kind", ["click", "view", "purchase", "signup", "none"])
 
 
-def test_expire_keeps_the_newest_and_a_retry_finds_nothing(catalog: SqlCatalog, context: dict) -> None:
+def test_expire_keeps_the_newest_and_a_retry_finds_nothing(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     create(context)
     for _ in range(3):
@@ -170,7 +173,7 @@ def test_expire_keeps_the_newest_and_a_retry_finds_nothing(catalog: SqlCatalog, 
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 48, 49])
 
 
-def test_bad_input_fails_without_retry(catalog: SqlCatalog, context: dict, tmp_path: Path) -> None:
+def test_bad_input_fails_without_retry(catalog: SqlCatalog, context: Context, tmp_path: Path) -> None:
     events_table(catalog)
     with pytest.raises(AirflowFailException, match=r"index 'events_by_id': table .* has no such index"):
         commit(context, "events_by_id")
@@ -192,7 +195,7 @@ def test_bad_input_fails_without_retry(catalog: SqlCatalog, context: dict, tmp_p
         ).execute(context)
 
 
-def test_orphan_evaluation_of_named_tables(catalog: SqlCatalog, context: dict) -> None:
+def test_orphan_evaluation_of_named_tables(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     jobs = IcebergOrphanDueTablesOperator(
         task_id="o",
@@ -205,10 +208,10 @@ def test_orphan_evaluation_of_named_tables(catalog: SqlCatalog, context: dict) -
     assert job["location"] == catalog.load_table(TABLE).metadata.location
     age = datetime.now(UTC) - datetime.fromisoformat(job["older_than"])
     assert 3 * 86400 - 60 < age.total_seconds() < 3 * 86400 + 60
-    assert [e["reason"] for e in context["ti"].pushed["evaluations"]] == ["never cleaned: due"]
+    assert [e["reason"] for e in pushed(context)["evaluations"]] == ["never cleaned: due"]
 
 
-def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: dict) -> None:
+def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: Context) -> None:
     events_table(catalog)
     create(context)
     # No base extract yet: the incremental request falls back to a full build, and says so.
@@ -229,7 +232,7 @@ def test_incremental_by_default_full_on_request(catalog: SqlCatalog, context: di
 
 
 def test_refresh_logs_its_phases_in_the_task_log(
-    catalog: SqlCatalog, context: dict, capsys: pytest.CaptureFixture[str]
+    catalog: SqlCatalog, context: Context, capsys: pytest.CaptureFixture[str]
 ) -> None:
     events_table(catalog)
     create(context)
@@ -243,7 +246,7 @@ def test_refresh_logs_its_phases_in_the_task_log(
     assert f"building regions: {result['region_files_written']}, done" in out
 
 
-def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog, context: dict) -> None:
+def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog, context: Context) -> None:
     from airflow_iceberg_maint.airflow.operators.index_shards import (
         COMMITS_KEY,
         IcebergBuildIndexShardOperator,
@@ -255,7 +258,7 @@ def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog,
     shards = IcebergPlanIndexShardsOperator(
         task_id="plan_shards", indexes=[{"table": TABLE, "index": "events_by_id", "shards": 3}]
     ).execute(context)
-    [to_commit] = context["ti"].pushed[COMMITS_KEY]
+    [to_commit] = pushed(context)[COMMITS_KEY]
     assert [s["shard"] for s in shards] == [0, 1, 2] and to_commit["index"] == "events_by_id"
     results = [IcebergBuildIndexShardOperator(task_id="shard", **s).execute(context) for s in shards]
     assert sorted(r["entries"] for r in results) == [26, 27, 27]
@@ -271,11 +274,11 @@ def test_sharded_build_operators_plan_build_and_commit_once(catalog: SqlCatalog,
     ti = Pulling()
     ti.pulled = [results[0], None, results[2]]
     with pytest.raises(AirflowFailException, match=r"no successful result of shard\(s\) \[1\]; nothing committed"):
-        commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
+        commit(task_context(ti), "events_by_id", sharded_build=to_commit["sharded_build"])
     assert extract_ids(catalog, "events_by_id") == []
     ti.pulled = results
-    first = commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
-    again = commit({"ti": ti}, "events_by_id", sharded_build=to_commit["sharded_build"])
+    first = commit(task_context(ti), "events_by_id", sharded_build=to_commit["sharded_build"])
+    again = commit(task_context(ti), "events_by_id", sharded_build=to_commit["sharded_build"])
     assert (first["committed"], first["shards"], first["entries"], again["committed"]) == (True, 3, 80, False)
     assert first["extract_id"] == again["extract_id"] == extract_ids(catalog, "events_by_id")[0]
     assert_lookups_exact(catalog, "events_by_id", "id", [0, 26, 27, 53, 79, 80])

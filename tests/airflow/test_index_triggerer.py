@@ -19,9 +19,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
-from tests.airflow.conftest import DAGS
-from tests.airflow.helpers import TaskContextTI
+from tests.airflow.helpers import task_context
 from tests.airflow.index_helpers import TABLE, append, events_table
+from tests.support.airflow_dags import DAGS
 
 ASSET = "index_lag_watched"
 CLASSPATH = "airflow_iceberg_maint.airflow.triggers.index_events.IcebergIndexLagEventTrigger"
@@ -125,9 +125,7 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, trigg
 
 
 def commit_extract() -> int:
-    summary = IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index="events_by_id").execute(
-        {"ti": TaskContextTI()}
-    )
+    summary = IcebergCommitIndexExtractOperator(task_id="x", table=TABLE, index="events_by_id").execute(task_context())
     return summary["source_table_snapshot_id"]
 
 
@@ -144,7 +142,7 @@ def test_real_triggerer_fires_once_per_crossing_across_a_restart(
 ) -> None:
     events_table(catalog)
     IcebergCreateMissingIndexesOperator(task_id="c", definitions_file=str(DAGS / "iceberg_indexes.yaml")).execute(
-        {"ti": TaskContextTI()}
+        task_context()
     )
     base = commit_extract()
 

@@ -7,14 +7,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
-from tests.airflow.conftest import remover
-from tests.conftest import S3_PROPS
 from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows
+from tests.support.airflow_dags import remover
+from tests.support.services import S3_PROPS
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_listing_is_templated() -> None:
 
 
 def test_the_operator_reads_an_inventory_and_deletes_exactly_the_orphans(
-    s3_table, s3_bucket: str, state_url: str, tmp_path: Path, context: dict
+    s3_table, s3_bucket: str, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     table, orphans = s3_table
     s3 = s3_client_of(table)
@@ -55,7 +56,7 @@ def test_the_operator_reads_an_inventory_and_deletes_exactly_the_orphans(
 
 
 def test_a_cutoff_later_than_the_inventory_fails_the_task_and_deletes_nothing(
-    s3_table, s3_bucket: str, state_url: str, tmp_path: Path, context: dict
+    s3_table, s3_bucket: str, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     table, orphans = s3_table
     s3 = s3_client_of(table)

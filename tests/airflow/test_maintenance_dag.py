@@ -11,8 +11,8 @@ from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS
 
 DAG_ID = "iceberg_table_maintenance_scheduled"
 EXPIRE = "maintain_table.expire_snapshots"
@@ -23,7 +23,7 @@ RUN_HISTORIES = ("iceberg_maint.runs.demo.orders", "iceberg_maint.runs.demo.even
 
 
 @pytest.fixture(scope="module")
-def dag():  # type: ignore[no-untyped-def]
+def dag():
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     return bag.dags[DAG_ID]
@@ -50,10 +50,10 @@ def no_run_history() -> None:
 
 def test_each_table_is_expired_then_cleaned_and_a_failed_expiry_stops_its_orphan_scan(
     dag, demo_tables: dict, catalog: SqlCatalog, no_run_history: None
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     orders = catalog.load_table("demo.orders")
     first, head = (s.snapshot_id for s in orders.metadata.snapshots)
-    first_list = orders.snapshot_by_id(first).manifest_list  # type: ignore[union-attr]
+    first_list = orders.snapshot_by_id(first).manifest_list
     with orders.transaction() as tx:  # every snapshot but main's head is past its age
         tx.set_properties({MAX_SNAPSHOT_AGE: "0"})
     with catalog.load_table("demo.events").transaction() as tx:  # expiry is refused: it fails the table

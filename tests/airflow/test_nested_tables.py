@@ -8,11 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS, remover
 
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
 
@@ -55,7 +56,7 @@ def test_scheduled_run_shares_one_catalog_pass_and_keeps_a_nested_table(demo_tab
 
 
 def test_removal_tops_up_a_saved_pass_with_tables_created_since(
-    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+    demo_tables: dict, catalog: SqlCatalog, context: Context, tmp_path: Path, state_url: str
 ):
     # A pass saved before the nested table existed: the task loads the tables created since.
     from airflow_iceberg_maint.reachability.other_tables import catalog_table_paths, save_table_paths
@@ -70,7 +71,7 @@ def test_removal_tops_up_a_saved_pass_with_tables_created_since(
 
 
 def test_removal_with_an_unreadable_pass_lists_the_catalog_itself(
-    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+    demo_tables: dict, catalog: SqlCatalog, context: Context, tmp_path: Path, state_url: str
 ):
     catalog.create_namespace("other")
     _nested(catalog, "demo.orders")
@@ -81,7 +82,7 @@ def test_removal_with_an_unreadable_pass_lists_the_catalog_itself(
 
 
 def test_only_this_table_is_a_checked_boolean(
-    demo_tables: dict, catalog: SqlCatalog, context: dict, tmp_path: Path, state_url: str
+    demo_tables: dict, catalog: SqlCatalog, context: Context, tmp_path: Path, state_url: str
 ):
     operator = remover(state_url, tmp_path, table="demo.orders", only_this_table="maybe")
     with pytest.raises(AirflowFailException, match="only_this_table"):

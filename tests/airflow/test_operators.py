@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -19,7 +20,8 @@ from airflow_iceberg_maint.airflow.operators.maintenance_planning import Iceberg
 from airflow_iceberg_maint.airflow.operators.orphan_planning import IcebergOrphanPolicyExpansionOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS, remover
+from tests.airflow.helpers import pushed
+from tests.support.airflow_dags import DAGS, remover
 
 SUMMARY_KEYS = {
     "table",
@@ -43,7 +45,7 @@ SUMMARY_KEYS = {
 
 
 def test_removal_deletes_exactly_the_old_orphan(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     planted = demo_tables["demo.orders"]
     summary = remover(state_url, tmp_path, table="demo.orders").execute(context)
@@ -63,7 +65,7 @@ def test_removal_deletes_exactly_the_old_orphan(
 
 
 def test_removal_logs_its_phases_in_the_task_log(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, capsys: pytest.CaptureFixture[str]
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context, capsys: pytest.CaptureFixture[str]
 ) -> None:
     summary = remover(state_url, tmp_path, table="demo.orders").execute(context)
     out = capsys.readouterr().out
@@ -78,7 +80,7 @@ def test_removal_logs_its_phases_in_the_task_log(
         assert line in out, line
 
 
-def test_retry_is_safe(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_retry_is_safe(demo_tables: dict, state_url: str, tmp_path: Path, context: Context) -> None:
     first = remover(state_url, tmp_path, table="demo.orders").execute(context)
     again = remover(state_url, tmp_path, table="demo.orders").execute(context)
     assert first["deleted_file_count"] == 1
@@ -86,7 +88,7 @@ def test_retry_is_safe(demo_tables: dict, state_url: str, tmp_path: Path, contex
 
 
 def test_dry_run_from_rendered_strings_deletes_nothing_and_keeps_the_clock(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     planted = demo_tables["demo.orders"]
     # What "{{ params.x }}" renders to without native rendering.
@@ -107,7 +109,7 @@ def test_dry_run_from_rendered_strings_deletes_nothing_and_keeps_the_clock(
     assert state.last_success_at is None and state.last_attempt_dry_run is True
 
 
-def test_older_than_and_location_arguments(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_older_than_and_location_arguments(demo_tables: dict, state_url: str, tmp_path: Path, context: Context) -> None:
     planted = demo_tables["demo.orders"]
     table_dir = planted["old"].parent.parent
     cutoff = (datetime.now(UTC) - timedelta(days=20)).isoformat()
@@ -129,7 +131,7 @@ def test_older_than_and_location_arguments(demo_tables: dict, state_url: str, tm
     ],
 )
 def test_bad_arguments_fail_without_retry_and_delete_nothing(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, kwargs: dict, message: str
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context, kwargs: dict, message: str
 ) -> None:
     with pytest.raises(AirflowFailException) as caught:
         remover(state_url, tmp_path, **kwargs).execute(context)
@@ -137,7 +139,9 @@ def test_bad_arguments_fail_without_retry_and_delete_nothing(
     assert demo_tables["demo.orders"]["old"].exists()
 
 
-def test_location_of_another_table_is_refused(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_location_of_another_table_is_refused(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
+) -> None:
     other = demo_tables["demo.events"]["old"].parent.parent
     with pytest.raises(AirflowFailException, match="is not under the table location"):
         remover(state_url, tmp_path, table="demo.orders", location=f"file://{other}").execute(context)
@@ -145,7 +149,7 @@ def test_location_of_another_table_is_refused(demo_tables: dict, state_url: str,
 
 
 def test_gc_disabled_is_refused_and_recorded_as_a_failed_attempt(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     table = catalog.load_table("demo.orders")
     with table.transaction() as tx:
@@ -158,7 +162,7 @@ def test_gc_disabled_is_refused_and_recorded_as_a_failed_attempt(
     assert state.last_success_at is None
 
 
-def test_report_inside_the_table_is_refused(demo_tables: dict, state_url: str, context: dict) -> None:
+def test_report_inside_the_table_is_refused(demo_tables: dict, state_url: str, context: Context) -> None:
     table_dir = demo_tables["demo.orders"]["old"].parent.parent
     operator = IcebergRemoveOrphanFilesOperator(
         task_id="remove", table="demo.orders", state_url=state_url, report_location=f"file://{table_dir}/reports"
@@ -168,7 +172,7 @@ def test_report_inside_the_table_is_refused(demo_tables: dict, state_url: str, c
 
 
 def test_expansion_returns_jobs_for_due_tables_only(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: Context
 ) -> None:
     events_uuid = str(catalog.load_table("demo.events").metadata.table_uuid)
     record_attempt(
@@ -194,14 +198,16 @@ def test_expansion_returns_jobs_for_due_tables_only(
     assert job["dry_run"] is False and job["policy"] == "remove_orphans_weekly"
     cutoff = datetime.fromisoformat(job["older_than"])
     assert timedelta(days=3) <= datetime.now(UTC) - cutoff < timedelta(days=3, minutes=1)
-    evaluations = {e["table"]: e for e in context["ti"].pushed["evaluations"]}
+    evaluations = {e["table"]: e for e in pushed(context)["evaluations"]}
     assert set(evaluations) == {"demo.orders", "demo.events"}
     assert evaluations["demo.orders"]["reason"] == "never cleaned: due"
     assert evaluations["demo.events"]["due"] is False
     assert evaluations["demo.events"]["reason"] == "last cleaned 2 days ago, interval 7 days: not due"
 
 
-def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_expansion_feeds_the_removal_operator(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
+) -> None:
     jobs = IcebergOrphanPolicyExpansionOperator(
         task_id="plan", policy_file=str(DAGS / "iceberg_maint_policies.yaml"), state_url=state_url
     ).execute(context)
@@ -212,7 +218,7 @@ def test_expansion_feeds_the_removal_operator(demo_tables: dict, state_url: str,
 
 
 def test_a_policys_memory_budget_and_listing_reach_the_removal_run(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     policy = "name: small\ntype: system_iceberg_orphan_file_removal\ntables: ['demo.*']\ncontent: {olderThanDays: 3, "
     with_listing = tmp_path / "with-listing.yaml"  # planned only: a local table is never read from an inventory
@@ -252,7 +258,7 @@ def test_a_policys_memory_budget_and_listing_reach_the_removal_run(
     ],
 )
 def test_expansion_failures_name_the_cause(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, policy_text: str, message: str
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context, policy_text: str, message: str
 ) -> None:
     policy_file = tmp_path / "policies.yaml"
     policy_file.write_text(policy_text)
@@ -262,7 +268,9 @@ def test_expansion_failures_name_the_cause(
     assert message in str(caught.value)
 
 
-def test_cleanup_clock_is_the_schedule_tick(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_cleanup_clock_is_the_schedule_tick(
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
+) -> None:
     tick = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
     summary = remover(state_url, tmp_path, table="demo.orders").execute({**context, "logical_date": tick})
     assert SqlStateStore(state_url).get(summary["table_uuid"]).last_success_at == tick

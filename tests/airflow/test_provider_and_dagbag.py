@@ -14,7 +14,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.providers_manager import ProvidersManager
 
 from airflow_iceberg_maint import __version__
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 

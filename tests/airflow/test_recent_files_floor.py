@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -23,8 +24,8 @@ from airflow_iceberg_maint.airflow.operators.orphan_planning import (
     IcebergOrphanDueTablesOperator,
     IcebergOrphanPolicyExpansionOperator,
 )
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import DAGS, remover
 
 MANUAL = "iceberg_orphan_cleanup_manual"
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
@@ -173,7 +174,7 @@ def test_manual_dag_at_one_day_or_more_runs_normally(
     [(-1, "-1"), (0, "0"), (0.5, "0.5"), ("-1", "-1"), ("0", "0"), ("0.5", "0.5"), (0.999, "0.999")],
 )
 def test_operator_refuses_a_cutoff_under_a_day(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict, typed: Any, shown: str
+    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: Context, typed: Any, shown: str
 ) -> None:
     before = files_under(warehouse)
     with pytest.raises(AirflowFailException) as caught:  # AirflowFailException: no retry
@@ -203,7 +204,7 @@ def test_operator_refuses_a_cutoff_under_a_day(
     ],
 )
 def test_operator_refuses_bad_cutoffs_even_with_the_opt_in(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict, kwargs: dict, message: str
+    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: Context, kwargs: dict, message: str
 ) -> None:
     before = files_under(warehouse)
     with pytest.raises(AirflowFailException) as caught:
@@ -216,7 +217,7 @@ def test_operator_refuses_bad_cutoffs_even_with_the_opt_in(
     "age", [timedelta(hours=23), timedelta(days=1) - timedelta(minutes=2), timedelta(0), -timedelta(hours=1)]
 )
 def test_operator_refuses_an_absolute_cutoff_less_than_a_day_ago(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict, age: timedelta
+    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: Context, age: timedelta
 ) -> None:
     before = files_under(warehouse)
     cutoff = datetime.now(UTC) - age
@@ -235,7 +236,7 @@ def test_operator_with_the_opt_in_runs_under_a_day_and_warns(
     warehouse: Path,
     state_url: str,
     tmp_path: Path,
-    context: dict,
+    context: Context,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     orders, events = recent["demo.orders"], recent["demo.events"]
@@ -267,7 +268,7 @@ def test_operator_at_one_day_or_more_keeps_recent_files_without_a_warning(
     warehouse: Path,
     state_url: str,
     tmp_path: Path,
-    context: dict,
+    context: Context,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     orders, events = recent["demo.orders"], recent["demo.events"]
@@ -331,7 +332,7 @@ def test_scheduled_dag_with_a_one_day_policy_keeps_recent_files(
 
 
 def test_planned_jobs_carry_the_opt_in_and_the_removal_checks_it(
-    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: dict
+    recent: dict, warehouse: Path, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     policy = write_policy(tmp_path, "{olderThanDays: 0.25, allowRecentFiles: true}")
     jobs = IcebergOrphanPolicyExpansionOperator(task_id="plan", policy_file=str(policy), state_url=state_url).execute(
@@ -358,7 +359,7 @@ def test_planned_jobs_carry_the_opt_in_and_the_removal_checks_it(
 
 @pytest.mark.parametrize("operator", ["expansion", "named"])
 def test_planning_refuses_a_policy_under_a_day(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict, operator: str
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context, operator: str
 ) -> None:
     policy = str(write_policy(tmp_path, "{olderThanDays: 0}"))
     task = (
@@ -374,7 +375,7 @@ def test_planning_refuses_a_policy_under_a_day(
 
 
 def test_planning_a_policy_file_that_also_holds_an_expiry_policy(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     policy = tmp_path / "policies.yaml"
     policy.write_text(

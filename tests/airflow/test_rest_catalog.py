@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk import Context
 
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
@@ -20,12 +21,12 @@ from airflow_iceberg_maint.expiry.settings import MAX_SNAPSHOT_AGE
 from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
-from tests.airflow.conftest import DAGS, remover
 from tests.airflow.helpers import check_due_sensor, task_states, xcom
-from tests.conftest import create_plain_bucket
 from tests.expiry.history import reachable
 from tests.orphans.catalog_cases import cutoff_after_writes, hiding_history, whole_table
 from tests.orphans.scenario import SCHEMA, Files, snapshot_row_counts
+from tests.support.airflow_dags import DAGS, remover
+from tests.support.services import create_plain_bucket
 
 pytestmark = pytest.mark.rest
 MANUAL = "iceberg_orphan_cleanup_manual"
@@ -50,14 +51,14 @@ def rest_conn(rest_catalog_config: tuple[Any, dict[str, str]], monkeypatch: pyte
     return catalog
 
 
-def test_due_sensor_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: dict) -> None:
+def test_due_sensor_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: Context) -> None:
     table = rest_conn.create_table("db.orders", schema=SCHEMA)
     hiding_history(table)
     check_due_sensor("rest_maint", table, "db.orders", tmp_path, context)
 
 
 def test_operator_removes_exactly_the_orphans_of_a_rest_table_seen_with_refs_only(
-    rest_conn: Any, tmp_path: Path, context: dict
+    rest_conn: Any, tmp_path: Path, context: Context
 ) -> None:
     table = rest_conn.create_table("db.orders", schema=SCHEMA)
     hiding_history(table)
@@ -131,7 +132,9 @@ def test_manual_dag_single_and_sharded_on_a_rest_table(rest_conn: Any) -> None:
     assert snapshot_row_counts(whole_table(rest_conn.load_table("db.orders"))) == rows_before
 
 
-def test_index_operators_with_an_index_location_on_a_rest_table(rest_conn: Any, tmp_path: Path, context: dict) -> None:
+def test_index_operators_with_an_index_location_on_a_rest_table(
+    rest_conn: Any, tmp_path: Path, context: Context
+) -> None:
     table = rest_conn.create_table("db.orders", schema=SCHEMA)
     hiding_history(table)
     root = f"s3://{create_plain_bucket()}/indexes/orders"

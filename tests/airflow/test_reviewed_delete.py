@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -27,9 +28,9 @@ from airflow_iceberg_maint.airflow.operators.reviewed_expiry import (
     expiry_review,
     load_expiry_review,
 )
-from tests.airflow.conftest import remover
 from tests.expiry.history import build_history
 from tests.orphans.scenario import rows
+from tests.support.airflow_dags import remover
 
 TABLE = "demo.orders"
 
@@ -43,7 +44,7 @@ def aged(path: Path) -> Path:
 
 
 def test_only_approved_files_still_orphaned_are_deleted(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     planted = demo_tables[TABLE]
     data = planted["old"].parent
@@ -95,7 +96,7 @@ def test_only_approved_files_still_orphaned_are_deleted(
 
 
 def test_a_report_that_is_not_a_dry_run_of_the_table_is_refused(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     dry = remover(state_url, tmp_path, table="demo.events", dry_run=True).execute(context)
     delete = IcebergDeleteApprovedOrphansOperator(
@@ -111,7 +112,7 @@ def test_a_report_that_is_not_a_dry_run_of_the_table_is_refused(
 
 
 def test_the_approved_expiry_expires_only_the_reviewed_snapshots_and_files(
-    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     catalog.create_namespace("db")
     history = build_history(catalog)
@@ -164,7 +165,7 @@ def test_the_approved_expiry_expires_only_the_reviewed_snapshots_and_files(
 
 
 def test_an_approved_expiry_refuses_an_orphan_report(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     dry = remover(state_url, tmp_path, table=TABLE, dry_run=True).execute(context)
     expire = IcebergExpireApprovedSnapshotsOperator(
@@ -192,7 +193,7 @@ def _created_again(catalog: SqlCatalog, name: str, tag: bool) -> tuple[str, str]
 
 
 def _refused_as_another_table(
-    kind: type, uri: str, old: str, new: str, state_url: str, tmp_path: Path, context: dict
+    kind: type, uri: str, old: str, new: str, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     """Run the approved operator ``kind`` on ``db.t`` with the reviewed report ``uri``: refused, naming both UUIDs."""
     context["ti"].run_id = "manual__approved"
@@ -212,7 +213,7 @@ def _refused_as_another_table(
 
 
 def test_an_approved_expiry_of_a_table_dropped_and_created_again_is_refused(
-    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     catalog.create_namespace("db")
     old_uuid, _ = _created_again(catalog, "db.t", tag=True)
@@ -238,7 +239,7 @@ def test_an_approved_expiry_of_a_table_dropped_and_created_again_is_refused(
 
 
 def test_an_approved_orphan_delete_of_a_table_dropped_and_created_again_is_refused(
-    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     catalog.create_namespace("db")
     old_uuid, location = _created_again(catalog, "db.t", tag=False)

@@ -21,8 +21,8 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import xcom
+from tests.support.airflow_dags import DAGS
 
 REVIEWED = "iceberg_table_maintenance_reviewed"
 TABLE = "demo.orders"
@@ -146,7 +146,7 @@ def test_the_approved_reports_stay_as_reviewed_beside_the_executed_ones(
         ("expiry", False, real["expire_approved"], dry["expire_dry_run"]),
         ("orphans", False, real["delete_approved"], dry["dry_run"]),
     ]
-    page = table_page(TABLE).body.decode()
+    page = bytes(table_page(TABLE).body).decode()
     links = {
         (m[0], unquote(html.unescape(m[1])))
         for m in re.findall(r'<a (class="approved" )?href="report\?uri=([^"]+)"', page)

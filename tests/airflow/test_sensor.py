@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.triggers.due import IcebergTableDueTrigger
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import next_event
+from tests.support.airflow_dags import DAGS
 
 POLICY_FILE = str(DAGS / "iceberg_maint_policies.yaml")
 
@@ -36,13 +38,13 @@ def cleaned(state_url: str, catalog: SqlCatalog, table: str, days_ago: float) ->
     )
 
 
-def sensor(state_url: str, **kwargs: object) -> IcebergTableDueSensor:
+def sensor(state_url: str, **kwargs: Any) -> IcebergTableDueSensor:
     return IcebergTableDueSensor(
         task_id="due", table="demo.orders", policy_file=POLICY_FILE, state_url=state_url, poke_interval=0.05, **kwargs
     )
 
 
-def test_poke_reports_the_evaluation(demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict) -> None:
+def test_poke_reports_the_evaluation(demo_tables: dict, catalog: SqlCatalog, state_url: str, context: Context) -> None:
     first = sensor(state_url).poke(context)
     assert first.is_done is True
     assert first.xcom_value["reason"] == "never cleaned: due"
@@ -54,7 +56,7 @@ def test_poke_reports_the_evaluation(demo_tables: dict, catalog: SqlCatalog, sta
 
 
 def test_unattached_table_and_missing_table_fail_at_once(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     policy_file = tmp_path / "p.yaml"
     policy_file.write_text("name: p\ntype: system_iceberg_orphan_file_removal\ntables: ['sales.*']\n")
@@ -66,12 +68,12 @@ def test_unattached_table_and_missing_table_fail_at_once(
         IcebergTableDueSensor(task_id="due", table="demo.nope", state_url=state_url).poke(context)
 
 
-def test_deferrable_returns_at_once_when_due(demo_tables: dict, state_url: str, context: dict) -> None:
+def test_deferrable_returns_at_once_when_due(demo_tables: dict, state_url: str, context: Context) -> None:
     assert sensor(state_url, deferrable=True).execute(context)["due"] is True
 
 
 def test_deferrable_waits_in_the_trigger_until_due(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, context: Context
 ) -> None:
     cleaned(state_url, catalog, "demo.orders", 1)
     operator = sensor(state_url, deferrable=True, timeout=600)

@@ -12,8 +12,8 @@ from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import TEST_DAGS
 from tests.airflow.helpers import task_states, xcom
+from tests.support.airflow_dags import TEST_DAGS
 
 INTERVAL_SECONDS = 30  # longer than the first task start of a fresh process, so the sensor defers
 

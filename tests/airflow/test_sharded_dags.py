@@ -12,8 +12,8 @@ from airflow.sdk import DAG
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
-from tests.airflow.conftest import DAGS
 from tests.airflow.helpers import stored_state, task_states, xcom
+from tests.support.airflow_dags import DAGS
 
 SCHEDULED = "iceberg_orphan_cleanup_scheduled"
 MANUAL = "iceberg_orphan_cleanup_manual"

@@ -23,7 +23,7 @@ from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanF
 from airflow_iceberg_maint.airflow.shared_storage import distributed_executor, is_local_uri
 from airflow_iceberg_maint.airflow.table_lease import lease_store_for
 from airflow_iceberg_maint.errors import InvalidInputError
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 CELERY = "airflow.providers.celery.executors.celery_executor.CeleryExecutor"
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -26,7 +27,7 @@ from airflow_iceberg_maint.state.status_records import (
     index_lag_key,
     record_run,
 )
-from tests.airflow.conftest import DAGS, remover
+from tests.support.airflow_dags import DAGS, remover
 
 NOW = datetime(2026, 6, 10, 12, tzinfo=UTC)
 POLICIES = parse_policies(
@@ -162,7 +163,7 @@ def test_a_hand_edited_record_is_skipped() -> None:
     assert records == Records()
 
 
-def test_lag_plan_records_every_lag(catalog: SqlCatalog, tmp_path: Path, context: dict) -> None:
+def test_lag_plan_records_every_lag(catalog: SqlCatalog, tmp_path: Path, context: Context) -> None:
     import pyarrow as pa
 
     catalog.create_namespace("demo")
@@ -198,7 +199,7 @@ def test_report_is_saved_before_anything_is_deleted(demo_tables: dict, catalog: 
     assert not planted["old"].exists()
 
 
-def test_operator_report_has_its_stage(demo_tables: dict, state_url: str, tmp_path: Path, context: dict) -> None:
+def test_operator_report_has_its_stage(demo_tables: dict, state_url: str, tmp_path: Path, context: Context) -> None:
     summary = remover(state_url, tmp_path, table="demo.orders", dry_run=True).execute(context)
     body = json.loads(Path(summary["report"].removeprefix("file://")).read_text())
     assert (body["stage"], body["error"]) == ("done", None)
@@ -207,7 +208,7 @@ def test_operator_report_has_its_stage(demo_tables: dict, state_url: str, tmp_pa
 
 
 def test_report_base_inside_a_table_is_refused(
-    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     events = catalog.load_table("demo.events").location()
     operator = remover(state_url, tmp_path, table="demo.orders", only_this_table=True)

@@ -25,7 +25,7 @@ from airflow_iceberg_maint.state.status_records import (
     record_index_lags,
     record_run,
 )
-from tests.airflow.conftest import DAGS
+from tests.support.airflow_dags import DAGS
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)
@@ -99,14 +99,14 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SqlRecords:
 
 
 def test_every_column_of_a_row_agrees(records: SqlRecords) -> None:
-    page = Elements(status_page().body.decode())
+    page = Elements(bytes(status_page().body).decode())
     (due,) = [a for a, _ in page.find("td", class_="due-cell") if "sales.orders" in a["title"]]
     (last_run,) = [(a, t) for a, t in page.find("td", class_="last-run") if a.get("data-at")]
     # Cleaned by a manual run, no policy attached: not due, yet cleaned when its last real run ran.
     assert due["data-last-cleaned"] == last_run[0]["data-at"] == (NOW - timedelta(days=1)).isoformat()
-    assert "never cleaned" not in status_page().body.decode().split('data-table="sales.orders"')[1]
+    assert "never cleaned" not in bytes(status_page().body).decode().split('data-table="sales.orders"')[1]
     assert last_run[1].startswith("real run,") and "deleted 2 files (6.0 KiB reclaimed)" in last_run[1]
-    body = json.loads(status_json().body)
+    body = json.loads(bytes(status_json().body))
     orders = next(t for t in body["tables"] if t["table"] == "sales.orders")
     assert (orders["due"], orders["last_cleaned_at"], orders["last_run"]["at"]) == (
         False,
@@ -116,7 +116,7 @@ def test_every_column_of_a_row_agrees(records: SqlRecords) -> None:
 
 
 def test_runs_of_every_kind_with_their_pictures(records: SqlRecords) -> None:
-    page = Elements(table_page("sales.orders").body.decode())
+    page = Elements(bytes(table_page("sales.orders").body).decode())
     runs = page.find("tr", class_="run")
     assert [a["data-kind"] for a, _ in runs] == ["expiry", "orphans", "orphans", "orphans"]  # newest first
     assert "deleted bytes" not in runs[0][1] and "8.8 KiB reclaimed" in runs[0][1]
@@ -134,7 +134,7 @@ def test_runs_of_every_kind_with_their_pictures(records: SqlRecords) -> None:
     segments = [a["title"] for a, _ in page.find("span") if a.get("class", "").startswith("phase phase-")]
     assert segments == ["list_and_reference: 0.25 s", "match: 0.5 s", "delete: 0.25 s"] * 3
 
-    events = Elements(table_page("demo.events").body.decode())
+    events = Elements(bytes(table_page("demo.events").body).decode())
     assert [a["class"] for a, _ in events.find("rect")] == ["ok", "lagging"]
     with pytest.raises(HTTPException, match=r"no table 'nowhere\.t'"):
         table_page("nowhere.t")
@@ -146,7 +146,7 @@ def test_report_timings_are_a_bar(records: SqlRecords, tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     report = {"table": "sales.orders", "dry_run": True, "stage": "done", "orphan_files": ["file:///w/a.parquet"]}
     path.write_text(json.dumps({**report, "phase_seconds": PHASES, "by_kind": {"data": {"count": 1, "bytes": 10}}}))
-    page = Elements(report_page(uri).body.decode())
+    page = Elements(bytes(report_page(uri).body).decode())
     assert [t for _, t in page.find("ul", id="orphans")] == ["file:///w/a.parquet"]
     titles = [a["title"] for a, _ in page.find("span") if a.get("class", "").startswith("phase phase-")]
     assert titles == ["list_and_reference: 0.25 s", "match: 0.5 s", "delete: 0.25 s"]

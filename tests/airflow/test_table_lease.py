@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.triggers.base import TriggerEvent
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.leased_task import lease_owner
@@ -31,7 +33,7 @@ from airflow_iceberg_maint.cli import main
 from airflow_iceberg_maint.progress import reporting
 from airflow_iceberg_maint.state.leases import Lease
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
-from tests.airflow.helpers import TaskContextTI, next_event, task_states, xcom
+from tests.airflow.helpers import TaskContextTI, next_event, task_context, task_states, xcom
 from tests.lease_helpers import hold
 
 TABLE = "demo.orders"
@@ -72,7 +74,7 @@ class _VariablesDown:
     """A Variable store whose metadata database does not answer (a test double: the outage cannot be made
     here without stopping the session's database under the other tests)."""
 
-    def acquire(self, *args: object, **kwargs: object) -> Lease:
+    def acquire(self, *args: object, **kwargs: Any) -> Lease:
         raise ConnectionError("the metadata database did not answer")
 
 
@@ -103,7 +105,7 @@ def test_the_trigger_fires_when_the_lease_is_released_and_gives_up_at_its_deadli
         return await event
 
     fired = asyncio.run(release_then_wait())
-    assert fired is not None
+    assert isinstance(fired, TriggerEvent)
     assert fired.payload == {"status": "free", "table": TABLE, "deadline": (now + timedelta(hours=1)).isoformat()}
 
     hold(store, TABLE, "other")
@@ -121,13 +123,13 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     until = holder.expires_at
     snapshots = len(catalog.load_table(TABLE).metadata.snapshots)
 
-    def expirer(**kwargs: object) -> IcebergExpireSnapshotsOperator:
+    def expirer(**kwargs: Any) -> IcebergExpireSnapshotsOperator:
         return IcebergExpireSnapshotsOperator(
             task_id="expire", table=TABLE, state_url=state_url, report_location=f"file://{tmp_path}/r", **kwargs
         )
 
     with pytest.raises(TaskDeferred) as deferred:
-        expirer(older_than_days=0).execute({"ti": TaskContextTI()})
+        expirer(older_than_days=0).execute(task_context())
     trigger = deferred.value.trigger
     assert isinstance(trigger, TableLeaseTrigger)
     assert (trigger.table, trigger.owner) == (TABLE, "unit/manual__unit/expire/-1")
@@ -137,11 +139,11 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     # waits a poll interval instead of resuming again at once.
     event = {"status": "free", "table": TABLE, "deadline": (until + timedelta(hours=1)).isoformat()}
     with pytest.raises(TaskDeferred) as again:
-        expirer(older_than_days=0, lease_poll_interval=7).resume_after_lease({"ti": TaskContextTI()}, event)
+        expirer(older_than_days=0, lease_poll_interval=7).resume_after_lease(task_context(), event)
     assert isinstance(again.value.trigger, TableLeaseTrigger) and again.value.trigger.first_wait == 7
 
     with pytest.raises(AirflowException) as busy:
-        expirer(lease_timeout=0).execute({"ti": TaskContextTI()})
+        expirer(lease_timeout=0).execute(task_context())
     assert type(busy.value) is AirflowException  # retried: the holder may be done by then
     assert str(busy.value) == (
         f"table {TABLE}: another maintenance task holds its lease (manual/run_1/remove_orphan_files/-1, until "
@@ -152,7 +154,7 @@ def test_a_task_that_finds_the_lease_held_defers_or_gives_up_naming_the_holder(
     # The lease is released when the task ends, failed or not.
     store.release(holder)
     with pytest.raises(AirflowFailException):
-        expirer(retain_last=0).execute({"ti": TaskContextTI()})
+        expirer(retain_last=0).execute(task_context())
     assert store.holder(TABLE) is None
     assert lease_owner({"ti": TaskContextTI(map_index=3)}, "expire") == "unit/manual__unit/expire/3"  # type: ignore[typeddict-item]
 
@@ -180,7 +182,7 @@ def _a_task_during_an_orphan_run(
                 lease_timeout=0,
             )
             try:
-                expirer.execute({"ti": TaskContextTI()})
+                expirer.execute(task_context())
             except AirflowException as exc:
                 seen["task"] = str(exc)
 
@@ -191,7 +193,7 @@ def _a_task_during_an_orphan_run(
 
 def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
     demo_tables: dict, state_url: str, tmp_path: Path, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The other way round from tests/test_cli_lease.py: a command-line run on the task's state_url holds it."""
     monkeypatch.setenv("ICEBERG_MAINT_STATE_URL", state_url)
     status, seen = _a_task_during_an_orphan_run(SqlLeases(state_url), state_url, tmp_path)
@@ -207,7 +209,7 @@ def test_a_task_gives_up_while_an_iceberg_maint_run_holds_the_lease(
 
 def test_out_of_the_box_a_task_and_an_iceberg_maint_run_on_one_host_exclude_each_other(
     demo_tables: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """No state URL anywhere: the command's default state file is the host's, and a task takes it too (S15)."""
     for name in ("ICEBERG_MAINT_STATE_URL", "AIRFLOW__ICEBERG_MAINT__STATE_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -238,18 +240,18 @@ def test_the_sharded_scans_delete_step_waits_for_the_lease(demo_tables: dict, st
     store = SqlLeases(state_url)
     held = hold(store, TABLE, "scheduled/run_1/expire_snapshots/0")
 
-    def finisher(**kwargs: object) -> IcebergFinishOrphanShardsOperator:
+    def finisher(**kwargs: Any) -> IcebergFinishOrphanShardsOperator:
         scratch = f"file://{tmp_path}/no-scratch"
         return IcebergFinishOrphanShardsOperator(
             task_id="finish", table=TABLE, scratch=scratch, state_url=state_url, **kwargs
         )
 
     with pytest.raises(TaskDeferred) as deferred:
-        finisher().execute({"ti": TaskContextTI()})
+        finisher().execute(task_context())
     assert isinstance(deferred.value.trigger, TableLeaseTrigger)
     assert (deferred.value.trigger.table, deferred.value.trigger.owner) == (TABLE, "unit/manual__unit/finish/-1")
     with pytest.raises(AirflowException, match=r"another maintenance task holds its lease \(scheduled/run_1/"):
-        finisher(lease_timeout=0).execute({"ti": TaskContextTI()})
+        finisher(lease_timeout=0).execute(task_context())
     assert store.holder(TABLE) == held
 
 

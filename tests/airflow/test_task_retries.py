@@ -25,7 +25,7 @@ from airflow.dag_processing.dagbag import DagBag
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.airflow.conftest import TEST_DAGS
+from tests.support.airflow_dags import TEST_DAGS
 
 #: A port of this test session's range: bound and never listened on, so every connection is refused.
 REFUSING_PORT = 20539

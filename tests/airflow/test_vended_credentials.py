@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from airflow.sdk import Context
 
-from tests.airflow.conftest import remover
 from tests.orphans.catalog_cases import cutoff_after_writes
+from tests.support.airflow_dags import remover
 from tests.vending import OUTSIDER, VendedTable, VendingServer
 
 pytestmark = pytest.mark.rest
 
 
 def test_operator_lists_and_deletes_with_vended_credentials(
-    vending_seaweed: VendingServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, context: dict[str, Any]
+    vending_seaweed: VendingServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, context: Context
 ) -> None:
     vended = VendedTable(vending_seaweed)
     login, password = vended.config["credential"].split(":")

@@ -39,8 +39,9 @@ import pytest
 from cryptography.fernet import Fernet
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.conftest import S3_PROPS, _service
 from tests.s3_helpers import s3_test_client
+from tests.support.services import S3_PROPS
+from tests.support.services import service as _service
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = Path(__file__).resolve().parent / "dags"

@@ -72,8 +72,8 @@ def _statistics(history: History, name: str, snapshot_id: int, partition: bool =
     path = f"{table.location()}/metadata/{name}-{snapshot_id}.{'parquet' if partition else 'puffin'}"
     Files(table).put(path, b"PFA1stats")
     if partition:
-        update = SetPartitionStatisticsUpdate(
-            partition_statistics=PartitionStatisticsFile(
+        update = SetPartitionStatisticsUpdate(  # type: ignore[call-arg]
+            partition_statistics=PartitionStatisticsFile(  # type: ignore[call-arg]
                 snapshot_id=snapshot_id, statistics_path=path, file_size_in_bytes=9
             )
         )
@@ -86,7 +86,7 @@ def _statistics(history: History, name: str, snapshot_id: int, partition: bool =
 
 def set_statistics_file(table: Table, snapshot_id: int, path: str, size: int = 9) -> None:
     """Record ``path`` (``size`` bytes, written already) as the statistics file of ``snapshot_id``."""
-    stats = StatisticsFile(
+    stats = StatisticsFile(  # type: ignore[call-arg]
         snapshot_id=snapshot_id,
         statistics_path=path,
         file_size_in_bytes=size,
@@ -127,7 +127,7 @@ def build_history(catalog: Catalog, name: str = "db.events") -> History:
     table.append(rows(300, 6), branch="audit")
     audit = table.metadata.refs["audit"].snapshot_id
     history.ids["b1"] = audit
-    after_clock_passes(table.snapshot_by_id(audit).timestamp_ms)  # type: ignore[union-attr]
+    after_clock_passes(table.snapshot_by_id(audit).timestamp_ms)
     table.append(rows(400, 6))
     _step(history, "a4")
     _statistics(history, "stats-a2", history.ids["a2"])

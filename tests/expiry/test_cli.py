@@ -27,13 +27,13 @@ CLI_KEYS = [
 ]
 
 
-def _catalog(tmp_path) -> SqlCatalog:  # type: ignore[no-untyped-def]
+def _catalog(tmp_path) -> SqlCatalog:
     catalog = SqlCatalog("default", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("db")
     return catalog
 
 
-def test_json_dry_run_then_real_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_json_dry_run_then_real_run(tmp_path) -> None:
     history = build_history(_catalog(tmp_path))
     env = _env(tmp_path)
     cutoff = datetime.now(UTC).isoformat()
@@ -55,7 +55,7 @@ def test_json_dry_run_then_real_run(tmp_path) -> None:  # type: ignore[no-untype
     assert not any(os.path.exists(local_path(p)) for p in done["deleted_files"])
 
 
-def test_failed_deletes_exit_3_with_the_json_printed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_failed_deletes_exit_3_with_the_json_printed(tmp_path) -> None:
     history = build_history(_catalog(tmp_path))
     table = history.table
     before = reachable(table)
@@ -80,7 +80,7 @@ def test_failed_deletes_exit_3_with_the_json_printed(tmp_path) -> None:  # type:
     assert state.last_attempt_counts["failed_count"] == 1
 
 
-def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:
     build_history(_catalog(tmp_path))
     env = _env(tmp_path)
     cases = [
@@ -96,7 +96,7 @@ def test_bad_input_gets_a_one_line_error_naming_it(tmp_path) -> None:  # type: i
     assert missing.returncode == 2 and "table 'db.nope': not found" in missing.stderr
 
 
-def test_a_bad_state_url_is_refused_before_anything_is_expired(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_state_url_is_refused_before_anything_is_expired(tmp_path) -> None:
     history = build_history(_catalog(tmp_path))
     before = [s.snapshot_id for s in history.table.metadata.snapshots]
     env = {**_env(tmp_path), "ICEBERG_MAINT_STATE_URL": "not a url"}

@@ -74,8 +74,8 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
         ("s3", lambda: table.append(rows(20, 3))),
     ):
         write()
-        ids[step] = table.metadata.current_snapshot_id  # type: ignore[assignment]
-        after_clock_passes(table.metadata.snapshot_by_id(ids[step]).timestamp_ms)  # type: ignore[union-attr]
+        ids[step] = table.metadata.current_snapshot_id
+        after_clock_passes(table.metadata.snapshot_by_id(ids[step]).timestamp_ms)
     table.manage_snapshots().create_tag(ids["s1"], "old", max_ref_age_ms=1).commit()
     return load_table(catalog, ".".join(table.name())), ids
 
@@ -90,7 +90,7 @@ def _set_ref_age(writer: Table, name: str, age_ms: int) -> None:
 
 
 #: kind -> the writer's change (on a fresh load of the table) and the refs it made or changed.
-KINDS: dict[str, tuple[Callable[[Table, dict[str, int]], None], tuple[str, ...]]] = {
+KINDS: dict[str, tuple[Callable[[Table, dict[str, int]], object], tuple[str, ...]]] = {
     "tag": (lambda w, ids: w.manage_snapshots().create_tag(ids["s1"], "keep-s1").commit(), ("keep-s1",)),
     "branch": (lambda w, ids: w.manage_snapshots().create_branch(ids["s1"], "b-s1").commit(), ("b-s1",)),
     "table-retention": (
@@ -172,7 +172,7 @@ def test_each_kind_of_concurrent_change_alone(sqlite_catalog: Catalog, kind: str
     run_with_concurrent_writer(sqlite_catalog, [kind], approved)
 
 
-def _race_into_the_commit(catalog: Catalog, change: Callable[[], None]) -> None:
+def _race_into_the_commit(catalog: Catalog, change: Callable[[], object]) -> None:
     race_into_commit(catalog, change, lambda updates: any(isinstance(u, RemoveSnapshotsUpdate) for u in updates))
 
 

@@ -114,7 +114,7 @@ def _per_ref_history(catalog: Catalog) -> tuple[History, set[int], int]:
     history = build_history(catalog)
     ids, table = history.ids, history.table
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    cow_ms = table.snapshot_by_id(ids["cow"]).timestamp_ms  # type: ignore[union-attr]
+    cow_ms = table.snapshot_by_id(ids["cow"]).timestamp_ms
     (
         table.manage_snapshots()
         .create_branch(ids["a3"], "keep3", min_snapshots_to_keep=3)
@@ -192,7 +192,7 @@ def test_an_append_before_the_commit_makes_the_run_plan_again(sqlite_catalog: Ca
     def append_once(report: ExpiryReport, stage: str) -> None:
         if stage == "retention" and not appended:
             writer.append(rows(900, 3))
-            appended.append(writer.metadata.current_snapshot_id)  # type: ignore[arg-type]
+            appended.append(writer.metadata.current_snapshot_id)
 
     cutoff = datetime.now(UTC)
     report = expire(table, append_once, older_than=cutoff, retain_last=1)

@@ -35,7 +35,7 @@ def _commit(table: Table, data: pa.Table) -> int:
 def _lookups_are_exact(table: Table) -> None:
     for value in PROBES:
         found = lookup(table, "by_id", [(value,)])
-        expected = table.scan(row_filter=EqualTo("id", value)).to_arrow().to_pylist()
+        expected = table.scan(row_filter=EqualTo("id", value)).to_arrow().to_pylist()  # type: ignore[arg-type, call-arg]
         assert Counter(map(repr, found.rows.to_pylist())) == Counter(map(repr, expected)), value
 
 

@@ -53,8 +53,8 @@ def make_history(catalog: Catalog) -> tuple[Table, dict[str, int]]:
     ids: dict[str, int] = {}
 
     def step(name: str) -> None:
-        ids[name] = table.metadata.current_snapshot_id  # type: ignore[assignment]
-        after_clock_passes(table.metadata.snapshot_by_id(ids[name]).timestamp_ms)  # type: ignore[union-attr]
+        ids[name] = table.metadata.current_snapshot_id
+        after_clock_passes(table.metadata.snapshot_by_id(ids[name]).timestamp_ms)
 
     table.append(rows(0, 6))
     step("s1")
@@ -164,13 +164,13 @@ def run_with_refs_made_inside_the_commit(catalog: Catalog, refs: tuple[Ref, ...]
         _make_refs(catalog.load_table(name), ids, refs)
         now = load_table(catalog, name)
         read = snapshot_rows(now)
-        last_sequence_number.append(now.metadata.last_sequence_number)
+        last_sequence_number.append(now.metadata.last_sequence_number)  # type: ignore[union-attr]  # a format-version 2 table
         for ref, kind, _, keep in refs:
             old = now.metadata.refs[ref].snapshot_id
             ancestry = _ancestry(now, old)
             kept = min(keep, len(ancestry)) if kind == "branch" else 1
             files = set().union(*(_files_of(now, s) for s in ancestry[:kept]))
-            manifest_list = now.metadata.snapshot_by_id(old).manifest_list  # type: ignore[union-attr]
+            manifest_list = now.metadata.snapshot_by_id(old).manifest_list
             kept_snapshots.update(ancestry[:kept])
             seen[ref] = Seen(old, manifest_list, read[f"ref:{ref}"], _scan(now, old), files, kept, ancestry)
 
@@ -191,7 +191,7 @@ def run_with_refs_made_inside_the_commit(catalog: Catalog, refs: tuple[Ref, ...]
             assert f"{ref!r} now on snapshot {new}, a copy of snapshot {was.snapshot_id}" in report.kept_all_files
             assert read[f"ref:{ref}"] == was.live_rows and _scan(after, new) == was.scanned, moment
             # Its ancestors: copies of, or, the original's, in order, the ones the ref keeps first.
-            origins = [_copy_of(after.snapshot_by_id(s)) or s for s in _ancestry(after, new)]  # type: ignore[arg-type]
+            origins = [_copy_of(after.snapshot_by_id(s)) or s for s in _ancestry(after, new)]
             assert origins[: was.depth] == was.ancestry[: was.depth], moment
             assert [s for s in was.ancestry if s in origins] == origins, moment
         assert all(exists(after, p) for p in every_file), moment
@@ -285,5 +285,5 @@ def test_a_restore_raced_by_snapshots_on_a_new_branch_is_refused_and_the_sequenc
     message = str(raised.value)
     assert "\n" not in message and "branch 'b'" in message and "cannot put back" in message, message
     assert "b" not in after.metadata.refs and "x" in after.metadata.refs
-    assert after.metadata.last_sequence_number == max(s.sequence_number or 0 for s in after.metadata.snapshots)
+    assert after.metadata.last_sequence_number == max(s.sequence_number or 0 for s in after.metadata.snapshots)  # type: ignore[union-attr]  # a format-version 2 table
     assert all(exists(after, p) for p in files)

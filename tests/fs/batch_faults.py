@@ -89,6 +89,7 @@ class _Proxy:
     def url(self) -> str:
         assert self._server is not None, "the proxy is not started"
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}"
 
     def _refuse(self, body: bytes, boundary: bytes) -> tuple[bytes, dict[int, int]]:
@@ -142,8 +143,8 @@ class _Proxy:
         for name, value in reply.getheaders():
             if name.lower() not in REPLY_OWN_HEADERS:
                 handler.send_header(name, value)
-        length = reply.getheader("Content-Length", "0") if handler.command == "HEAD" else str(len(data))
-        handler.send_header("Content-Length", length)
+        content_length = reply.getheader("Content-Length", "0") if handler.command == "HEAD" else str(len(data))
+        handler.send_header("Content-Length", content_length)
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(data)

@@ -18,8 +18,8 @@ import pytest
 
 from airflow_iceberg_maint.fs.adls import AzureStorage
 from airflow_iceberg_maint.fs.gcs import GcsStorage, client_from_properties
-from tests.conftest import AZURITE_ACCOUNT, _service, azure_props, gcs_props
 from tests.fs.batch_faults import AZURE_REFUSALS, GCS_REFUSALS, BatchFaults, azure_refusal, gcs_refusal
+from tests.support.services import AZURITE_ACCOUNT, azure_props, gcs_props, service
 
 LEASED = "LeaseIdMissing: There is currently a lease on the blob and no lease ID was specified in the request."
 
@@ -85,12 +85,12 @@ def _azure(endpoint: str) -> Store:
 
 
 def _azurite() -> str:
-    return _service("TEST_AZURITE_BLOB_ENDPOINT").removesuffix(f"/{AZURITE_ACCOUNT}")
+    return service("TEST_AZURITE_BLOB_ENDPOINT").removesuffix(f"/{AZURITE_ACCOUNT}")
 
 
 @pytest.fixture(params=[pytest.param("gcs", marks=pytest.mark.gcs), pytest.param("azure", marks=pytest.mark.azure)])
 def store(request: pytest.FixtureRequest) -> Store:
-    return _gcs(_service("TEST_GCS_ENDPOINT")) if request.param == "gcs" else _azure(_azurite())
+    return _gcs(service("TEST_GCS_ENDPOINT")) if request.param == "gcs" else _azure(_azurite())
 
 
 def test_refused_deletes_fail_and_the_rest_of_their_batch_is_deleted(store: Store) -> None:
@@ -143,7 +143,7 @@ def test_azure_blob_under_a_lease_fails_and_the_rest_of_its_batch_is_deleted() -
 def test_gcs_batch_reply_the_client_cannot_read_is_settled_key_by_key() -> None:
     # fake-gcs-server answers the client's batch with a multipart reply of no parts, and deletes nothing:
     # each key is then deleted with a request of its own (a key already gone is no error).
-    store = _gcs(_service("TEST_FAKE_GCS_ENDPOINT"))
+    store = _gcs(service("TEST_FAKE_GCS_ENDPOINT"))
     a, b = store.put("a", "b")
     (gone,) = store.paths("gone")
     outcome = store.storage(store.endpoint).delete_files([a, gone, b], max_concurrency=1)

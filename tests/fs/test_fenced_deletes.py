@@ -16,9 +16,9 @@ from airflow_iceberg_maint.fs.backends import storage_for
 from airflow_iceberg_maint.fs.batches import delete_in_steps
 from airflow_iceberg_maint.state.lease_fence import held
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
-from tests.conftest import S3_PROPS
 from tests.lease_helpers import hold
 from tests.s3_helpers import s3_test_client
+from tests.support.services import S3_PROPS
 
 LOG = logging.getLogger(__name__)
 TTL = timedelta(seconds=60)

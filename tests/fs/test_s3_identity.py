@@ -26,9 +26,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
-from tests.fs.conftest import IamServer, Keys, allow, bucket_resources
 from tests.reliability.fault_proxy import FaultProxy
+from tests.support.iam import IamServer, Keys, allow, bucket_resources
+from tests.support.services import S3_PROPS
 
 FILES = ["t/data/a.parquet", "t/data/b.parquet", "t/metadata/m.json"]
 
@@ -66,7 +66,7 @@ def test_client_keys_apply_and_s3_keys_win(iam_server: IamServer) -> None:
     bucket = iam_server.bucket(*FILES)
     user, nobody = iam_server.user(allow("s3:*", bucket_resources(bucket))), iam_server.user()
     client_only = props_on(
-        iam_server, **{"client.access-key-id": user.access_key, "client.secret-access-key": user.secret_key}
+        iam_server, None, **{"client.access-key-id": user.access_key, "client.secret-access-key": user.secret_key}
     )
     assert listed(storage_for(f"s3://{bucket}/t", client_only), f"s3://{bucket}/t") == [
         f"s3://{bucket}/{k}" for k in FILES
@@ -166,11 +166,11 @@ def test_profiles_by_either_name(iam_server: IamServer, tmp_path: Path, monkeypa
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     location = f"s3://{bucket}/t"
     for name in ("s3.profile-name", "client.profile-name"):
-        assert listed(storage_for(location, props_on(iam_server, **{name: "maint"})), location) == [
+        assert listed(storage_for(location, props_on(iam_server, None, **{name: "maint"})), location) == [
             f"s3://{bucket}/{k}" for k in FILES
         ]
     with pytest.raises(InvalidInputError, match=r"property s3.profile-name='other': no such profile"):
-        storage_for(location, props_on(iam_server, **{"s3.profile-name": "other"}))
+        storage_for(location, props_on(iam_server, None, **{"s3.profile-name": "other"}))
 
 
 def test_fileio_fallback_uses_the_fileio_identity(iam_server: IamServer) -> None:
@@ -196,7 +196,7 @@ class _RecordingProxy(FaultProxy):
         self.requests: list[tuple[str, str]] = []
         self.signed: list[bool] = []
 
-    def _choose(self, request):  # type: ignore[no-untyped-def]
+    def _choose(self, request):
         self.requests.append((request.headers.get("host", ""), request.path))
         self.signed.append("authorization" in request.headers)
         return super()._choose(request)

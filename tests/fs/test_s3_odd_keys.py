@@ -18,8 +18,8 @@ from airflow_iceberg_maint.fs.s3 import S3Storage, bulk_safe
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
 from tests.orphans.scenario import SCHEMA, Files, rows
+from tests.support.services import S3_PROPS
 
 ODD = "c\x01d.parquet"
 

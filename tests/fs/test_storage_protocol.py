@@ -28,7 +28,7 @@ from airflow_iceberg_maint.fs.local import LocalStorage
 from airflow_iceberg_maint.fs.s3 import S3Storage
 from airflow_iceberg_maint.fs.storage import Storage, require_capabilities
 from airflow_iceberg_maint.orphans.sharded.scan import SCAN_CAPABILITIES
-from tests.conftest import AZURITE_ACCOUNT, S3_PROPS, _service, azure_props, gcs_props
+from tests.support.services import AZURITE_ACCOUNT, S3_PROPS, azure_props, gcs_props, service
 
 OFFLINE_S3 = {"s3.endpoint": "http://127.0.0.1:1", **S3_PROPS}
 OFFLINE_GCS = {"gcs.service.host": "http://127.0.0.1:1", "gcs.oauth2.token": "anon"}
@@ -132,7 +132,7 @@ def test_a_backend_missing_a_capability_is_refused_before_the_scan_starts() -> N
 class Tree:
     root: str  # the directory listed, with no trailing '/'
     storage: Storage
-    put: Callable[[str], None]  # plants a file at root + '/' + name
+    put: Callable[[str], object]  # plants a file at root + '/' + name
     keeps_double_slash: bool  # an object store: 'a//b' is a key of its own
 
 
@@ -160,7 +160,7 @@ def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tree]:
 
         yield Tree(f"file://{base}", LocalStorage(), put_local, False)
     elif kind == "s3":
-        props = {"s3.endpoint": _service("TEST_S3_ENDPOINT"), **S3_PROPS}
+        props = {"s3.endpoint": service("TEST_S3_ENDPOINT"), **S3_PROPS}
         bucket = f"test-{uuid.uuid4().hex[:12]}"
         client = boto3.client(
             "s3",
@@ -177,7 +177,7 @@ def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tree]:
             True,
         )
     elif kind == "gcs":
-        props = gcs_props(_service("TEST_GCS_ENDPOINT"))
+        props = gcs_props(service("TEST_GCS_ENDPOINT"))
         gcs_bucket = client_from_properties(props).create_bucket(f"test-{uuid.uuid4().hex[:12]}")
         yield Tree(
             f"gs://{gcs_bucket.name}/t",
@@ -188,7 +188,7 @@ def tree(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tree]:
     else:
         from azure.storage.blob import BlobServiceClient
 
-        props = azure_props(_service("TEST_AZURITE_BLOB_ENDPOINT"))
+        props = azure_props(service("TEST_AZURITE_BLOB_ENDPOINT"))
         name = f"test-{uuid.uuid4().hex[:12]}"
         container = BlobServiceClient.from_connection_string(props["adls.connection-string"]).create_container(name)
         root = f"abfs://{name}@{AZURITE_ACCOUNT}.dfs.core.windows.net/t"

@@ -158,7 +158,7 @@ class OracleTable:
         where = self._locations()
         path = _fullest(where)
         victims = self.rng.sample(sorted(rid for rid, (p, _) in where.items() if p == path), count)
-        self.table.delete(In("rid", victims))
+        self.table.delete(In("rid", victims))  # type: ignore[arg-type, call-arg]
         for rid in victims:
             del self.rows[rid]
         self._remember()

@@ -50,7 +50,7 @@ from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS
+from tests.support.services import S3_PROPS
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "name", StringType(), required=False))
 INDEX = "by_id"
@@ -97,7 +97,7 @@ def orphan_run(table: Table) -> list[str]:
     """A real orphan run with the cutoff at now; returns what it deleted."""
     report = remove_orphan_files(table, OrphanOptions(older_than=datetime.now(UTC)), sources=[INDEX_FILES])
     assert report.failed == []
-    return report.orphan_files
+    return list(report.orphan_files)
 
 
 class Store:
@@ -122,7 +122,7 @@ class Store:
         root = f"{self.table.location().rstrip('/')}/index/"
         if self.s3 is None:
             base = local_path(root)
-            found = set()
+            found: set[str] = set()
             for directory, _, names in os.walk(base):
                 found.update(f"{root}{os.path.relpath(os.path.join(directory, n), base)}" for n in names)
             return found
@@ -227,7 +227,7 @@ def check_committed_and_whole(table: Table, before: IndexMetadata, store: Store)
     """The refresh's extract is in the current metadata, once, and every file it names exists."""
     after = current(table)
     new = [e for e in after.extracts if e.extract_id not in {x.extract_id for x in before.extracts}]
-    assert [e.source_table_snapshot_id for e in new] == [table.current_snapshot().snapshot_id]  # type: ignore[union-attr]
+    assert [e.source_table_snapshot_id for e in new] == [table.current_snapshot().snapshot_id]
     assert extract_files(table, after, new[0].extract_id) <= store.index_files()
     assert_lookups_exact(table)
     return after

@@ -125,7 +125,7 @@ def overwrite(oracle: OracleTable, count: int) -> None:
         row.update(rid=oracle.next_rid, k_long=oracle.rng.choice(POOLS["k_long"]), payload=f"o{oracle.next_rid}")
         oracle.next_rid += 1
         new.append(row)
-    oracle.table.overwrite(pa.Table.from_pylist(new, schema=SCHEMA), overwrite_filter=In("rid", victims))
+    oracle.table.overwrite(pa.Table.from_pylist(new, schema=SCHEMA), overwrite_filter=In("rid", victims))  # type: ignore[arg-type, call-arg]
     oracle.rows.update((r["rid"], r) for r in new)
     oracle._remember()
 

@@ -170,7 +170,7 @@ def test_lookup_matches_pyiceberg_filtered_scan(sqlite_catalog: Catalog) -> None
     _index(oracle, "bucket(8, k_long), k_long")
     refresh_full(oracle.table, "ix")
     for value in oracle.probes("k_long", 8):
-        row_filter = IsNull("k_long") if value is None else EqualTo("k_long", value)
+        row_filter = IsNull("k_long") if value is None else EqualTo("k_long", value)  # type: ignore[arg-type, call-arg]
         scanned = multiset(oracle.table.scan(row_filter=row_filter).to_arrow().to_pylist())
         assert _rows(lookup(oracle.table, "ix", [(value,)])) == scanned
 
@@ -183,7 +183,7 @@ def test_lookup_reads_one_region_file(sqlite_catalog: Catalog, monkeypatch: pyte
     result = refresh_full(oracle.table, "ix")
     assert result.region_files_written > 3
     calls: list[str] = []
-    original = regions_module.read_region_matches
+    original = regions_module.read_region_matches  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[1])
@@ -203,7 +203,7 @@ def test_lookup_several_values_and_columns(sqlite_catalog: Catalog) -> None:
     refresh_full(oracle.table, "ix")
     values = ["a", "b", "a", None]
     result = lookup(oracle.table, "ix", [(v,) for v in values], columns=["rid", "k_str"])
-    expected = Counter()
+    expected: Counter[Any] = Counter()
     for value in dict.fromkeys(values):
         expected.update(Counter({(k[0], k[3]): n for k, n in oracle.expected("k_str", value).items()}))
     assert result.rows.column_names == ["rid", "k_str"]
@@ -353,7 +353,7 @@ def test_timestamptz_and_decimal_keys(
     # timezone-aware datetimes and Decimals.
     monkeypatch.setattr(extract_files, "REGION_ROW_GROUP_ROWS", region_row_group_rows)
     searches: list[Any] = []
-    monkeypatch.setattr(region_reads, "bisect_right", lambda *a: searches.append(a[1]) or bisect_right(*a))
+    monkeypatch.setattr(region_reads, "bisect_right", lambda *a: searches.append(a[1]) or bisect_right(*a))  # type: ignore[func-returns-value]
     schema = pa.schema([("rid", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("amount", pa.decimal128(9, 2))])
     table = sqlite_catalog.create_table("db.z", schema=schema)
     moments = [datetime(2024, 3, 1, 12, tzinfo=UTC), datetime(2024, 3, 1, 13, tzinfo=UTC), None]
@@ -376,7 +376,7 @@ def test_timestamptz_and_decimal_keys(
             except InvalidInputError:
                 continue  # a value of the other column's type
             result = lookup(table, name, [(value,)], columns=["rid"])
-            expected = sorted(r["rid"] for r in rows if r[column] == value)
+            expected = sorted(r["rid"] for r in rows if r[column] == value)  # type: ignore[type-var]  # the rows' rid values are ints
             assert (result.mode, sorted(result.rows.column("rid").to_pylist())) == ("index", expected), text
             found.append((text, len(expected)))
     assert found == [
@@ -551,7 +551,7 @@ def _covering_index(oracle: OracleTable) -> None:
 def _data_file_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
     """The data files a lookup reads rows from, with the columns read, recorded (and still read)."""
     reads: list[tuple[str, list[str]]] = []
-    original = lookup_module.read_rows
+    original = lookup_module.read_rows  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def recording(table: Any, data_file: Any, schema: Schema, *args: Any, **kwargs: Any) -> Any:
         reads.append((data_file.file_path, [f.name for f in schema.fields]))
@@ -678,7 +678,7 @@ def test_lookups_return_list_map_and_struct_columns_like_a_scan(sqlite_catalog: 
     def same_as_scan(mode: str) -> None:
         for value in (1, 3, 7):
             found = lookup(table, "ix", [(value,)])
-            scanned = table.scan(row_filter=EqualTo("id", value)).to_arrow()
+            scanned = table.scan(row_filter=EqualTo("id", value)).to_arrow()  # type: ignore[arg-type, call-arg]
             assert found.mode == mode
             assert sorted(map(str, found.rows.to_pylist())) == sorted(map(str, scanned.to_pylist())), value
 

@@ -50,13 +50,13 @@ def built_metadata(catalog: Catalog) -> IndexMetadata:
     metadata = new_index_metadata(
         table, "by_id", ordering, ["price"], True, {"write.region.target-file-size-bytes": "1000"}
     )
-    first = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    first = table.current_snapshot().snapshot_id
     extract = new_extract(metadata, first, 0, "metadata/tracking-1.parquet", 2048, {"built-by": "test"})
     metadata = metadata.with_extract(extract)
     with table.update_schema() as update:
         update.update_column("id", LongType())
     table.append(_rows(table.schema(), [2]))
-    second = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    second = table.current_snapshot().snapshot_id
     metadata, schema_id = with_extract_schema_for(metadata, table.metadata, second)
     metadata = metadata.with_extract(new_extract(metadata, second, schema_id, f"{LOCATION}/metadata/t-2.parquet", 4096))
     fixed = tuple(

@@ -21,7 +21,7 @@ ALLOWED = {
 
 
 def _imported_packages(path: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX):
             modules = [f"{node.module}.{a.name}" for a in node.names] if node.module == PREFIX else [node.module]

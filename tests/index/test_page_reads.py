@@ -96,7 +96,7 @@ def test_row_groups_whose_every_page_holds_a_row_are_read_whole_with_the_same_ro
     path = _write(tmp_path / "f.parquet", data_page_version=version)
     copied: list[int] = []
     real = page_reads._decode
-    monkeypatch.setattr(page_reads, "_decode", lambda *a: copied.append(1) or real(*a))
+    monkeypatch.setattr(page_reads, "_decode", lambda *a: copied.append(1) or real(*a))  # type: ignore[func-returns-value]
     # Every 7th row: a row in each page of row groups 0 and 1; one row of row group 2.
     positions = [*range(0, 2000, 7), 2500]
     rows = _read(path, positions, _data().column_names)
@@ -111,7 +111,7 @@ def test_a_column_subset_and_a_single_row(tmp_path: Path) -> None:
     rows = _read(path, [1234], ["unique", "maybe"])
     assert rows is not None
     assert rows.to_pylist() == [{"unique": "u001234-" + "x" * (1234 % 13), "maybe": 1234 * 3}]
-    assert _read(path, [1400], ["maybe"]).to_pylist() == [{"maybe": None}]  # type: ignore[union-attr]
+    assert _read(path, [1400], ["maybe"]).to_pylist() == [{"maybe": None}]
 
 
 def test_only_the_pages_holding_the_rows_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +119,9 @@ def test_only_the_pages_holding_the_rows_are_read(tmp_path: Path, monkeypatch: p
     reads: list[int] = []
     real = page_reads._read
     monkeypatch.setattr(
-        page_reads, "_read", lambda handle, offset, length: reads.append(length) or real(handle, offset, length)
+        page_reads,
+        "_read",
+        lambda handle, offset, length: reads.append(length) or real(handle, offset, length),  # type: ignore[func-returns-value]
     )
     assert _read(path, [1500], ["id"]) is not None
     chunk = pq.ParquetFile(path).metadata.row_group(1).column(0)
@@ -148,7 +150,7 @@ def test_nested_columns_are_left_to_the_usual_reader(tmp_path: Path) -> None:
         assert page_reads.read_positions(handle, path, {0: [1]}, ["id", "point"]) is None
         assert page_reads.read_positions(handle, path, {0: [1]}, ["tags"]) is None
         # Flat columns after nested ones are found by their leaf position.
-        assert page_reads.read_positions(handle, path, {0: [0, 2]}, ["last", "id"]).to_pylist() == [  # type: ignore[union-attr]
+        assert page_reads.read_positions(handle, path, {0: [0, 2]}, ["last", "id"]).to_pylist() == [
             {"last": "p", "id": 1},
             {"last": "r", "id": 3},
         ]
@@ -226,8 +228,8 @@ def test_a_dictionary_page_is_decoded_once_per_column_chunk(
     dictionary_reads: list[tuple[Any, ...]] = []
     by_index: list[pa.Array | None] = []
     read_dictionary, decode_by_index = page_reads._dictionary_page, page_reads._decode_by_index
-    monkeypatch.setattr(page_reads, "_dictionary_page", lambda *a: dictionary_reads.append(a) or read_dictionary(*a))
-    monkeypatch.setattr(page_reads, "_decode_by_index", lambda *a: by_index.append(decode_by_index(*a)) or by_index[-1])
+    monkeypatch.setattr(page_reads, "_dictionary_page", lambda *a: dictionary_reads.append(a) or read_dictionary(*a))  # type: ignore[func-returns-value]
+    monkeypatch.setattr(page_reads, "_decode_by_index", lambda *a: by_index.append(decode_by_index(*a)) or by_index[-1])  # type: ignore[func-returns-value]
     whole = pq.read_table(path)
     for position in POSITIONS:  # one fetch at a time, as single-key lookups do
         rows = _read(path, [position], ["color", "unique"])

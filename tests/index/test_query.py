@@ -92,15 +92,15 @@ def _history(catalog: Catalog, seed: int, ordering: str, equality: bool) -> Orac
 
 def _in_filter(column: str, keys: list[Any]) -> BooleanExpression:
     present = [k for k in keys if k is not None]
-    return Or(In(column, present), IsNull(column)) if None in keys else In(column, present)
+    return Or(In(column, present), IsNull(column)) if None in keys else In(column, present)  # type: ignore[arg-type, call-arg]
 
 
 def _range_filter(column: str, low: Any, high: Any) -> BooleanExpression:
     expression: BooleanExpression = AlwaysTrue()
     if low is not None:
-        expression = And(expression, GreaterThanOrEqual(column, low))
+        expression = And(expression, GreaterThanOrEqual(column, low))  # type: ignore[arg-type, call-arg]
     if high is not None:
-        expression = And(expression, LessThanOrEqual(column, high))
+        expression = And(expression, LessThanOrEqual(column, high))  # type: ignore[arg-type, call-arg]
     return expression
 
 
@@ -171,7 +171,7 @@ def test_each_region_file_is_read_once_and_each_data_file_fetched_once(
     _index(oracle, "k_str")
     regions: list[str] = []
     fetched: list[str] = []
-    read_matches, read = regions_module.read_region_matches, lookup_module.read_rows
+    read_matches, read = regions_module.read_region_matches, lookup_module.read_rows  # type: ignore[attr-defined]  # the names as the module imported them (patched there)
 
     def counting_regions(*args: Any, **kwargs: Any) -> Any:
         regions.append(args[1])
@@ -206,7 +206,7 @@ def test_composite_keys_as_a_table(sqlite_catalog: Catalog) -> None:
 def _rows_of_plan(oracle: OracleTable, plan: Any) -> list[dict[str, Any]]:
     """Rows an engine would read from a plan: positions of the planned files, filtered scans of the others."""
     rows: list[dict[str, Any]] = []
-    data_files = {f.file_path: f for f in oracle.table.scan().plan_files() for f in [f.file]}
+    data_files = {task.file.file_path: task.file for task in oracle.table.scan().plan_files()}
     for planned in plan.files:
         assert not planned.delete_files
         fetched = read_rows(oracle.table, data_files[planned.path], oracle.table.schema(), planned.positions)
@@ -363,7 +363,7 @@ def test_a_region_file_of_many_wanted_row_groups_is_read_in_one_coalesced_read(
         starts = [0, *accumulate(parquet.metadata.row_group(i).num_rows for i in range(groups))]
         return parquet_files.ParquetHandle(parquet, sources[-1], starts)
 
-    monkeypatch.setattr(parquet_files, "_handles", parquet_files.LRUCache(maxsize=parquet_files.OPEN_FILES))
+    monkeypatch.setattr(parquet_files, "_handles", parquet_files.LRUCache(maxsize=parquet_files.OPEN_FILES))  # type: ignore[attr-defined]  # the cache class the module imported
     monkeypatch.setattr(parquet_files, "_open", counting_open)
     keys = sorted({r["k_long"] for r in oracle.rows.values()}, key=lambda v: (v is not None, v))
     try:

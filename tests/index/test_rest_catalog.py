@@ -26,9 +26,9 @@ from airflow_iceberg_maint.index.metadata.spec import INDEX_PATH_PROPERTY
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
 from airflow_iceberg_maint.index.write.incremental import refresh_index
-from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import CatalogCase, cutoff_after_writes, older_than
 from tests.orphans.scenario import SCHEMA, Files, rows
+from tests.support.services import create_plain_bucket
 
 pytestmark = pytest.mark.rest
 
@@ -102,8 +102,8 @@ def test_index_lifecycle_with_its_location_in_a_plain_bucket(case: CatalogCase) 
     assert (lag.snapshots_behind, lag.stale) == (1, True)
     second = refresh_index(load_table(case.catalog, "db.t"), "by_id")
     assert (second.mode, second.entries) == ("incremental", 15)
-    found = lookup(load_table(case.catalog, "db.t"), "by_id", [(12,)])
-    assert (found.rows.column("id").to_pylist(), found.mode) == ([12], "index")
+    looked_up = lookup(load_table(case.catalog, "db.t"), "by_id", [(12,)])
+    assert (looked_up.rows.column("id").to_pylist(), looked_up.mode) == ([12], "index")
     expired = expire_extracts(load_table(case.catalog, "db.t"), "by_id", retain_last=1, older_than=None)
     assert expired["expired_extract_ids"] == [first.extract.extract_id]
     assert expired["deleted_files"] == 1 + first.region_files_written - second.region_files_reused

@@ -174,7 +174,7 @@ def test_one_shard_equals_the_single_build_region_for_region(sqlite_catalog: Cat
 def _assert_lookups_exact(table: Table) -> None:
     for key in [HOT, 0, 1, 999, 123, 2000]:
         found = lookup(table, "ix", [(key,)])
-        expected = table.scan(row_filter=EqualTo("k", key)).to_arrow()
+        expected = table.scan(row_filter=EqualTo("k", key)).to_arrow()  # type: ignore[arg-type, call-arg]
         assert found.mode == "index"
         assert sorted(found.rows.column("rid").to_pylist()) == sorted(expected.column("rid").to_pylist())
     nulls = lookup(table, "ix", [(None,)])

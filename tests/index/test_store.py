@@ -51,7 +51,7 @@ def create_index(table: Table, name: str = "by_id", **properties: str) -> IndexS
 
 
 def add_extract(table: Table, tracking: str) -> Any:
-    snapshot_id = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    snapshot_id = table.current_snapshot().snapshot_id
 
     def update(metadata: IndexMetadata) -> IndexMetadata:
         metadata, schema_id = with_extract_schema_for(metadata, table.metadata, snapshot_id)
@@ -385,7 +385,7 @@ def test_s3_previous_versions_max_and_delete_after_commit(s3_catalog: SqlCatalog
 def test_s3_concurrent_commits_from_several_processes(
     s3_catalog: SqlCatalog, s3_endpoint: str, s3_bucket: str, tmp_path: Any
 ) -> None:
-    from tests.conftest import S3_PROPS
+    from tests.support.services import S3_PROPS
 
     run_concurrent_commits(
         s3_catalog,

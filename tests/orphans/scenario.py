@@ -91,7 +91,7 @@ class Files:
         if self.store is not None:
             return {head + k for k in self.store.keys(uri.authority, uri.path.lstrip("/") + "/")}
         if self.s3 is None:
-            found = set()
+            found: set[str] = set()
             for dirpath, _, names in os.walk(uri.path):
                 found.update(f"{root.rstrip('/')}{dirpath[len(uri.path) :]}/{n}" for n in names)
             return found

@@ -227,6 +227,6 @@ def test_bad_listings_are_refused_naming_the_input(s3_catalog, s3_bucket, tmp_pa
     refused("", "listing: must not be empty")
     local = SqlCatalog("local", uri=f"sqlite:///{tmp_path}/local.db", warehouse=f"file://{tmp_path}/wh")
     local.create_namespace("db")
-    local = local.create_table("db.local", schema=SCHEMA)
-    refused(str(tmp_path / "bad.csv"), "is on local disk, which is listed directly", on=local)
+    local_table = local.create_table("db.local", schema=SCHEMA)
+    refused(str(tmp_path / "bad.csv"), "is on local disk, which is listed directly", on=local_table)
     assert all(Files(table).exists(o) for o in orphans)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.conftest import S3_PROPS
 from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows
 from tests.orphans.test_cli import _run
+from tests.support.services import S3_PROPS
 
 
 def _s3_table(tmp_path: Path, endpoint: str, bucket: str):

@@ -122,7 +122,7 @@ def _manifest_schema(table: Table, path: str) -> dict[str, Any]:
 
 
 def _partition_avro_type(table: Table) -> Any:
-    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path  # type: ignore[union-attr]
+    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path
     data_file = next(f for f in _manifest_schema(table, manifest)["fields"] if f["field-id"] == 2)
     partition = next(f for f in data_file["type"]["fields"] if f["field-id"] == 102)
     return partition["type"]["fields"][0]["type"]
@@ -579,7 +579,7 @@ def test_a_length_past_its_block_is_a_read_error_not_a_crash(sqlite_catalog, tmp
     """A path's length prefix made 50 MB (or negative), in an uncompressed manifest of a few KB."""
     typ, values = TYPES["decimal38"]
     table, _ = _make_table(sqlite_catalog, "t_length", typ, values, IdentityTransform())
-    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path  # type: ignore[union-attr]
+    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path
     _rewrite(manifest, lambda schema: schema)
     data = Path(local_path(manifest)).read_bytes()
     path = live_file_paths(table.io, manifest)[0].encode()
@@ -600,7 +600,7 @@ def test_an_encoding_that_disagrees_with_the_schema_is_a_read_error(sqlite_catal
     """A header that says ``fixed`` for decimals stored as ``bytes``: the skips go wrong, and that is found."""
     typ, values = TYPES["decimal38"]
     table, _ = _make_table(sqlite_catalog, "t_lie", typ, values, IdentityTransform())
-    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path  # type: ignore[union-attr]
+    manifest = table.current_snapshot().manifests(table.io)[0].manifest_path
     _rewrite(manifest, lambda s: _walk(s, _other_encodings), declare=_manifest_schema(table, manifest))
     with pytest.raises(MetadataReadError, match="cannot be read"):
         live_file_paths(table.io, manifest)

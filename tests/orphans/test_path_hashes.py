@@ -153,8 +153,8 @@ def test_listing_hashes_equal_those_of_each_file(tmp_path: Path) -> None:
     listing = list_candidates(LocalStorage(), root, keep_filter([]), datetime.now(UTC) - timedelta(days=5))
     every = list(LocalStorage().list_files(root, keep_filter([])))
     assert listing.listed == len(every) == 2_500
-    old = sorted(f"{root}/data/{i:05d}.parquet" for i in range(2_500) if i % 3)
-    assert sorted(c.path for c in listing.candidates) == old
+    old_paths = sorted(f"{root}/data/{i:05d}.parquet" for i in range(2_500) if i % 3)
+    assert sorted(c.path for c in listing.candidates) == old_paths
     assert list(listing.candidate_hashes) == [path_hash(c.path) for c in listing.candidates]
     expected = {(*path_hash128(f.path), inode_identity(*f.inode)) for f in every if f.inode is not None}
     rows = pa.concat_tables([entries for entries, _ in by_exact(listing.on_disk)]).to_pydict()
@@ -197,8 +197,8 @@ def test_first_listed_is_the_first_listed_file_with_the_hash_whatever_the_runs()
     deferred = hash_runs(20_000, None, "iceberg-orphan-deferred-")
     for start in range(0, 5_000, 700):
         part = slice(start, start + 700)
-        identities = np.arange(start, start + len(listed_exact[part]))
-        columns = [pa.array(listed_exact[part]), pa.array(listed_check[part]), pa.array(identities)]
+        listed_identities = np.arange(start, start + len(listed_exact[part]))
+        columns = [pa.array(listed_exact[part]), pa.array(listed_check[part]), pa.array(listed_identities)]
         listed.add(pa.Table.from_arrays(columns, schema=LISTED_SCHEMA))
     for start in range(0, 4_000, 500):
         rows = np.arange(start, start + 500)

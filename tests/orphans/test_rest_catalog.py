@@ -20,9 +20,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.orphans.sharded.scan import remove_orphan_files_sharded
-from tests.conftest import create_plain_bucket
 from tests.orphans.catalog_cases import CatalogCase, cutoff_after_writes, older_than, whole_table
 from tests.orphans.scenario import SCHEMA, Files, _history, referenced_by_oracle, rows, snapshot_row_counts
+from tests.support.services import create_plain_bucket
 
 pytestmark = pytest.mark.rest
 

@@ -289,9 +289,11 @@ def test_statistics_files_are_kept_and_replaced_ones_removed(sqlite_catalog):
 
     set_statistics_file(table, snapshot_id, first, size=4)
     set_statistics_file(table, snapshot_id, second, size=4)  # replaces the first for this snapshot
-    partition_stats = PartitionStatisticsFile(snapshot_id=snapshot_id, statistics_path=partition, file_size_in_bytes=4)
+    partition_stats = PartitionStatisticsFile(snapshot_id=snapshot_id, statistics_path=partition, file_size_in_bytes=4)  # type: ignore[call-arg]
     sqlite_catalog.commit_table(
-        table, requirements=(), updates=(SetPartitionStatisticsUpdate(partition_statistics=partition_stats),)
+        table,
+        requirements=(),
+        updates=(SetPartitionStatisticsUpdate(partition_statistics=partition_stats),),  # type: ignore[call-arg]
     )
     table = sqlite_catalog.load_table("db.t")
     assert [s.statistics_path for s in table.metadata.statistics] == [second]

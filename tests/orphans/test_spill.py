@@ -110,8 +110,8 @@ def test_spilled_and_in_memory_matching_are_equal(
                 with _rows(files, budget, tmp_path, step) as rows:
                     assert rows.spilled == (budget == 1 and bool(files))
                     found = match_listed(rows, both)
-                    with found.orphans as orphans:
-                        orphans = file_infos_of(orphans.table())
+                    with found.orphans as batches:
+                        orphans = file_infos_of(batches.table())
                     assert (orphans, found.conflicts, found.equivalent, found.undecodable) == expected
         assert list(tmp_path.iterdir()) == []
 

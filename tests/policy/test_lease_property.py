@@ -23,7 +23,7 @@ from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.state.lease_fence import Fence
 from airflow_iceberg_maint.state.leases import try_take
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
-from tests.conftest import _service
+from tests.support.services import service
 
 LOG = logging.getLogger(__name__)
 TTL = timedelta(seconds=60)
@@ -39,7 +39,7 @@ STEPS = st.lists(
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/state.db" if request.param == "sqlite" else _service("TEST_PG_URL")
+    return f"sqlite:///{tmp_path}/state.db" if request.param == "sqlite" else service("TEST_PG_URL")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Self
 from urllib.parse import parse_qs, urlsplit
 
 FAULTS = ("reset", "500", "503", "slowdown", "drop_after")
@@ -135,7 +136,7 @@ def _read_head(reader: socket.SocketIO | object) -> tuple[bytes, list[str]]:
     raw = b""
     lines: list[str] = []
     while True:
-        line = reader.readline(MAX_HEAD_BYTES + 1)  # type: ignore[attr-defined]
+        line = reader.readline(MAX_HEAD_BYTES + 1)  # type: ignore[union-attr]  # a socket file or a buffered reader
         if not line:
             if raw:
                 raise _Closed("connection closed inside a message head")
@@ -239,6 +240,7 @@ class FaultProxy:
     def url(self) -> str:
         assert self._server is not None, "the proxy is not started"
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}"
 
     def start(self) -> FaultProxy:
@@ -273,8 +275,9 @@ class FaultProxy:
             self._thread.join(timeout=5)
         self._server = None
 
-    def __enter__(self) -> FaultProxy:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()

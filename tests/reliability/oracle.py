@@ -97,7 +97,7 @@ def snapshot_rows(table: Table) -> dict[int, int]:
 
 def scan_rows(table: Table, column: str, value: Any, snapshot_id: int | None = None) -> list[tuple[Any, ...]]:
     """Rows whose ``column`` equals ``value`` by a pyiceberg scan with a row filter: the lookup oracle."""
-    rows = table.scan(row_filter=EqualTo(column, value), snapshot_id=snapshot_id).to_arrow().to_pylist()
+    rows = table.scan(row_filter=EqualTo(column, value), snapshot_id=snapshot_id).to_arrow().to_pylist()  # type: ignore[arg-type, call-arg]
     return sorted(tuple(r.values()) for r in rows)
 
 

@@ -112,7 +112,8 @@ def _explain_rows(table: Any, wrong: dict[int, tuple[int, int]], log: list[dict[
     for sid, (want, got) in sorted(wrong.items()):
         entry = by_snapshot[sid]
         snapshot = table.metadata.snapshot_by_id(sid)
-        data, deletes = set(), set()
+        data: set[str] = set()
+        deletes: set[str] = set()
         for manifest in snapshot.manifests(table.io):
             for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 (data if e.data_file.content == 0 else deletes).add(e.data_file.file_path)
@@ -198,7 +199,7 @@ def test_cutoff_zero_runs_never_delete_a_committed_live_file(
                 continue
             assert done.failed == []
             recheck = start + done.phase_seconds["list_and_reference"] + done.phase_seconds["match"]
-            runs.append(Run(start, recheck, time.monotonic(), done.orphan_files))
+            runs.append(Run(start, recheck, time.monotonic(), list(done.orphan_files)))
     finally:
         _stop_writer(child, stop_path)
     with open(result_path) as fh:

@@ -54,10 +54,10 @@ from airflow_iceberg_maint.index.write.incremental import refresh_index
 from airflow_iceberg_maint.index.write.refresh import refresh_full
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from tests.conftest import S3_PROPS, seaweed_s3_properties
 from tests.orphans.scenario import referenced_by_oracle, snapshot_row_counts
 from tests.reliability import figures, oracle
 from tests.reliability.fault_proxy import FAULTS, FaultProxy, Rule
+from tests.support.services import S3_PROPS, seaweed_s3_properties
 
 pytestmark = pytest.mark.s3
 
@@ -265,7 +265,7 @@ def prepare(real: SqlCatalog) -> str:
 def plant(real: SqlCatalog, plain: Any, name: str) -> set[str]:
     """A newer snapshot for the refresh, and planted orphans (data, metadata, index) for the orphan run."""
     table = real.load_table(name)
-    start = int(table.current_snapshot().summary["total-records"])  # type: ignore[union-attr,index]
+    start = int(table.current_snapshot().summary["total-records"])
     table.append(rows(start, 10))
     location = table.metadata.location.rstrip("/")
     tag = uuid.uuid4().hex[:6]

@@ -407,7 +407,7 @@ class Writer:
             )
         if op == "delete_cow" and ids:
             victims = set(self.rng.sample(sorted(ids), min(len(ids), self.rng.randint(1, 8))))
-            return ids - victims, lambda: table.delete(In("id", victims))
+            return ids - victims, lambda: table.delete(In("id", victims))  # type: ignore[arg-type, call-arg]
         if op == "delete_positions" and ids:
             return self._delete_positions()
         if op == "expire" and len(table.metadata.snapshots) > KEEP_SNAPSHOTS:

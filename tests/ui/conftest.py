@@ -16,93 +16,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.conftest import S3_PROPS, _service
+from tests.support.browser import BASE, INDEX_DAG, MANUAL, PASSWORD, PORT, Airflow
+from tests.support.services import S3_PROPS, service
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "ui"
-PORT = int(os.environ.get("TEST_AIRFLOW_PORT", "23080"))
-BASE = f"http://127.0.0.1:{PORT}"
-PASSWORD = "ui-test-password"
-MANUAL = "iceberg_orphan_cleanup_manual"
-INDEX_DAG = "iceberg_index_maintenance_scheduled"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@dataclass
-class Airflow:
-    home: Path
-    warehouse: Path
-    token: str
-    report_base: str
-    catalog: dict[str, str]  # the SqlCatalog properties of the connection iceberg_default
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(
-            f"{BASE}/api/v2{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
-
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 900) -> str:
-        deadline = time.monotonic() + timeout
-        state = None
-        while time.monotonic() < deadline:
-            try:
-                state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            except (TimeoutError, urllib.error.URLError) as exc:  # a busy api-server: ask again
-                if isinstance(exc, urllib.error.HTTPError):
-                    raise
-                continue
-            if state in ("success", "failed"):
-                return state
-            time.sleep(1)
-        raise AssertionError(
-            f"{dag_id} run {run_id} did not finish within {timeout} s: run {state}, "
-            f"tasks {self.task_states(dag_id, run_id)}; {self.state()}"
-        )
-
-    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")
-        # Structured lines: the exception's text is in "error_detail", not in "event".
-        return "\n".join(json.dumps(line) if isinstance(line, dict) else str(line) for line in body["content"])
-
-    def run_ids(self, dag_id: str) -> set[str]:
-        return {r["dag_run_id"] for r in self.api("GET", f"/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]}
-
-    def task_states(self, dag_id: str, run_id: str) -> list[tuple[str, int, str | None]]:
-        """Each task instance of a run and its state: what a failure message shows."""
-        body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
-        return sorted((t["task_id"], t["map_index"], t["state"]) for t in body["task_instances"])
-
-    def state(self) -> str:
-        """Where Airflow stood, for a failure message: the runs it lists and how often its api-server was too slow."""
-        try:
-            runs = {d: sorted(self.run_ids(d)) for d in (MANUAL, INDEX_DAG)}
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-            runs = {"error": [f"the REST API did not answer: {exc}"]}
-        log = (self.home / "standalone.log").read_text(errors="replace")
-        timeouts = log.count("ReadTimeout: timed out")
-        return f"runs: {runs}; task requests to the api-server that timed out: {timeouts}"
 
 
 def _token() -> str | None:
@@ -137,7 +61,7 @@ def _make_tables(catalog: SqlCatalog) -> Path:
 def chromium() -> str:
     path = os.environ.get("TEST_CHROMIUM") or shutil.which("chromium") or ""
     if not path:
-        _service("TEST_CHROMIUM")  # skipped outside make test, an error in CI
+        service("TEST_CHROMIUM")  # skipped outside make test, an error in CI
     return path
 
 
@@ -145,7 +69,7 @@ def chromium() -> str:
 def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[Airflow]:
     import boto3
 
-    endpoint = _service("TEST_S3_ENDPOINT")
+    endpoint = service("TEST_S3_ENDPOINT")
     home = tmp_path_factory.mktemp("airflow-ui")
     warehouse = home / "warehouse"
     warehouse.mkdir()

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.ui.conftest import ARTIFACTS, BASE, CHROMIUM_ARGS, INDEX_DAG, MANUAL, PASSWORD, Airflow
+from tests.support.browser import ARTIFACTS, BASE, CHROMIUM_ARGS, INDEX_DAG, MANUAL, PASSWORD, Airflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -197,14 +197,14 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
                 "argument older_than_days: expected a number of days >= 1, got -1"
             ),
         }
-        runs = {}
+        failed_runs: dict[str, str] = {}
         for query, message in bad.items():
             page.goto(f"{BASE}/iceberg-maint/trigger?{query}")
             page.locator("#param-table").wait_for()
             page.locator("#submit").click()
-            runs[_triggered_run(page, airflow)] = message
+            failed_runs[_triggered_run(page, airflow)] = message
         page.screenshot(path=ARTIFACTS / "06-bad-cutoff-form.png")
-        for run_id, message in runs.items():
+        for run_id, message in failed_runs.items():
             assert airflow.wait_run(MANUAL, run_id) == "failed"
             assert message in airflow.task_log(MANUAL, run_id, "remove_orphan_files")
         assert all(p.exists() for p in [*kept, fresh, *referenced])

@@ -19,7 +19,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from tests.ui.conftest import ARTIFACTS, BASE, CHROMIUM_ARGS, PASSWORD, Airflow
+from tests.support.browser import ARTIFACTS, BASE, CHROMIUM_ARGS, PASSWORD, Airflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(2400)]
 
@@ -87,7 +87,7 @@ def test_approve_expires_and_deletes_the_reviewed_files_and_reject_changes_nothi
     data = airflow.warehouse / "sales" / "orders" / "data"
     referenced = sorted(data.iterdir())
     first, second = _snapshots(airflow)
-    first_list = Path(_orders(airflow).snapshot_by_id(first).manifest_list.removeprefix("file://"))  # type: ignore[union-attr]
+    first_list = Path(_orders(airflow).snapshot_by_id(first).manifest_list.removeprefix("file://"))
     reviewed = _plant(data, "00000-8-orphan-a.parquet", "00000-8-orphan-b.parquet")
     airflow.api("PATCH", f"/dags/{REVIEWED}", {"is_paused": False})
 

@@ -18,8 +18,10 @@ from airflow_iceberg_maint.errors import MetadataReadError
 class ReferenceSource(Protocol):
     """Files kept under a table's location that no Iceberg metadata names."""
 
-    #: Shown in errors: which source failed.
-    name: str
+    @property
+    def name(self) -> str:
+        """Shown in errors: which source failed (read only: a frozen dataclass or a constant will do)."""
+        ...
 
     def path_batches(self, table: Table) -> Iterable[list[str]]:
         """Every path the source needs, in batches; raise when they cannot all be read (S2)."""

@@ -19,9 +19,9 @@ from typing import Any
 
 from airflow.sdk import DAG, Context
 
+from airflow_iceberg_maint.airflow.maintenance_run import Staged
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator, PreparedRun
-from airflow_iceberg_maint.orphans.report import OrphanReport
 
 STATE_URL = os.environ.get("ICEBERG_MAINT_TEST_STATE_URL")
 LEASE_DIR = Path(os.environ.get("ICEBERG_MAINT_TEST_LEASE_DIR", "/nonexistent"))
@@ -48,7 +48,7 @@ class StallingRemoval(IcebergRemoveOrphanFilesOperator):
         run = super()._prepare(context)
         save = run.saved.stage
 
-        def stall(report: OrphanReport, stage: str) -> None:
+        def stall(report: Staged, stage: str) -> None:
             save(report, stage)
             if stage == "planned":
                 (LEASE_DIR / "paused").write_text(str(os.getpid()))
