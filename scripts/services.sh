@@ -3,7 +3,8 @@
 # standalone S3-protocol server, Azurite's Blob service, two GCS emulators, SeaweedFS's S3 and
 # Iceberg REST catalog, all on 127.0.0.1), run a command, stop them.
 #   scripts/services.sh run -- CMD ...
-# TEST_PG_PORT / TEST_S3_PORT / TEST_AZURITE_PORT / TEST_GCS_PORT / TEST_FAKE_GCS_PORT choose the ports;
+# TEST_PG_PORT / TEST_S3_PORT / TEST_AZURITE_PORT / TEST_GCS_PORT / TEST_FAKE_GCS_PORT choose the ports (one left
+# unset whose default is taken, by another run beside this one, moves to a free port; one set and taken is refused);
 # TEST_SEAWEED_PORT (default 20030) is the first of the 10 consecutive ports SeaweedFS uses (master, volume,
 # filer, S3 and their gRPC ports, the REST catalog on +8, the admin gRPC on +9); its admin HTTP port, which
 # `weed mini` cannot turn off, is TEST_SEAWEED_ADMIN_PORT, by default a free one the kernel picks on 127.0.0.1.
@@ -71,6 +72,54 @@ check_port() {  # check_port VARIABLE VALUE: a one-line message for anything but
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }  # something accepts connections there
+
+# free_block COUNT: the first of COUNT consecutive ports free on 127.0.0.1 now (outside the ephemeral range).
+free_block() {
+  "$VENV/bin/python" - "$1" <<'PY'
+import random, socket, sys
+count = int(sys.argv[1])
+for _ in range(200):
+    base = random.randrange(21000, 31000 - count)
+    try:
+        for port in range(base, base + count):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(base)
+    break
+else:
+    sys.exit("no free block of ports found")
+PY
+}
+
+# block_busy FIRST COUNT: whether any of COUNT consecutive ports from FIRST is in use.
+block_busy() {
+  local offset
+  for ((offset = 0; offset < $2; offset++)); do port_in_use $(($1 + offset)) && return 0; done
+  return 1
+}
+
+# A port the user did not set whose default is taken (another `make test` beside this one) moves to a free one,
+# so that two full runs can go on side by side; a port the user set is kept, and refused below if it is taken.
+move_busy_defaults() {
+  local moved=""
+  if [ -z "${TEST_PG_PORT+set}" ] && block_busy "$PG_PORT" 1; then PG_PORT=$(free_block 1); moved+=" TEST_PG_PORT=$PG_PORT"; fi
+  if [ -z "${TEST_S3_PORT+set}" ] && block_busy "$S3_PORT" 1; then S3_PORT=$(free_block 1); moved+=" TEST_S3_PORT=$S3_PORT"; fi
+  if [ -z "${TEST_AZURITE_PORT+set}" ] && block_busy "$AZURITE_PORT" 1; then
+    AZURITE_PORT=$(free_block 1); moved+=" TEST_AZURITE_PORT=$AZURITE_PORT"
+  fi
+  if [ -z "${TEST_GCS_PORT+set}${TEST_FAKE_GCS_PORT+set}" ] && { block_busy "$GCS_PORT" 1 || block_busy "$FAKE_GCS_PORT" 1; }; then
+    GCS_PORT=$(free_block 2); FAKE_GCS_PORT=$((GCS_PORT + 1)); moved+=" TEST_GCS_PORT=$GCS_PORT TEST_FAKE_GCS_PORT=$FAKE_GCS_PORT"
+  fi
+  if [ -z "${TEST_SEAWEED_PORT+set}" ] && block_busy "$SEAWEED_PORT" 10; then
+    SEAWEED_PORT=$(free_block 10); moved+=" TEST_SEAWEED_PORT=$SEAWEED_PORT"
+  fi
+  if [ -z "${TEST_REDIS_PORT+set}${TEST_CELERY_PORT+set}" ] && { block_busy "$REDIS_PORT" 1 || block_busy "$CELERY_PORT" 4; }; then
+    REDIS_PORT=$(free_block 5); CELERY_PORT=$((REDIS_PORT + 1)); moved+=" TEST_REDIS_PORT=$REDIS_PORT TEST_CELERY_PORT=$CELERY_PORT"
+  fi
+  if [ -n "$moved" ]; then say "default ports in use (another run beside this one?); this run uses$moved"; fi
+}
 
 as_pg() {  # initdb and postgres refuse to run as root; start from / since the postgres user may not enter the checkout
   if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
@@ -371,6 +420,7 @@ case "${1:-}" in
       say "TEST_SEAWEED_PORT is the first of 10 ports, so at most 65526, got '$SEAWEED_PORT'"; exit 2
     fi
     if [ -n "$SEAWEED_ADMIN_PORT" ]; then check_port TEST_SEAWEED_ADMIN_PORT "$SEAWEED_ADMIN_PORT"; fi
+    move_busy_defaults
     if [ "$PG_PORT" = "$S3_PORT" ]; then say "TEST_PG_PORT and TEST_S3_PORT must differ, both are $PG_PORT"; exit 2; fi
     DIR="$ROOT/.services/$PG_PORT-$S3_PORT"
     mkdir -p "$DIR"

@@ -441,3 +441,31 @@ def test_a_seaweed_port_in_use_is_refused_before_anything_starts(checkout: Path,
     )
     assert not marker.exists()
     assert pg_folders(pg_port) == [] and not answers(pg_port) and not answers(s3_port)
+
+
+DEFAULT_S3_PORT = 55000  # scripts/services.sh's default for TEST_S3_PORT
+
+
+@needs_root
+def test_a_default_port_in_use_moves_to_a_free_one_so_two_runs_go_side_by_side(checkout: Path, tmp_path: Path) -> None:
+    # Another run beside this one holds the default S3 port (here a listening socket stands for it; if a real run
+    # already holds it, that is the same case).
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", DEFAULT_S3_PORT))
+        holder.listen()
+    except OSError:
+        assert answers(DEFAULT_S3_PORT), "port 55000 can be neither bound nor reached"
+    env = env_for(free_port(), DEFAULT_S3_PORT)
+    del env["TEST_S3_PORT"]
+    seen = tmp_path / "endpoint"
+    try:
+        result = run(checkout, env, "sh", "-c", f'echo "$TEST_S3_ENDPOINT" > {seen}')
+    finally:
+        holder.close()
+
+    assert result.returncode == 0, result.stderr
+    endpoint = seen.read_text().strip()
+    moved = int(endpoint.rsplit(":", 1)[1])
+    assert moved != DEFAULT_S3_PORT
+    assert f"this run uses TEST_S3_PORT={moved}" in result.stderr
