@@ -123,3 +123,22 @@ def test_a_caller_reading_no_statistics_gets_the_clocks_verdict_and_is_told() ->
     evaluation = evaluate("db.t", "uuid", policy, None, datetime.now(UTC))
     assert (evaluation.due, evaluation.trigger, evaluation.trigger_value) == (True, "score < 50", None)
     assert evaluation.reason == "never expired: due (trigger and score not evaluated here)"
+
+
+def test_a_trigger_reads_the_compaction_clock(
+    tmp_path: Path, sqlite_catalog: SqlCatalog, cli: Callable[..., Ran]
+) -> None:
+    _smalls(sqlite_catalog, "db.t", 5)
+    policy = _policy_file(tmp_path, trigger="days_since_last_compaction < 1")
+    before = cli("due", "db.t", "--policy", policy, "--json")
+    assert before.code == 0, before.err
+    [never] = before.json["policies"]
+    assert (never["due"], never["trigger_values"]) == (False, {"days_since_last_compaction": 1_000_000.0})
+
+    compacted = cli("rewrite-data-files", "db.t", "--target-file-size-mb", "1", "--json")
+    assert compacted.code == 0, compacted.err
+    assert compacted.json["rewritten_data_files"] == 5
+    after = cli("due", "db.t", "--policy", policy, "--json")
+    [fresh] = after.json["policies"]
+    assert fresh["due"] is True
+    assert 0 <= fresh["trigger_values"]["days_since_last_compaction"] < 0.01

@@ -22,7 +22,7 @@ from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.health.fleet import FleetHealth, Records, check_parallelism, fleet_scan
 from airflow_iceberg_maint.health.names import DEFAULT_PARALLELISM
 from airflow_iceberg_maint.health.report import HealthReport, build_report
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, catalog_tables
+from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, catalog_tables
 from airflow_iceberg_maint.state.cleanup import CleanupState, StateStore
 
 
@@ -96,12 +96,17 @@ def _tables_under(catalog: Catalog, namespace: tuple[str, ...]) -> list[str]:
 
 
 def _records(state: StateStore | None) -> Records:
-    """Each table's orphan-removal and expiry records, read in one query a job when the store can (SQL)."""
+    """Each table's orphan-removal, expiry and compaction records, read in one query a job when the store can (SQL)."""
     if state is None:
-        return lambda uuid: (None, None)
+        return lambda uuid: (None, None, None)
     every = getattr(state, "all", None)
     if every is None:  # a store without a bulk read: two queries a table
-        return lambda uuid: (state.get(uuid, ORPHAN_FILE_REMOVAL), state.get(uuid, SNAPSHOT_EXPIRY))
-    orphans = {s.table_uuid: s for s in every(ORPHAN_FILE_REMOVAL)}
-    expiries = {s.table_uuid: s for s in every(SNAPSHOT_EXPIRY)}
-    return lambda uuid: (orphans.get(uuid), expiries.get(uuid))
+        return lambda uuid: (
+            state.get(uuid, ORPHAN_FILE_REMOVAL),
+            state.get(uuid, SNAPSHOT_EXPIRY),
+            state.get(uuid, DATA_COMPACTION),
+        )
+    orphans, expiries, compactions = (
+        {s.table_uuid: s for s in every(job)} for job in (ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, DATA_COMPACTION)
+    )
+    return lambda uuid: (orphans.get(uuid), expiries.get(uuid), compactions.get(uuid))

@@ -12,7 +12,7 @@ from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.health.fleet import check_parallelism
 from airflow_iceberg_maint.health.report import HealthReport, build_report
-from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
+from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 from airflow_iceberg_maint.state.cleanup import SqlStateStore
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             target_file_size_bytes=target,
             last_orphan_run=store.get(uuid, ORPHAN_FILE_REMOVAL),
             last_expiry=store.get(uuid, SNAPSHOT_EXPIRY),
+            last_compaction=store.get(uuid, DATA_COMPACTION),
             now=now,
         )
         text = _table([report]) if args.format == "table" else _text(report)

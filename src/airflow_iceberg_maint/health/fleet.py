@@ -35,7 +35,8 @@ class FleetHealth(list[HealthReport]):
 
 
 #: A table's UUID -> its last orphan-removal record and its last expiry record.
-Records = Callable[[str], tuple[RunRecord | None, RunRecord | None]]
+#: A table's last orphan-removal, expiry and compaction records, by its UUID.
+Records = Callable[[str], tuple[RunRecord | None, RunRecord | None, RunRecord | None]]
 
 
 def check_parallelism(value: object, what: str = "parallelism") -> int:
@@ -60,12 +61,13 @@ def fleet_scan(
     def one(name: str) -> HealthReport | tuple[str, str]:
         try:
             table = load_table(catalog, name)
-            orphan_run, expiry = records(str(table.metadata.table_uuid))
+            orphan_run, expiry, compaction = records(str(table.metadata.table_uuid))
             return build_report(
                 table,
                 target_file_size_bytes=target_file_size_bytes,
                 last_orphan_run=orphan_run,
                 last_expiry=expiry,
+                last_compaction=compaction,
                 now=now,
                 reader_processes=0,
             )

@@ -32,6 +32,7 @@ HEALTH_NAMES = (
     "score",
     "days_since_last_orphan_run",
     "days_since_last_expiry",
+    "days_since_last_compaction",
 )
 #: Days since the last successful run of the policy's own kind (set by ``due``).
 DAYS_SINCE_LAST_RUN = "days_since_last_run"

@@ -97,7 +97,7 @@ class HealthReport:
     oldest_snapshot_ms: int | None
     metadata_files: int
     last_orphan_run: OrphanFindings | None
-    days_since: dict[str, float] = field(default_factory=dict)  # days_since_last_orphan_run, _expiry
+    days_since: dict[str, float] = field(default_factory=dict)  # days_since_last_orphan_run, _expiry, _compaction
     deductions: list[Deduction] = field(default_factory=list)
 
     @property
@@ -143,6 +143,7 @@ class HealthReport:
             "score": self.score,
             "days_since_last_orphan_run": self.days_since.get("orphan", NEVER_RUN_DAYS),
             "days_since_last_expiry": self.days_since.get("expiry", NEVER_RUN_DAYS),
+            "days_since_last_compaction": self.days_since.get("compaction", NEVER_RUN_DAYS),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -198,6 +199,7 @@ def build_report(
     target_file_size_bytes: int | None = None,
     last_orphan_run: RunRecord | None = None,
     last_expiry: RunRecord | None = None,
+    last_compaction: RunRecord | None = None,
     now: datetime | None = None,
     reader_processes: int | None = None,
 ) -> HealthReport:
@@ -209,7 +211,7 @@ def build_report(
     findings = OrphanFindings.from_state(last_orphan_run)
     days = {
         k: d
-        for k, s in (("orphan", last_orphan_run), ("expiry", last_expiry))
+        for k, s in (("orphan", last_orphan_run), ("expiry", last_expiry), ("compaction", last_compaction))
         if (d := _days_since(s, now)) is not None
     }
     report = HealthReport(

@@ -252,6 +252,7 @@ def health_values(table: Table, store: StateStore, now: datetime) -> HealthValue
             table,
             last_orphan_run=store.get(uuid, ORPHAN_FILE_REMOVAL),
             last_expiry=store.get(uuid, SNAPSHOT_EXPIRY),
+            last_compaction=store.get(uuid, DATA_COMPACTION),
             now=now,
         ).values()
 
