@@ -42,6 +42,7 @@ from airflow_iceberg_maint.errors import (
     first_line,
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
+from airflow_iceberg_maint.expiry.file_kinds import by_kind, file_kinds, snapshot_commits
 from airflow_iceberg_maint.expiry.files import Sized, deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
 from airflow_iceberg_maint.expiry.restore import restore_lost
@@ -86,6 +87,11 @@ class ExpiryReport:
     not_approved_snapshot_ids: list[int] = field(default_factory=list)
     not_approved_refs: list[str] = field(default_factory=list)
     not_approved_files: list[str] = field(default_factory=list)
+    #: ``{snapshot_id, committed_at, operation}`` of each expired snapshot
+    expired_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    #: each planned file's kind and size (``expiry.file_kinds``), for ``deleted_by_kind``
+    file_kinds: dict[str, str] = field(default_factory=dict, repr=False)
+    file_sizes: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def deleted_file_count(self) -> int:
@@ -116,6 +122,8 @@ class ExpiryReport:
             "not_approved_snapshot_ids": self.not_approved_snapshot_ids,
             "not_approved_refs": self.not_approved_refs,
             "not_approved_files": self.not_approved_files,
+            "expired_snapshots": self.expired_snapshots,
+            "deleted_by_kind": by_kind(self.deleted_files, self.file_kinds, self.file_sizes),
         }
 
 
@@ -262,9 +270,10 @@ def expire_snapshots(
         refuse_another_table(options.approved.report, name, options.approved.table_uuid, table.metadata.table_uuid)
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
     report.approved = options.approved is not None
-    started = time.perf_counter()
+    lap = _Laps(report)
     state = _plan_and_commit(table, options, pins, report, on_stage, now)
-    report.phase_seconds["commit"] = round(time.perf_counter() - started, 3)
+    lap("plan" if options.dry_run else "plan_and_commit")  # a dry run commits nothing
+    report.expired_snapshots = snapshot_commits(state.before, report.expired_snapshot_ids)
     log.info(
         "table %s: %s %d snapshots and %d refs",
         name,
@@ -289,7 +298,9 @@ def expire_snapshots(
             report.not_approved_files = sorted(p for p in planned if p not in options.approved.files)
             planned = {p: size for p, size in planned.items() if p in options.approved.files}
         report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
-        report.phase_seconds["plan_files"] = round(time.perf_counter() - started, 3)
+        report.file_kinds = file_kinds(table.io, state.before, expired, planned)
+        report.file_sizes = dict(planned)
+        lap("plan_files")
         if on_stage:
             on_stage(report, "planned")
         known = frozenset(s.snapshot_id for s in state.before.snapshots)
@@ -298,7 +309,22 @@ def expire_snapshots(
             (lambda md: metadata_after(md, retention)) if options.dry_run else (lambda md: md)
         )
         final = recheck(walk, planned, known, sources, view) if planned else planned
+        lap("recheck")
     report.kept_by_recheck = len(planned) - len(final)
     _settle(report, table, final, options)
-    report.phase_seconds["done"] = round(time.perf_counter() - started, 3)
+    if not options.dry_run:
+        lap("delete")
     return report
+
+
+class _Laps:
+    """Each phase's own duration, in the order the phases ran (never the time since the start)."""
+
+    def __init__(self, report: ExpiryReport) -> None:
+        self.report = report
+        self.last = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.report.phase_seconds[phase] = round(now - self.last, 3)
+        self.last = now
