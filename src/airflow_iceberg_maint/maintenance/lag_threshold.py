@@ -59,6 +59,12 @@ class LagThreshold:
             "max_added_files": self.added_files,
         }
 
+    @classmethod
+    def from_json(cls, body: Any) -> LagThreshold:
+        """The bounds ``to_json`` wrote; none (any staleness counts) when ``body`` is not a mapping."""
+        bounds = body if isinstance(body, dict) else {}
+        return cls(bounds.get("max_snapshots_behind"), bounds.get("max_lag_seconds"), bounds.get("max_added_files"))
+
     def exceeded(self, lag: IndexLag) -> list[str]:
         """Why the lag exceeds the threshold (empty: it does not)."""
         if not lag.stale:

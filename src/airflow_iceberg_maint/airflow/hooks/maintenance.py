@@ -153,6 +153,19 @@ class IcebergMaintenanceHook(IcebergHook):
         """Record the lags just checked for the status page (best effort: a failure is logged)."""
         status_records.record_index_lags(self.record_store, table, lags, datetime.now(UTC), log)
 
+    def record_refreshed_lag(self, table: str, index: str, log: RecordLog) -> None:
+        """Measure an index's lag after a commit of its extract and record it (best effort: a failure is logged)."""
+        try:
+            (lag,) = self.index_lags(table, [index])
+        except Exception as exc:  # the dashboard must never fail the maintenance
+            log.warning("index %s of %s: lag after the commit not measured for the status page: %s", index, table, exc)
+            return
+        status_records.record_refreshed_lag(self.record_store, table, lag, datetime.now(UTC), log)
+
+    def record_health(self, table: str, health: Mapping[str, Any], at: datetime, log: RecordLog) -> None:
+        """Record a table's health check that ran at ``at`` for the status page (best effort)."""
+        status_records.record_health(self.record_store, table, health, at, log)
+
     def record_policy_tables(self, tables: Mapping[str, str], log: RecordLog) -> None:
         status_records.record_policy_tables(self.record_store, tables, datetime.now(UTC), log)
 
