@@ -77,6 +77,23 @@ def state_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/state.db"
 
 
+@pytest.fixture
+def pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: SqlCatalog, state_url: str) -> str:
+    """The status pages' options: records in ``state_url`` (returned), the sample policy and index-definition
+    files, reports under the test's folder, the catalog listed afresh."""
+    from airflow_iceberg_maint.airflow.ui.catalog_tables import forget
+
+    for option, value in {
+        "STATE_URL": state_url,
+        "POLICY_FILE": str(DAGS / "iceberg_maint_policies.yaml"),
+        "INDEX_DEFINITIONS_FILE": str(DAGS / "iceberg_indexes.yaml"),
+        "REPORT_LOCATION": (tmp_path / "reports").as_uri(),
+    }.items():
+        monkeypatch.setenv(f"AIRFLOW__ICEBERG_MAINT__{option}", value)
+    forget()  # another test's catalog listing
+    return state_url
+
+
 def remover(state_url: str, tmp_path: Path, **kwargs: Any) -> Any:
     """An ``IcebergRemoveOrphanFilesOperator`` with its state and reports in the test's folder."""
     from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator

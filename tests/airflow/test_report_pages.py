@@ -20,7 +20,6 @@ from airflow_iceberg_maint.airflow.plugin import report_page
 from airflow_iceberg_maint.maintenance.wording import size
 from tests.airflow.conftest import remover
 from tests.airflow.test_status_page import Elements
-from tests.airflow.test_status_times import pages  # noqa: F401  (fixture)
 from tests.expiry.history import build_history
 
 
@@ -46,7 +45,7 @@ def _expire(tmp_path: Path, state_url: str, context: dict, dry_run: bool) -> dic
 
 def test_an_expiry_report_shows_snapshots_refs_and_files_by_kind(
     catalog: SqlCatalog,
-    pages: str,  # noqa: F811
+    pages: str,
     tmp_path: Path,
     context: dict,
 ) -> None:
@@ -91,7 +90,7 @@ def test_an_expiry_report_shows_snapshots_refs_and_files_by_kind(
 
 def test_an_orphan_dry_run_has_no_delete_phase(
     demo_tables: dict,
-    pages: str,  # noqa: F811
+    pages: str,
     tmp_path: Path,
     context: dict,
 ) -> None:
@@ -105,7 +104,7 @@ def test_an_orphan_dry_run_has_no_delete_phase(
     assert "1 orphan file (64 B); would delete 1 file." in summary
 
 
-def test_a_compaction_report_shows_its_groups(pages: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_compaction_report_shows_its_groups(pages: str, tmp_path: Path) -> None:
     uri = (tmp_path / "reports" / "dag" / "run" / "sales.orders.json").as_uri()
     body = {
         "table": "sales.orders",

@@ -18,7 +18,6 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.airflow.plugin import fleet_page, status_json, status_page, table_page
 from airflow_iceberg_maint.maintenance.status_records import SqlRecords, record_health
 from tests.airflow.test_status_page import Elements
-from tests.airflow.test_status_times import pages  # noqa: F401  (fixture)
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)
@@ -65,7 +64,7 @@ def _tables(catalog: SqlCatalog) -> None:
         catalog.create_table(name, pa.schema([("id", pa.int64())]))
 
 
-def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -> None:  # noqa: F811
+def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -> None:
     _tables(catalog)
     records = SqlRecords(pages)
     record_health(
@@ -125,7 +124,7 @@ def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -
     assert "delete ratio 20.0% of live files; 120 rows deleted by them" in deletes
 
 
-def test_the_fleet_lists_every_table_of_the_catalogs(catalog: SqlCatalog, pages: str) -> None:  # noqa: F811
+def test_the_fleet_lists_every_table_of_the_catalogs(catalog: SqlCatalog, pages: str) -> None:
     _tables(catalog)
     catalog.create_namespace("zzz")
     catalog.create_table("zzz.unmanaged", pa.schema([("id", pa.int64())]))

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 from fastapi import HTTPException
-from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.airflow.plugin import STATIC, report_page, status_json, status_page, table_page
-from airflow_iceberg_maint.airflow.ui.catalog_tables import forget
 from airflow_iceberg_maint.maintenance.status_records import (
     RunRecord,
     SqlRecords,
@@ -27,7 +25,6 @@ from airflow_iceberg_maint.maintenance.status_records import (
     record_run,
 )
 from airflow_iceberg_maint.policy.state import SqlStateStore, record_attempt
-from tests.airflow.conftest import DAGS
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)
@@ -66,18 +63,10 @@ class Elements(HTMLParser):
 
 
 @pytest.fixture
-def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: SqlCatalog) -> SqlRecords:
+def records(pages: str) -> SqlRecords:
     """``sales.orders`` (no policy attaches): a dry run, then two real runs and an expiry run; an index lag history
     of ``demo.events``; the sample policy and index-definition files."""
-    url = f"sqlite:///{tmp_path}/state.db"
-    for option, value in {
-        "STATE_URL": url,
-        "POLICY_FILE": str(DAGS / "iceberg_maint_policies.yaml"),
-        "INDEX_DEFINITIONS_FILE": str(DAGS / "iceberg_indexes.yaml"),
-        "REPORT_LOCATION": (tmp_path / "reports").as_uri(),
-    }.items():
-        monkeypatch.setenv(f"AIRFLOW__ICEBERG_MAINT__{option}", value)
-    forget()  # another test's catalog listing
+    url = pages
     store, records = SqlStateStore(url), SqlRecords(url)
     for day, dry_run in enumerate([True, False, False]):
         counts = {"orphan_file_count": 2, "orphan_bytes": 2048 * (day + 1), "deleted_file_count": 0 if dry_run else 2}

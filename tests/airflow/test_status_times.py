@@ -13,31 +13,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-from pyiceberg.catalog.sql import SqlCatalog
-
 from airflow_iceberg_maint.airflow.plugin import report_page, status_json, status_page
-from airflow_iceberg_maint.airflow.ui.catalog_tables import forget
 from airflow_iceberg_maint.maintenance.status_records import RunRecord, SqlRecords, record_run
 from airflow_iceberg_maint.maintenance.status_rows import Records, table_rows
 from airflow_iceberg_maint.policy.state import SqlStateStore
-from tests.airflow.conftest import DAGS, remover
+from tests.airflow.conftest import remover
 from tests.airflow.test_status_page import LOG, Elements
 
 TABLE = "demo.orders"
-
-
-@pytest.fixture
-def pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: SqlCatalog, state_url: str) -> str:
-    for option, value in {
-        "STATE_URL": state_url,
-        "POLICY_FILE": str(DAGS / "iceberg_maint_policies.yaml"),
-        "INDEX_DEFINITIONS_FILE": str(DAGS / "iceberg_indexes.yaml"),
-        "REPORT_LOCATION": (tmp_path / "reports").as_uri(),
-    }.items():
-        monkeypatch.setenv(f"AIRFLOW__ICEBERG_MAINT__{option}", value)
-    forget()
-    return state_url
 
 
 def test_a_scheduled_run_shows_when_its_work_ran(

@@ -20,7 +20,6 @@ catalog failing) raises ``CommitOutcomeUnknownError`` and deletes nothing.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,6 +52,7 @@ from airflow_iceberg_maint.fs.deleting import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
 from airflow_iceberg_maint.orphans.reference_walk import ReferenceWalk
+from airflow_iceberg_maint.orphans.report import Phases
 from airflow_iceberg_maint.orphans.setup import refuse_gc_disabled
 from airflow_iceberg_maint.orphans.sources import ReferenceSource
 from airflow_iceberg_maint.reviewed_table import refuse_another_table
@@ -270,9 +270,9 @@ def expire_snapshots(
         refuse_another_table(options.approved.report, name, options.approved.table_uuid, table.metadata.table_uuid)
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
     report.approved = options.approved is not None
-    lap = _Laps(report)
+    phases = Phases(report)
     state = _plan_and_commit(table, options, pins, report, on_stage, now)
-    lap("plan" if options.dry_run else "plan_and_commit")  # a dry run commits nothing
+    phases.done("plan" if options.dry_run else "plan_and_commit")  # a dry run commits nothing
     report.expired_snapshots = snapshot_commits(state.before, report.expired_snapshot_ids)
     log.info(
         "table %s: %s %d snapshots and %d refs",
@@ -300,7 +300,7 @@ def expire_snapshots(
         report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
         report.file_kinds = file_kinds(table.io, state.before, expired, planned)
         report.file_sizes = dict(planned)
-        lap("plan_files")
+        phases.done("plan_files")
         if on_stage:
             on_stage(report, "planned")
         known = frozenset(s.snapshot_id for s in state.before.snapshots)
@@ -309,22 +309,10 @@ def expire_snapshots(
             (lambda md: metadata_after(md, retention)) if options.dry_run else (lambda md: md)
         )
         final = recheck(walk, planned, known, sources, view) if planned else planned
-        lap("recheck")
+        phases.done("recheck")
     report.kept_by_recheck = len(planned) - len(final)
     _settle(report, table, final, options)
     if not options.dry_run:
-        lap("delete")
+        phases.done("delete")
     return report
 
-
-class _Laps:
-    """Each phase's own duration, in the order the phases ran (never the time since the start)."""
-
-    def __init__(self, report: ExpiryReport) -> None:
-        self.report = report
-        self.last = time.perf_counter()
-
-    def __call__(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.report.phase_seconds[phase] = round(now - self.last, 3)
-        self.last = now
