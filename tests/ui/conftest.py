@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +29,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from tests.conftest import S3_PROPS, _service
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "ui"
+#: Screenshots of every page, outside the repository (never committed); the path is printed at the end of the run.
+ARTIFACTS = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "iceberg-maint-screens"
 PORT = int(os.environ.get("TEST_AIRFLOW_PORT", "23080"))
 BASE = f"http://127.0.0.1:{PORT}"
 PASSWORD = "ui-test-password"
@@ -81,6 +83,20 @@ class Airflow:
             f"tasks {self.task_states(dag_id, run_id)}; {self.state()}"
         )
 
+    def report(self, uri: str) -> dict[str, Any]:
+        """A report as the run wrote it on the local S3 server (read there, not through the page)."""
+        import boto3
+
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.catalog["s3.endpoint"],
+            aws_access_key_id=S3_PROPS["s3.access-key-id"],
+            aws_secret_access_key=S3_PROPS["s3.secret-access-key"],
+            region_name="us-east-1",
+        )
+        return dict(json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read()))
+
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")
         # Structured lines: the exception's text is in "error_detail", not in "event".
@@ -103,6 +119,13 @@ class Airflow:
         log = (self.home / "standalone.log").read_text(errors="replace")
         timeouts = log.count("ReadTimeout: timed out")
         return f"runs: {runs}; task requests to the api-server that timed out: {timeouts}"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say where the screenshots are."""
+    if ARTIFACTS.exists():
+        shots = sorted(p.name for p in ARTIFACTS.glob("*.png"))
+        terminalreporter.write_line(f"screenshots of the Airflow UI ({len(shots)}): {ARTIFACTS}")
 
 
 def _token() -> str | None:
