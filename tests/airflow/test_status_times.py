@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow_iceberg_maint.airflow.plugin import report_page, status_json, status_page
+from airflow_iceberg_maint.airflow.plugin import report_page, status_json, status_page, table_page
 from airflow_iceberg_maint.maintenance.status_records import RunRecord, SqlRecords, record_run
 from airflow_iceberg_maint.maintenance.status_rows import Records, table_rows
 from airflow_iceberg_maint.policy.state import SqlStateStore
@@ -51,6 +51,9 @@ def test_a_scheduled_run_shows_when_its_work_ran(
     shown = datetime.fromisoformat(done["finished_at"]).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f"real run just now ({shown})" in row
     assert logical.strftime("%H:%M:%S") not in row
+    # The charts too: the last bar of the table's bytes chart is the real run, at the time it ran.
+    captions = [t for _, t in Elements(table_page(TABLE).body.decode()).find("figcaption")]
+    assert captions[0].startswith("Bytes reclaimed per run") and captions[0].endswith(f"→ {shown}")
     # The report says when the run ran, too.
     report = Path(real["report"].removeprefix("file://"))
     written = json.loads(report.read_text())

@@ -90,7 +90,7 @@ def run_bars(
         css = ("failed" if run.status == "failed" else "dry" if run.dry_run else "real") + f" kind-{run.kind}"
         verb = "would remove" if run.dry_run else "removed"
         label = f"{run.kind}, {'dry run' if run.dry_run else 'real run'}, {run.status}: {verb} {text(figure)}"
-        points.append((float(figure), css, label, when(run.at)))
+        points.append((float(figure), css, label, when(run.ran_at)))  # when the work ran, not the clock
     return _chart(points, text)
 
 
