@@ -315,4 +315,3 @@ def expire_snapshots(
     if not options.dry_run:
         phases.done("delete")
     return report
-
