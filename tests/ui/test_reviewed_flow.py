@@ -121,7 +121,7 @@ def _status_after_approval(page: Any, airflow: Airflow, approved_at: datetime, k
     page.goto(f"{BASE}/plugin/iceberg-maintenance/iceberg-maint/table?name=sales.orders")
     frame.locator("#chart-histogram rect").first.wait_for()
     bars = frame.locator("#chart-histogram rect.files")
-    assert bars.count() == len(_health(airflow)["file_size_histogram"])
+    assert bars.count() == len(_health(airflow)["health"]["file_size_histogram"])
     kinds = frame.locator("#runs tr.run .badge")
     assert {kinds.nth(i).inner_text() for i in range(kinds.count())} >= {"snapshot expiry", "orphan removal"}
     page.screenshot(path=ARTIFACTS / "16-table-page.png", full_page=True)
