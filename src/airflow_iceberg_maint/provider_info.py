@@ -37,6 +37,15 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "example": "iceberg_default",
         "default": "iceberg_default",
     },
+    "catalog_conn_ids": {
+        "description": "The iceberg connections (comma-separated) whose catalogs the status page lists: the fleet "
+        "page shows every table, and the tables a policy's glob covers show before their first run. Listing "
+        "reads the catalog's namespaces and table names only, at most once a minute.",
+        "version_added": None,
+        "type": "string",
+        "example": "iceberg_default,iceberg_rest",
+        "default": "iceberg_default",
+    },
     "policy_file": {
         "description": "The orphan-removal policy file the status page evaluates. Unset: "
         "iceberg_maint_policies.yaml in [core] dags_folder.",
@@ -109,6 +118,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_maint.airflow.operators.expiry",
                     "airflow_iceberg_maint.airflow.operators.compaction",
                     "airflow_iceberg_maint.airflow.operators.compaction_planning",
+                    "airflow_iceberg_maint.airflow.operators.health",
                     "airflow_iceberg_maint.airflow.operators.maintenance_planning",
                     "airflow_iceberg_maint.airflow.operators.reviewed",
                     "airflow_iceberg_maint.airflow.operators.reviewed_expiry",

@@ -80,6 +80,23 @@ def state_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: SqlCatalog, state_url: str) -> str:
+    """The status pages' options: records in ``state_url`` (returned), the sample policy and index-definition
+    files, reports under the test's folder, the catalog listed afresh."""
+    from airflow_iceberg_maint.airflow.ui.catalog_tables import forget
+
+    for option, value in {
+        "STATE_URL": state_url,
+        "POLICY_FILE": str(DAGS / "iceberg_maint_policies.yaml"),
+        "INDEX_DEFINITIONS_FILE": str(DAGS / "iceberg_indexes.yaml"),
+        "REPORT_LOCATION": (tmp_path / "reports").as_uri(),
+    }.items():
+        monkeypatch.setenv(f"AIRFLOW__ICEBERG_MAINT__{option}", value)
+    forget()  # another test's catalog listing
+    return state_url
+
+
+@pytest.fixture
 def context() -> Context:
     return task_context()
 

@@ -127,6 +127,7 @@ READERS: dict[str, tuple[Callable[[], object], str]] = {
     "index_definitions_file": (lambda: str(config.index_definitions_file()), "/etc/indexes.yaml"),
     "manual_dag_id": (config.manual_dag_id, "my_manual_dag"),
     "state_url": (config.state_url, "sqlite:////tmp/state.db"),
+    "catalog_conn_ids": (lambda: ",".join(config.catalog_conn_ids()), "lake,ops_catalog"),
 }
 
 

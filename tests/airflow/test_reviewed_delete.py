@@ -28,6 +28,7 @@ from airflow_iceberg_maint.airflow.operators.reviewed_expiry import (
     expiry_review,
     load_expiry_review,
 )
+from airflow_iceberg_maint.airflow.ui.wording import size
 from tests.expiry.history import build_history
 from tests.orphans.scenario import rows
 from tests.support.airflow_dags import remover
@@ -59,7 +60,8 @@ def test_only_approved_files_still_orphaned_are_deleted(
     assert load_review(dry["report"], "iceberg_default") == orphan_review(reviewed, dry["report"])
     review = orphan_review(reviewed, dry["report"], paths=1)
     assert (review["orphan_file_count"], review["first_paths"], review["more_paths"]) == (2, approved[:1], 1)
-    assert review["report_page"].startswith("/iceberg-maint/report?uri=file%3A%2F%2F")
+    # The report page inside Airflow's navigation (the plugin's view frames it), not a bare page.
+    assert review["report_page"].startswith("/plugin/iceberg-maintenance/iceberg-maint/report?uri=file%3A%2F%2F")
 
     # After the review: a commit references one approved file, and a new orphan appears.
     catalog.load_table(TABLE).add_files([str(later_referenced)])
@@ -136,7 +138,18 @@ def test_the_approved_expiry_expires_only_the_reviewed_snapshots_and_files(
     )
     form = expiry_markdown(review)
     assert f"**{review['expired_snapshot_count']} snapshots to expire**" in form
-    assert f"**{review['file_count']} files, {review['bytes']} bytes**" in form
+    # The form says what approving deletes, by kind, in the pages' units; each snapshot with its commit.
+    kinds = {k: v["count"] for k, v in reviewed["deleted_by_kind"].items() if v["count"]}
+    assert kinds["data"] > 0 and sum(kinds.values()) == review["file_count"]
+    assert f"**Approving deletes {review['file_count']} files ({size(review['bytes'])})** that only" in form
+    assert f"{kinds['data']} data file" in form and f"{kinds['manifest_list']} manifest list" in form
+    table = catalog.load_table("db.events")
+    for snapshot_id in reviewed["expired_snapshot_ids"]:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        assert snapshot is not None and snapshot.summary is not None
+        committed = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        assert f"- snapshot `{snapshot_id}`: {snapshot.summary.operation.value}, committed {committed}" in form
+    assert "bytes**" not in form and "at least" not in form
     assert all(f"`{p}`" in form for p in reviewed["deleted_files"][:REVIEW_PATHS])
 
     catalog.load_table("db.events").append(rows(500, 3))  # main moves on: a4 becomes due, unreviewed

@@ -97,6 +97,8 @@ def test_rows_come_from_records_and_files_only(tmp_path: Path) -> None:
         "counts": {"orphan_file_count": 2, "orphan_bytes": 128, "deleted_file_count": 2, "failed_count": 0},
         "error": None,
         "report": "s3://ops/r/demo.events.json",
+        "started_at": None,  # recorded before runs kept their own times: shown at the state's clock
+        "finished_at": None,
     }
     assert events["indexes"] == [
         {"name": "events_by_id", "lag": lag, "history": []},
@@ -150,7 +152,8 @@ def test_runs_of_every_kind_are_kept_in_order(tmp_path: Path) -> None:
         {"expired_snapshot_count": 4},
     ]
     assert [r["kind"] for r in runs] == ["orphans"] * (RUN_HISTORY_LIMIT - 1) + ["expiry"]
-    assert row.to_json()["last_run"] is None  # no orphan-removal state: the Last run column stays empty
+    # The Last run column reads the history too: the last orphan-removal run, not the expiry after it.
+    assert row.to_json()["last_run"]["counts"] == {"deleted_file_count": RUN_HISTORY_LIMIT + 1}
 
 
 def test_a_hand_edited_record_is_skipped() -> None:

@@ -25,7 +25,6 @@ from airflow_iceberg_maint.state.status_records import (
     record_index_lags,
     record_run,
 )
-from tests.support.airflow_dags import DAGS
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)
@@ -64,17 +63,10 @@ class Elements(HTMLParser):
 
 
 @pytest.fixture
-def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SqlRecords:
+def records(pages: str) -> SqlRecords:
     """``sales.orders`` (no policy attaches): a dry run, then two real runs and an expiry run; an index lag history
     of ``demo.events``; the sample policy and index-definition files."""
-    url = f"sqlite:///{tmp_path}/state.db"
-    for option, value in {
-        "STATE_URL": url,
-        "POLICY_FILE": str(DAGS / "iceberg_maint_policies.yaml"),
-        "INDEX_DEFINITIONS_FILE": str(DAGS / "iceberg_indexes.yaml"),
-        "REPORT_LOCATION": (tmp_path / "reports").as_uri(),
-    }.items():
-        monkeypatch.setenv(f"AIRFLOW__ICEBERG_MAINT__{option}", value)
+    url = pages
     store, records = SqlStateStore(url), SqlRecords(url)
     for day, dry_run in enumerate([True, False, False]):
         counts = {"orphan_file_count": 2, "orphan_bytes": 2048 * (day + 1), "deleted_file_count": 0 if dry_run else 2}
@@ -105,7 +97,9 @@ def test_every_column_of_a_row_agrees(records: SqlRecords) -> None:
     # Cleaned by a manual run, no policy attached: not due, yet cleaned when its last real run ran.
     assert due["data-last-cleaned"] == last_run[0]["data-at"] == (NOW - timedelta(days=1)).isoformat()
     assert "never cleaned" not in bytes(status_page().body).decode().split('data-table="sales.orders"')[1]
-    assert last_run[1].startswith("real run,") and "deleted 2 files (6.0 KiB reclaimed)" in last_run[1]
+    # One wording: the age beside the UTC time, the noun in its number, bytes in binary units.
+    ran = (NOW - timedelta(days=1)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert last_run[1] == f"real run 1 day ago ({ran}): deleted 2 orphan files (6.0 KiB reclaimed)"
     body = json.loads(bytes(status_json().body))
     orders = next(t for t in body["tables"] if t["table"] == "sales.orders")
     assert (orders["due"], orders["last_cleaned_at"], orders["last_run"]["at"]) == (
@@ -119,7 +113,9 @@ def test_runs_of_every_kind_with_their_pictures(records: SqlRecords) -> None:
     page = Elements(bytes(table_page("sales.orders").body).decode())
     runs = page.find("tr", class_="run")
     assert [a["data-kind"] for a, _ in runs] == ["expiry", "orphans", "orphans", "orphans"]  # newest first
-    assert "deleted bytes" not in runs[0][1] and "8.8 KiB reclaimed" in runs[0][1]
+    assert (
+        "deleted bytes" not in runs[0][1] and "expired 0 snapshots, deleted 0 files (8.8 KiB reclaimed)" in runs[0][1]
+    )
     bars = [a["class"] for a, _ in page.find("rect") if a["class"].endswith(("orphans", "expiry"))]
     # Bytes reclaimed: four runs, oldest first (the dry run outlined); files removed: the orphan runs only.
     assert bars == [
@@ -133,6 +129,10 @@ def test_runs_of_every_kind_with_their_pictures(records: SqlRecords) -> None:
     ]
     segments = [a["title"] for a, _ in page.find("span") if a.get("class", "").startswith("phase phase-")]
     assert segments == ["list_and_reference: 0.25 s", "match: 0.5 s", "delete: 0.25 s"] * 3
+    kinds = {a["class"] for a, _ in page.find("span") if a.get("class", "").startswith("badge ")}
+    assert kinds == {"badge kind-orphans", "badge kind-expiry"}  # the legend's swatches have these classes too
+    legend = {a["class"] for a, _ in page.find("span") if a.get("class", "").startswith("swatch kind-")}
+    assert {"swatch kind-orphans", "swatch kind-expiry"} <= legend
 
     events = Elements(bytes(table_page("demo.events").body).decode())
     assert [a["class"] for a, _ in events.find("rect")] == ["ok", "lagging"]
@@ -157,4 +157,4 @@ def test_report_timings_are_a_bar(records: SqlRecords, tmp_path: Path) -> None:
 def test_templates_and_static_files_are_package_data() -> None:
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert '"airflow_iceberg_maint.airflow.ui" = ["templates/*.html", "static/*.css", "static/*.js"]' in pyproject
-    assert sorted(p.name for p in STATIC.iterdir()) == ["style.css", "trigger.js"]
+    assert sorted(p.name for p in STATIC.iterdir()) == ["frame.js", "style.css", "trigger.js"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -12,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.services import S3_PROPS
+
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "ui"
+#: Screenshots of every page, outside the repository (never committed); the path is printed at the end of the run.
+ARTIFACTS = Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "iceberg-maint-screens"
 
 
 PORT = int(os.environ.get("TEST_AIRFLOW_PORT", "23080"))
@@ -77,6 +81,20 @@ class Airflow:
             f"{dag_id} run {run_id} did not finish within {timeout} s: run {state}, "
             f"tasks {self.task_states(dag_id, run_id)}; {self.state()}"
         )
+
+    def report(self, uri: str) -> dict[str, Any]:
+        """A report as the run wrote it on the local S3 server (read there, not through the page)."""
+        import boto3
+
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.catalog["s3.endpoint"],
+            aws_access_key_id=S3_PROPS["s3.access-key-id"],
+            aws_secret_access_key=S3_PROPS["s3.secret-access-key"],
+            region_name="us-east-1",
+        )
+        return dict(json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read()))
 
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         body = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/1?full_content=true")

@@ -18,15 +18,23 @@ import urllib.request
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.support.browser import BASE, INDEX_DAG, MANUAL, PASSWORD, PORT, Airflow
+from tests.support.browser import ARTIFACTS, BASE, INDEX_DAG, MANUAL, PASSWORD, PORT, Airflow
 from tests.support.services import S3_PROPS, service
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say where the screenshots are."""
+    if ARTIFACTS.exists():
+        shots = sorted(p.name for p in ARTIFACTS.glob("*.png"))
+        terminalreporter.write_line(f"screenshots of the Airflow UI ({len(shots)}): {ARTIFACTS}")
 
 
 def _token() -> str | None:

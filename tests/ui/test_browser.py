@@ -4,13 +4,15 @@ One Airflow (SQLite metadata database, the project's ``dags/``, reports on the l
 module. The manual DAG is triggered through Airflow's own trigger dialog (dry run) and through the
 status page's pre-filled form (real run), and the exact files are checked on disk; a bad table,
 location and cutoff each fail and delete nothing; the status page shows the runs, their reports and
-the index lag recorded by the index maintenance DAG. Screenshots go to ``test-artifacts/ui/``.
+the index lag recorded by the index maintenance DAG, and the fleet page lists the catalog's tables.
+Screenshots go to ``$TMPDIR/iceberg-maint-screens/`` (the run prints the path).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.airflow.ui.wording import size as _size
 from tests.support.browser import ARTIFACTS, BASE, CHROMIUM_ARGS, INDEX_DAG, MANUAL, PASSWORD, Airflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.s3, pytest.mark.timeout(900)]
@@ -65,6 +68,10 @@ def _columns_agree(scope: Any) -> int:
             assert cleaned == last.get_attribute("data-at"), row.inner_text()
         assert ("never cleaned" in row.locator("td.due-cell").inner_text()) == (not cleaned), row.inner_text()
     return int(rows.count())
+
+
+def _lag_words(behind: int) -> str:
+    return "up to date" if behind == 0 else f"{behind} snapshot{'' if behind == 1 else 's'} behind"
 
 
 def _plant(folder: Path, *names: str, mtime: float = OLD) -> list[Path]:
@@ -133,13 +140,14 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         frame = page.frame_locator("iframe")
         row = frame.locator("tr[data-table='sales.orders']")
         row.wait_for()
-        assert "dry run" in row.inner_text() and "would delete 2 files" in row.inner_text()
+        assert "dry run" in row.inner_text() and "would delete 2 orphan files (" in row.inner_text()
         page.screenshot(path=ARTIFACTS / "02-status-after-dry-run.png")
         row.get_by_role("link", name="report").click()
         listed = frame.locator("#orphans li")
         listed.first.wait_for()
         assert sorted(listed.all_inner_texts()) == sorted(f"file://{p}" for p in orphans)
-        assert "stage done" in frame.locator("#summary").inner_text()
+        assert frame.locator("#ran").inner_text().endswith("finished")  # the run's end, not a phase
+        assert "delete" not in frame.locator("#timings").inner_text()  # a dry run deletes nothing
         # The timings are a bar, one segment per phase, not raw JSON.
         assert frame.locator("#timings .phase").count() >= 3 and "{" not in frame.locator("#timings").inner_text()
         page.screenshot(path=ARTIFACTS / "03-dry-run-report.png")
@@ -160,9 +168,12 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         page.goto(f"{BASE}/plugin/iceberg-maintenance")
         row = frame.locator("tr[data-table='sales.orders']")
         row.wait_for()
-        assert "real run" in row.inner_text() and "deleted 2 files" in row.inner_text()
-        # No policy attaches sales.orders, yet the manual run cleaned it: Due and Last run read one state.
-        assert "never cleaned" not in row.inner_text() and "last cleaned 0.0 days ago" in row.inner_text()
+        assert "real run" in row.inner_text() and "deleted 2 orphan files (" in row.inner_text()
+        # No policy attaches sales.orders, yet the manual run cleaned it: both columns show when it ran.
+        assert "never cleaned" not in row.inner_text() and "0.0 days" not in row.inner_text()
+        assert re.search(
+            r"last cleaned (just now|\d+ min ago) \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", row.inner_text()
+        )
         assert _columns_agree(frame) >= 2
         # The dry and the real run; a task retried on a loaded machine adds its failed attempt, nothing else.
         recent = frame.locator("#recent-runs tr.run[data-kind='orphans']").all_inner_texts()
@@ -170,7 +181,10 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         assert done == [False, True], recent
         body = json.loads(page.request.get(f"{BASE}/iceberg-maint/status.json").text())
         orders = next(t for t in body["tables"] if t["table"] == "sales.orders")
-        assert orders["last_cleaned_at"] == orders["last_run"]["at"] == orders["runs"][-1]["at"]
+        assert orders["last_cleaned_at"] == orders["last_run"]["at"] == orders["runs"][-1]["finished_at"]
+        real_report = airflow.report(orders["runs"][-1]["report"])
+        assert real_report["finished_at"] == orders["runs"][-1]["finished_at"]
+        assert f"({_size(real_report['orphan_bytes'])} reclaimed)" in row.inner_text()
         assert [(r["kind"], r["dry_run"]) for r in orders["runs"]] == [("orphans", True), ("orphans", False)]
         page.screenshot(path=ARTIFACTS / "05-status-after-real-run.png")
         # The table's page: both runs in the history with their kind, as bars and with their phase timings.
@@ -199,10 +213,13 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         }
         failed_runs: dict[str, str] = {}
         for query, message in bad.items():
+            # Opened on its own, the form reopens inside Airflow's navigation.
             page.goto(f"{BASE}/iceberg-maint/trigger?{query}")
-            page.locator("#param-table").wait_for()
-            page.locator("#submit").click()
-            failed_runs[_triggered_run(page, airflow)] = message
+            page.wait_for_url(re.compile(r".*/plugin/iceberg-maintenance/iceberg-maint/trigger\?.+"))
+            framed = page.frame_locator("iframe")
+            framed.locator("#param-table").wait_for()
+            framed.locator("#submit").click()
+            failed_runs[_triggered_run(framed, airflow)] = message
         page.screenshot(path=ARTIFACTS / "06-bad-cutoff-form.png")
         for run_id, message in failed_runs.items():
             assert airflow.wait_run(MANUAL, run_id) == "failed"
@@ -239,10 +256,12 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         events = frame.locator("tr[data-table='demo.events']")
         events.wait_for()
         shown = {n: events.locator("td.indexes div.index", has_text=f"{n}:").inner_text() for n in latest}
+        # The index DAG refreshed the lagging events_by_id: its record is the index after the commit.
+        assert latest["events_by_id"] == (0, False), recorded
         for name, (behind, lagging) in latest.items():
-            assert f"{name}: {behind} snapshots behind" in shown[name], shown
+            assert f"{name}: {_lag_words(behind)}" in shown[name], shown
             assert ("lagging" if lagging else "within bounds") in shown[name], shown
-        assert "events_by_kind: 1 snapshots behind" in shown["events_by_kind"]
+        assert "events_by_kind: 1 snapshot behind (" in shown["events_by_kind"]
         assert events.locator("td.indexes svg").count() == 2  # each index's lag over time
         assert _columns_agree(frame) >= 2
         page.screenshot(path=ARTIFACTS / "07-status-index-lag.png", full_page=True)
@@ -253,6 +272,12 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
             assert bars.count() == len(recorded["history"][name]) >= 2
             assert bars.last.get_attribute("class") == ("lagging" if latest[name][1] else "ok")
         page.screenshot(path=ARTIFACTS / "08-table-index-lag-history.png", full_page=True)
+        page.goto(f"{BASE}/plugin/iceberg-maintenance/iceberg-maint/fleet")
+        fleet = frame.locator("#fleet tr[data-table]")
+        fleet.first.wait_for()
+        listed = sorted(fleet.nth(i).get_attribute("data-table") for i in range(fleet.count()))
+        assert listed == ["demo.events", "sales.orders"]  # every table of the catalog
+        page.screenshot(path=ARTIFACTS / "09-fleet.png", full_page=True)
         browser.close()
     stamp = datetime.now(UTC).isoformat()
     (ARTIFACTS / "README.txt").write_text(f"Screenshots of tests/ui/test_browser.py, {stamp}\n")

@@ -38,6 +38,12 @@ def report_conn_id() -> str:
     return _option("report_conn_id") or str(CONFIG_OPTIONS["report_conn_id"]["default"])
 
 
+def catalog_conn_ids() -> list[str]:
+    """``catalog_conn_ids``: the iceberg connections whose catalogs the status page lists."""
+    configured = _option("catalog_conn_ids") or str(CONFIG_OPTIONS["catalog_conn_ids"]["default"])
+    return [c.strip() for c in configured.split(",") if c.strip()]
+
+
 def _dags_file(key: str, name: str) -> Path:
     configured = _option(key)
     return Path(configured) if configured else Path(conf.get("core", "dags_folder")) / name

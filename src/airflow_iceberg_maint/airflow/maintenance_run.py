@@ -178,7 +178,7 @@ def failures_recorded(run: MaintenanceRun, task_log: TaskLog) -> Iterator[None]:
                 job=run.job,
                 report=written,
             )
-            record_history(run.hook, run.table_name, state, task_log)
+            record_history(run.hook, run.table_name, state, task_log, started=run.now)
         if isinstance(exc, PrefixMismatchError):
             raise PrefixMismatchError(f"{exc} (every pair: {written})", exc.conflicts, exc.report) from exc
         if written:
@@ -208,9 +208,20 @@ class Finished:
 
 def publish(context: Context, run: MaintenanceRun, finished: Finished, task_log: TaskLog) -> dict[str, Any]:
     """Write the full report, record the run, log it, and return the XCom summary; failed deletes fail the task."""
-    run.saved.write(finished.body, "done")
+    finished_at = datetime.now(UTC)
+    ran = {"started_at": run.now.isoformat(), "finished_at": finished_at.isoformat()}
+    run.saved.write({**finished.body, **ran}, "done")
     state = finished.record(run.hook.state_store, cleanup_clock(context, run.now), run.uri)
-    record_history(run.hook, run.table_name, state, task_log, finished.phase_seconds, finished.approved_report)
+    record_history(
+        run.hook,
+        run.table_name,
+        state,
+        task_log,
+        finished.phase_seconds,
+        finished.approved_report,
+        started=run.now,
+        finished=finished_at,
+    )
     finished.log(task_log)
     if finished.failure:
         raise AirflowException(finished.failure)
@@ -231,12 +242,22 @@ def record_history(
     task_log: TaskLog,
     phase_seconds: Mapping[str, float] | None = None,
     approved_report: str | None = None,
+    *,
+    started: datetime,
+    finished: datetime | None = None,
 ) -> None:
     """Add the attempt just recorded in the state (any kind) to the table's run history (the status page);
-    ``approved_report``: the reviewed dry run's report a reviewed run executed."""
+    ``approved_report``: the reviewed dry run's report a reviewed run executed; ``started`` and ``finished``:
+    when the work ran (the state's clock may be the run's logical date), ``finished`` now by default."""
     attempt = last_attempt(state)
     if attempt is not None:
-        run = replace(attempt, phase_seconds=dict(phase_seconds or {}), approved_report=approved_report)
+        run = replace(
+            attempt,
+            phase_seconds=dict(phase_seconds or {}),
+            approved_report=approved_report,
+            started_at=started.isoformat(),
+            finished_at=(finished or datetime.now(UTC)).isoformat(),
+        )
         hook.record_run(table_name, run, task_log)
 
 

@@ -6,12 +6,15 @@ trigger form's script) hold no data. A page view reads the stored facts in bulk 
 and the policy and index-definition files; it never calls a catalog. Pages, rendered from the Jinja
 templates of ``ui/templates``:
 
-* ``status``: one row per table (policy, due, last cleanup, last run with its report, a picture of
-  the bytes each run reclaimed, index lags with their history, a trigger button) and the recent
-  runs of every kind;
-* ``table?name=``: one table: bytes reclaimed and files removed per run, each index's lag per
-  check, and every recorded run with its kind and phase timings;
-* ``report?uri=``: one run's report, read from the ``report_location`` base only;
+* ``status``: one row per table, worst health first (health score and its causes, every policy
+  covering it, orphan removal's and expiry's due state and last runs, a picture of the bytes each
+  run reclaimed, index lags with their history, a trigger button) and the recent runs of every kind;
+* ``fleet``: every table of the configured catalogs (``catalog_conn_ids``), worst health first;
+* ``table?name=``: one table: its file-size histogram, live files by kind, score per health check,
+  bytes reclaimed and files removed per run, each index's lag per check, and every recorded run
+  with its kind and phase timings;
+* ``report?uri=``: one run's report in its kind's layout (``ui.report_views``), read from the
+  ``report_location`` base only;
 * ``trigger?table=``: the manual DAG's parameters as a form, pre-filled from the query string,
   that triggers a run through Airflow's REST API with the user's own session (Airflow 3.3's trigger
   dialog cannot be pre-filled from a URL).
@@ -30,13 +33,14 @@ from fastapi.staticfiles import StaticFiles
 
 from airflow_iceberg_maint.airflow import config
 from airflow_iceberg_maint.airflow.reports import read_report
+from airflow_iceberg_maint.airflow.ui.catalog_tables import catalog_listing
 from airflow_iceberg_maint.airflow.ui.records import current_rows
 from airflow_iceberg_maint.airflow.ui.render import page
+from airflow_iceberg_maint.airflow.ui.report_views import report_view
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.fs.locations import validate_location
 
 URL_PREFIX = "/iceberg-maint"
-REPORT_LIST_LIMIT = 10_000  # paths shown on the report page; the raw JSON has them all
 RECENT_RUNS = 25  # runs of all tables listed under the status table
 STATIC = Path(__file__).resolve().parent / "ui" / "static"
 
@@ -47,7 +51,7 @@ pages = APIRouter(dependencies=[Depends(requires_authenticated())])
 @pages.get("/status", response_class=HTMLResponse)
 def status_page() -> HTMLResponse:
     rows, problems = current_rows()
-    recent = sorted(((s.table, r) for s in rows for r in s.runs), key=lambda item: item[1].at, reverse=True)
+    recent = sorted(((s.table, r) for s in rows for r in s.runs), key=lambda item: item[1].order, reverse=True)
     return page("status.html", title="Iceberg maintenance", rows=rows, problems=problems, recent=recent[:RECENT_RUNS])
 
 
@@ -91,20 +95,22 @@ def report_page(uri: str = Query(...), raw: bool = False) -> Any:
         raise HTTPException(status_code=404, detail=f"report {uri} cannot be read: {exc}") from exc
     if raw:
         return JSONResponse(report)
-    files = report.get("orphan_files") or []
-    sections = [
-        ("Conflicts", report.get("conflicts")),
-        ("Protected locations", report.get("protected_locations")),
-        ("Failed deletes", report.get("failed")),
-    ]
+    template, context = report_view(report)
+    return page(template, title=f"Report {report.get('table')}", uri=uri, **context)
+
+
+@pages.get("/fleet", response_class=HTMLResponse)
+def fleet_page() -> HTMLResponse:
+    rows, problems = current_rows(fleet=True)
+    listing = catalog_listing()
+    catalog_of = {table: conn for conn, tables in listing.tables.items() for table in tables}
     return page(
-        "report.html",
-        title=f"Report {report.get('table')}",
-        report=report,
-        uri=uri,
-        files=files,
-        shown=files[:REPORT_LIST_LIMIT],
-        sections=sections,
+        "fleet.html",
+        title="Iceberg maintenance: fleet",
+        rows=rows,
+        problems=problems,
+        catalogs=list(listing.tables),
+        catalog_of=catalog_of,
     )
 
 

@@ -20,7 +20,6 @@ catalog failing) raises ``CommitOutcomeUnknownError`` and deletes nothing.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +42,7 @@ from airflow_iceberg_maint.errors import (
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
 from airflow_iceberg_maint.expiry.dropped import Sized
+from airflow_iceberg_maint.expiry.file_kinds import by_kind, file_kinds, snapshot_commits
 from airflow_iceberg_maint.expiry.files import deletable_files, recheck
 from airflow_iceberg_maint.expiry.pins import SnapshotPin, pinned_snapshots
 from airflow_iceberg_maint.expiry.restore import restore_lost
@@ -53,6 +53,7 @@ from airflow_iceberg_maint.fs.batches import delete_in_steps
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.fs.storage import DeleteOutcome
 from airflow_iceberg_maint.orphans.options import refuse_gc_disabled
+from airflow_iceberg_maint.orphans.report import Phases
 from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk
 from airflow_iceberg_maint.reachability.sources import ReferenceSource
 from airflow_iceberg_maint.reviewed_table import refuse_another_table
@@ -87,6 +88,11 @@ class ExpiryReport:
     not_approved_snapshot_ids: list[int] = field(default_factory=list)
     not_approved_refs: list[str] = field(default_factory=list)
     not_approved_files: list[str] = field(default_factory=list)
+    #: ``{snapshot_id, committed_at, operation}`` of each expired snapshot
+    expired_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    #: each planned file's kind and size (``expiry.file_kinds``), for ``deleted_by_kind``
+    file_kinds: dict[str, str] = field(default_factory=dict, repr=False)
+    file_sizes: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def deleted_file_count(self) -> int:
@@ -117,6 +123,8 @@ class ExpiryReport:
             "not_approved_snapshot_ids": self.not_approved_snapshot_ids,
             "not_approved_refs": self.not_approved_refs,
             "not_approved_files": self.not_approved_files,
+            "expired_snapshots": self.expired_snapshots,
+            "deleted_by_kind": by_kind(self.deleted_files, self.file_kinds, self.file_sizes),
         }
 
 
@@ -263,9 +271,10 @@ def expire_snapshots(
         refuse_another_table(options.approved.report, name, options.approved.table_uuid, table.metadata.table_uuid)
     report = ExpiryReport(name, str(table.metadata.table_uuid), settings.cutoff, settings.retain_last, options.dry_run)
     report.approved = options.approved is not None
-    started = time.perf_counter()
+    phases = Phases(report)
     state = _plan_and_commit(table, options, pins, report, on_stage, now)
-    report.phase_seconds["commit"] = round(time.perf_counter() - started, 3)
+    phases.done("plan" if options.dry_run else "plan_and_commit")  # a dry run commits nothing
+    report.expired_snapshots = snapshot_commits(state.before, report.expired_snapshot_ids)
     log.info(
         "table %s: %s %d snapshots and %d refs",
         name,
@@ -290,7 +299,9 @@ def expire_snapshots(
             report.not_approved_files = sorted(p for p in planned if p not in options.approved.files)
             planned = {p: size for p, size in planned.items() if p in options.approved.files}
         report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
-        report.phase_seconds["plan_files"] = round(time.perf_counter() - started, 3)
+        report.file_kinds = file_kinds(table.io, state.before, expired, planned)
+        report.file_sizes = dict(planned)
+        phases.done("plan_files")
         if on_stage:
             on_stage(report, "planned")
         known = frozenset(s.snapshot_id for s in state.before.snapshots)
@@ -299,7 +310,9 @@ def expire_snapshots(
             (lambda md: metadata_after(md, retention)) if options.dry_run else (lambda md: md)
         )
         final = recheck(walk, planned, known, sources, view) if planned else planned
+        phases.done("recheck")
     report.kept_by_recheck = len(planned) - len(final)
     _settle(report, table, final, options)
-    report.phase_seconds["done"] = round(time.perf_counter() - started, 3)
+    if not options.dry_run:
+        phases.done("delete")
     return report

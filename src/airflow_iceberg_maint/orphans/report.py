@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from airflow_iceberg_maint.orphans.listing.listed_rows import paths_of
 from airflow_iceberg_maint.orphans.listing.spilled_batches import SpilledBatches
@@ -86,8 +86,16 @@ class OrphanReport:
 StageHook = Callable[[OrphanReport, str], None]
 
 
+class Timed(Protocol):
+    """A report that times its phases (orphan removal's, expiry's)."""
+
+    phase_seconds: dict[str, float]
+
+
 class Phases:
-    def __init__(self, report: OrphanReport) -> None:
+    """Each phase's own duration, in the order the phases ran (never the time since the start)."""
+
+    def __init__(self, report: Timed) -> None:
         self.report = report
         self.started = time.perf_counter()
 

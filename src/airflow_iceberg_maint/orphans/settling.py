@@ -218,4 +218,5 @@ def settle(run: ScanRun, unmatched: Unmatched) -> None:
             outcome.requests,
             len(report.failed),
         )
-    phases.done("delete")
+    if not options.dry_run:  # a dry run deletes nothing: no delete phase to time
+        phases.done("delete")

@@ -8,11 +8,13 @@ the threshold lives here, shared by the sensor, its trigger, the event trigger a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.lag import IndexLag
 from airflow_iceberg_maint.policy.values import optional_number
+from airflow_iceberg_maint.state.status_records import RecordLog, RecordStore, index_lag_key, record_index_lags
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,12 @@ class LagThreshold:
             "max_added_files": self.added_files,
         }
 
+    @classmethod
+    def from_json(cls, body: Any) -> LagThreshold:
+        """The bounds ``to_json`` wrote; none (any staleness counts) when ``body`` is not a mapping."""
+        bounds = body if isinstance(body, dict) else {}
+        return cls(bounds.get("max_snapshots_behind"), bounds.get("max_lag_seconds"), bounds.get("max_added_files"))
+
     def exceeded(self, lag: IndexLag) -> list[str]:
         """Why the lag exceeds the threshold (empty: it does not)."""
         if not lag.stale:
@@ -93,3 +101,16 @@ class CheckedLag:
     def to_json(self) -> dict[str, Any]:
         """The lag (CLI ``index lag`` keys) plus ``lagging`` and ``reasons``: small, for XCom and events."""
         return {**self.lag.to_json(), "lagging": self.lagging, "reasons": self.reasons}
+
+
+def record_refreshed_lag(store: RecordStore, table: str, lag: IndexLag, at: datetime, log: RecordLog) -> None:
+    """Record an index's lag measured right after a task committed an extract of it, checked against the
+    threshold its last recorded check used (none recorded: any staleness lags). Without this, the page
+    kept showing the lag measured before the refresh until the next check."""
+    try:
+        known = ((store.get(index_lag_key(table)) or {}).get("indexes") or {}).get(lag.index) or {}
+        threshold = LagThreshold.from_json(known.get("threshold"))
+        checked = CheckedLag(lag, threshold.exceeded(lag))
+        record_index_lags(store, table, [{**checked.to_json(), "threshold": threshold.to_json()}], at, log)
+    except Exception as exc:  # the dashboard must never fail the maintenance
+        log.warning("index lag of %s not recorded for the status page: %s", table, exc)

@@ -380,6 +380,11 @@ def catalog_tables(catalog: Catalog, namespace: tuple[str, ...] | None) -> list[
     return names
 
 
+def catalog_table_names(catalog: Catalog) -> list[str]:
+    """Every table of the catalog, in every namespace (nested ones too), sorted."""
+    return sorted(catalog_tables(catalog, None))
+
+
 def attached_tables(
     catalog: Catalog, policies: Iterable[Policy[Any]], policy_type: str = ORPHAN_FILE_REMOVAL
 ) -> list[str]:

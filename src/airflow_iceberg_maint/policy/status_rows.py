@@ -5,9 +5,10 @@ job, run history, index lags, the tables of the last planning run), all read in 
 Nothing here calls a catalog, so a page over 1,000 tables costs one read of the records and two
 small file parses.
 
-Every figure of a row comes from one cleanup state: whether the table is due, when it was last
-cleaned (by any run, scheduled or manual, whether or not a policy attaches) and its last run. A table
-a compaction policy attaches also shows that policy's evaluation, from the compaction state.
+Each policy type has its own figures: whether the table is due (its cleanup state's clock), and
+its last run and last successful real run, shown at the time the work ran (the run history's
+``finished_at``; the clock may be a scheduled run's logical date). A table a policy's glob covers
+shows before it has run once when the caller passes the catalogs' table names (``catalog_tables``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ from typing import Any
 
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate, unattached
 from airflow_iceberg_maint.policy.index_definitions import TableDefinition
-from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, Policy, policy_for_table
+from airflow_iceberg_maint.policy.policies import (
+    DATA_COMPACTION,
+    ORPHAN_FILE_REMOVAL,
+    SNAPSHOT_EXPIRY,
+    Policy,
+    governing_policies,
+    policy_for_table,
+)
 from airflow_iceberg_maint.state.cleanup import CleanupState
 from airflow_iceberg_maint.state.status_records import (
+    HEALTH_PREFIX,
     INDEX_LAG_PREFIX,
+    JOB_KINDS,
     POLICY_TABLES_KEY,
     RUNS_PREFIX,
     STATE_PREFIX,
@@ -45,6 +55,7 @@ class Records:
     lag_history: Mapping[str, Mapping[str, list[Any]]] = field(default_factory=dict)  # table -> index -> points
     runs: Mapping[str, list[RunRecord]] = field(default_factory=dict)  # table -> runs, oldest first
     policy_tables: Mapping[str, str] = field(default_factory=dict)  # table -> uuid, from the last planning run
+    health: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # table -> the health record
 
     @classmethod
     def build(cls, states: Iterable[CleanupState], rows: Iterable[tuple[str, str]]) -> Records:
@@ -58,6 +69,7 @@ class Records:
         history: dict[str, Mapping[str, list[Any]]] = {}
         runs: dict[str, list[RunRecord]] = {}
         policy_tables: dict[str, str] = {}
+        health: dict[str, Mapping[str, Any]] = {}
         for key, value in rows:
             try:
                 body = json.loads(value)
@@ -66,11 +78,13 @@ class Records:
                     history[str(body["table"])] = {str(k): list(v) for k, v in (body.get("history") or {}).items()}
                 elif key.startswith(RUNS_PREFIX):
                     runs[str(body["table"])] = [RunRecord.from_json(r) for r in body["runs"]]
+                elif key.startswith(HEALTH_PREFIX):
+                    health[str(body["table"])] = {**body, "health": dict(body["health"])}
                 elif key == POLICY_TABLES_KEY:
                     policy_tables = {str(t): str(u) for t, u in body["tables"].items()}
             except _UNREADABLE:
                 continue  # a hand-edited record must not take the page down
-        return cls(latest, lags, history, runs, policy_tables)
+        return cls(latest, lags, history, runs, policy_tables, health)
 
     @classmethod
     def from_variables(cls, rows: Iterable[tuple[str, str]]) -> Records:
@@ -96,7 +110,7 @@ def run_history(history: Sequence[RunRecord], states: Iterable[CleanupState]) ->
     the history existed, or by a task that keeps only the state), oldest first."""
     seen = {(r.kind, r.at) for r in history}
     extra = [r for r in map(last_attempt, states) if r is not None and (r.kind, r.at) not in seen]
-    return sorted([*history, *extra], key=lambda r: r.at)
+    return sorted([*history, *extra], key=lambda r: r.order)
 
 
 @dataclass(frozen=True)
@@ -112,17 +126,45 @@ class IndexStatus:
 @dataclass(frozen=True)
 class TableStatus:
     table: str
-    evaluation: Evaluation
+    evaluation: Evaluation  # orphan removal's: the figures ``status.json`` always had
     state: CleanupState | None  # the orphan-removal state: the one the evaluation read
     indexes: Sequence[IndexStatus]
     runs: Sequence[RunRecord]  # every kind, oldest first
     now: datetime
-    compaction: Evaluation | None = None  # the compaction policy's evaluation; None: no such policy attaches
+    #: one per policy type that governs the table, and the name of every policy covering it
+    evaluations: Sequence[Evaluation] = ()
+    covering: Sequence[str] = ()
+    states: Mapping[str, CleanupState] = field(default_factory=dict)
+    health: Mapping[str, Any] | None = None  # the health record: ``checked_at``, ``health``, ``history``
+
+    def evaluation_of(self, job: str) -> Evaluation | None:
+        return next((e for e in self.evaluations if e.type == job), None)
+
+    def last_run_of(self, kind: str) -> RunRecord | None:
+        return next((r for r in reversed(self.runs) if r.kind == kind), None)
+
+    def last_done_of(self, kind: str) -> RunRecord | None:
+        """The kind's last successful real run."""
+        return next(
+            (r for r in reversed(self.runs) if r.kind == kind and not r.dry_run and r.status == "success"), None
+        )
+
+    def _done_at(self, job: str) -> datetime | None:
+        """When the job's last successful real run finished; the state's clock for a run the history lacks."""
+        done = self.last_done_of(JOB_KINDS[job])
+        state = self.states.get(job)
+        if done is None:
+            return state.last_success_at if state else None
+        return datetime.fromisoformat(done.ran_at)
 
     @property
     def last_cleaned_at(self) -> datetime | None:
         """The last successful real cleanup, by any run, policy or not (None: never cleaned)."""
-        return self.state.last_success_at if self.state else None
+        return self._done_at(ORPHAN_FILE_REMOVAL)
+
+    @property
+    def last_expired_at(self) -> datetime | None:
+        return self._done_at(SNAPSHOT_EXPIRY)
 
     @property
     def days_since_last_cleanup(self) -> float | None:
@@ -131,10 +173,18 @@ class TableStatus:
 
     @property
     def last_run(self) -> RunRecord | None:
-        return last_attempt(self.state) if self.state else None
+        """The last orphan-removal run."""
+        return self.last_run_of(JOB_KINDS[ORPHAN_FILE_REMOVAL])
+
+    @property
+    def score(self) -> int | None:
+        """The health score of the last health check (None: never checked)."""
+        value = (self.health or {}).get("health", {}).get("score")
+        return int(value) if isinstance(value, int | float) else None
 
     def to_json(self) -> dict[str, Any]:
-        last_run, last_cleaned = self.last_run, self.last_cleaned_at
+        last_run, last_cleaned, last_expired = self.last_run, self.last_cleaned_at, self.last_expired_at
+        expiry = self.last_run_of(JOB_KINDS[SNAPSHOT_EXPIRY])
         return {
             "table": self.table,
             "policy": self.evaluation.policy,
@@ -143,15 +193,24 @@ class TableStatus:
             "days_since_last_cleanup": self.days_since_last_cleanup,
             "reason": self.evaluation.reason,
             "last_run": None if last_run is None else _last_run_json(last_run),
+            "policies": [e.policy_json() for e in self.evaluations],
+            "covering_policies": list(self.covering),
+            "last_expired_at": last_expired.isoformat() if last_expired else None,
+            "last_expiry": None if expiry is None else _last_run_json(expiry),
+            "score": self.score,
+            "health": None if self.health is None else dict(self.health),
             "indexes": [i.to_json() for i in self.indexes],
             "runs": [r.to_json() for r in self.runs],
-            "compaction": None if self.compaction is None else self.compaction.policy_json(),
+            "compaction": None
+            if (compaction := self.evaluation_of(DATA_COMPACTION)) is None
+            else compaction.policy_json(),
         }
 
 
 def _last_run_json(run: RunRecord) -> dict[str, Any]:
-    # From the cleanup state, which keeps no phases nor approved report: those are in ``runs``.
-    return {k: v for k, v in run.to_json().items() if k not in ("kind", "phase_seconds", "approved_report")}
+    # The run as the page shows it: at the time its work ran.
+    body = {k: v for k, v in run.to_json().items() if k not in ("kind", "phase_seconds", "approved_report")}
+    return {**body, "at": run.ran_at}
 
 
 def table_rows(
@@ -160,29 +219,37 @@ def table_rows(
     records: Records,
     now: datetime,
     source: str = "the policies",
+    catalog_tables: Iterable[str] = (),
+    every_catalog_table: bool = False,
 ) -> list[TableStatus]:
     """One row per table named by a policy or an index definition, or with a stored record.
 
-    A glob's tables are known from the records: the last planning run's tables and any table with a
-    recorded run (a manual run of a table no policy attaches shows too).
+    A glob's tables are known from ``catalog_tables`` (the catalogs' table names: those a policy
+    covers are listed, every one with ``every_catalog_table``), the last planning run's tables and
+    any table with a record (a manual run of a table no policy attaches shows too). Rows come worst
+    health first (never checked last), then by name.
     """
     indexes = {d.table: [i.name for i in d.indexes] for d in definitions}
     names = set(indexes) | set(records.states) | set(records.policy_tables) | set(records.lags) | set(records.runs)
+    names.update(records.health)
     names.update(t for p in policies for t in p.exact_tables)
+    names.update(t for t in catalog_tables if every_catalog_table or any(p.attaches(t) for p in policies))
     rows = []
     for table in sorted(names):
         states = records.states.get(table, {})
         state = states.get(ORPHAN_FILE_REMOVAL)
-        uuid = records.policy_tables.get(table) or (state.table_uuid if state else "")
+        uuid = records.policy_tables.get(table) or next((s.table_uuid for s in states.values()), "")
         policy = policy_for_table(policies, table)
         evaluation = unattached(table, uuid, source) if policy is None else evaluate(table, uuid, policy, state, now)
+        governing = governing_policies(policies, table)
+        evaluations = [evaluate(table, uuid, p, states.get(p.type), now) for p in governing]
         lags, history = records.lags.get(table, {}), records.lag_history.get(table, {})
         names_of_indexes = indexes.get(table, []) + sorted(set(lags) - set(indexes.get(table, [])))
         statuses = [IndexStatus(n, lags.get(n), history.get(n, [])) for n in names_of_indexes]
         runs = run_history(records.runs.get(table, []), states.values())
-        compacting = policy_for_table(policies, table, DATA_COMPACTION)
-        compaction = None
-        if compacting is not None:
-            compaction = evaluate(table, uuid, compacting, states.get(DATA_COMPACTION), now)
-        rows.append(TableStatus(table, evaluation, state, statuses, runs, now, compaction))
-    return rows
+        covering = [p.name for p in policies if p.attaches(table)]
+        row = TableStatus(
+            table, evaluation, state, statuses, runs, now, evaluations, covering, states, records.health.get(table)
+        )
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r.score is None, r.score or 0, r.table))

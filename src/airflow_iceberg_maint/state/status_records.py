@@ -9,9 +9,14 @@ page reads stored facts and never calls the catalog:
   ``RUN_HISTORY_LIMIT`` runs of every kind, oldest first (``RunRecord``);
 * ``iceberg_maint.index_lag.<table>``: ``{"table", "indexes": {<index>: lag}, "history": {<index>:
   [point, ...]}}``, each lag as the ``index lag`` keys plus ``lagging``, ``reasons`` and
-  ``checked_at``, and the last ``LAG_HISTORY_LIMIT`` checks of each index as points
-  (``checked_at``, ``snapshots_behind``, ``lag_seconds``, ``lagging``); written by the lag plan
-  operator (every index of the table) and the lag sensor (its index);
+  ``checked_at`` (and ``threshold``, the bounds it was checked against), and the last
+  ``LAG_HISTORY_LIMIT`` checks of each index as points (``checked_at``, ``snapshots_behind``,
+  ``lag_seconds``, ``lagging``); written by the lag plan operator (every index of the table), the
+  lag sensor (its index) and the extract commit task (its index, measured after its commit);
+* ``iceberg_maint.health.<table>``: ``{"table", "checked_at", "health", "history": [point, ...]}``,
+  the last health check (``health`` as ``iceberg-maint health --json`` gives it, ``checked_at`` when it
+  ran) and the last ``HEALTH_HISTORY_LIMIT`` checks as points (``checked_at``, ``score``,
+  ``data_files``, ``data_bytes``, ``expirable_bytes``); written by the health operator;
 * ``iceberg_maint.policy_tables``: ``{"checked_at", "tables": {<table>: <uuid>}}``, every table the
   last planning run evaluated, so tables attached by a glob show before their first cleanup.
 
@@ -24,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -39,9 +44,13 @@ KEY_PREFIX = "iceberg_maint."
 STATE_PREFIX = f"{KEY_PREFIX}state."
 INDEX_LAG_PREFIX = f"{KEY_PREFIX}index_lag."
 RUNS_PREFIX = f"{KEY_PREFIX}runs."
+HEALTH_PREFIX = f"{KEY_PREFIX}health."
 POLICY_TABLES_KEY = f"{KEY_PREFIX}policy_tables"
 RUN_HISTORY_LIMIT = 50
 LAG_HISTORY_LIMIT = 50
+HEALTH_HISTORY_LIMIT = 50
+#: The figures of a health check kept in its history (the trend charts).
+HEALTH_POINT_KEYS = ("score", "data_files", "data_bytes", "expirable_bytes")
 #: ``RunRecord.kind`` of an orphan-file removal run.
 ORPHANS_KIND = "orphans"
 #: The run kind of each job's cleanup state; a job not listed is shown by its own name.
@@ -126,6 +135,20 @@ class RunRecord:
     report: str | None = None
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
     approved_report: str | None = None  # a reviewed run: the report of the dry run a person approved
+    #: When the work itself ran (ISO 8601, UTC). ``at`` is the cleanup clock, which a scheduled run
+    #: sets to its logical date so intervals do not drift: never what the page shows as the run's time.
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def ran_at(self) -> str:
+        """When the run's work ended (its start, else the clock, for records written before these existed)."""
+        return self.finished_at or self.started_at or self.at
+
+    @property
+    def order(self) -> tuple[str, int]:
+        """Sort key, oldest first: by when the work ran, a real run after a dry run of the same moment."""
+        return (_utc_text(self.ran_at), 0 if self.dry_run else 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +161,8 @@ class RunRecord:
             "report": self.report,
             "phase_seconds": dict(self.phase_seconds),
             "approved_report": self.approved_report,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
         }
 
     @classmethod
@@ -152,7 +177,17 @@ class RunRecord:
             report=body.get("report"),
             phase_seconds={str(k): float(v) for k, v in (body.get("phase_seconds") or {}).items()},
             approved_report=body.get("approved_report"),
+            started_at=body.get("started_at"),
+            finished_at=body.get("finished_at"),
         )
+
+
+def _utc_text(iso: str) -> str:
+    """An ISO time in UTC with microseconds, so that times compare as text whatever their offset or precision."""
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        return iso
 
 
 def last_attempt(state: CleanupState) -> RunRecord | None:
@@ -176,6 +211,30 @@ def runs_key(table: str) -> str:
 
 def index_lag_key(table: str) -> str:
     return f"{INDEX_LAG_PREFIX}{table}"
+
+
+def health_key(table: str) -> str:
+    return f"{HEALTH_PREFIX}{table}"
+
+
+def record_health(store: RecordStore, table: str, health: Mapping[str, Any], at: datetime, log: RecordLog) -> None:
+    """Store a table's health check (``HealthReport.to_json()``) that ran at ``at``, and add it to its history."""
+    key = health_key(table)
+    try:
+        history = list((store.get(key) or {}).get("history") or [])
+        point = {"checked_at": at.isoformat(), **{k: health.get(k) for k in HEALTH_POINT_KEYS}}
+        store.put(
+            key,
+            {
+                "table": table,
+                "checked_at": at.isoformat(),
+                "health": dict(health),
+                "history": [*history, point][-HEALTH_HISTORY_LIMIT:],
+            },
+            f"iceberg-maint: the last health checks of {table}",
+        )
+    except Exception as exc:  # the dashboard must never fail the maintenance
+        log.warning("health of %s not recorded for the status page: %s", table, exc)
 
 
 def record_run(store: RecordStore, table: str, run: RunRecord, log: RecordLog) -> None:

@@ -39,7 +39,7 @@ from airflow_iceberg_maint.errors import IndexNotFoundError, InvalidInputError
 from airflow_iceberg_maint.index.lifecycle.lag import IndexLag, index_lag
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.policy.due import Evaluation, evaluate_table
-from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold
+from airflow_iceberg_maint.policy.lag_threshold import CheckedLag, LagThreshold, record_refreshed_lag
 from airflow_iceberg_maint.policy.policies import ORPHAN_FILE_REMOVAL, Policy
 from airflow_iceberg_maint.state import status_records
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, StateStore
@@ -157,6 +157,19 @@ class IcebergMaintenanceHook(IcebergHook):
     def record_index_lags(self, table: str, lags: Iterable[Mapping[str, Any]], log: RecordLog) -> None:
         """Record the lags just checked for the status page (best effort: a failure is logged)."""
         status_records.record_index_lags(self.record_store, table, lags, datetime.now(UTC), log)
+
+    def record_refreshed_lag(self, table: str, index: str, log: RecordLog) -> None:
+        """Measure an index's lag after a commit of its extract and record it (best effort: a failure is logged)."""
+        try:
+            (lag,) = self.index_lags(table, [index])
+        except Exception as exc:  # the dashboard must never fail the maintenance
+            log.warning("index %s of %s: lag after the commit not measured for the status page: %s", index, table, exc)
+            return
+        record_refreshed_lag(self.record_store, table, lag, datetime.now(UTC), log)
+
+    def record_health(self, table: str, health: Mapping[str, Any], at: datetime, log: RecordLog) -> None:
+        """Record a table's health check that ran at ``at`` for the status page (best effort)."""
+        status_records.record_health(self.record_store, table, health, at, log)
 
     def record_policy_tables(self, tables: Mapping[str, str], log: RecordLog) -> None:
         status_records.record_policy_tables(self.record_store, tables, datetime.now(UTC), log)

@@ -119,8 +119,12 @@ class IcebergCommitIndexExtractOperator(TableLeaseMixin, MaintenanceHookMixin, B
         with classified(f"table {table_name} index {index}"):
             if self.sharded_build is not None:
                 pulled = context["ti"].xcom_pull(task_ids=self.shard_task_id)
-                return self._commit_shards(table_name, index, pulled)
-            return self._run(table_name, index)
+                summary = self._commit_shards(table_name, index, pulled)
+            else:
+                summary = self._run(table_name, index)
+        # The lag the plan recorded is from before this commit: record the index as it now stands.
+        self.hook.record_refreshed_lag(table_name, index, self.log)
+        return summary
 
     def _commit_shards(self, table_name: str, index: str, pulled: Any) -> dict[str, Any]:
         build = ShardedBuildPlan.from_json(self.sharded_build)

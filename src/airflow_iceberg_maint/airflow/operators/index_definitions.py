@@ -148,7 +148,9 @@ class IcebergIndexLagPlanOperator(_DefinitionsOperator):
                     reasons = "; ".join(one.reasons) or "within its lag threshold"
                     self.log.info("%s index %s: %s", definition.table, one.lag.index, reasons)
                 if checked:
-                    self.hook.record_index_lags(definition.table, [c.to_json() for c in checked], self.log)
+                    bounds = {i.name: i.threshold.to_json() for i in definition.indexes}
+                    lags = [{**c.to_json(), "threshold": bounds[c.lag.index]} for c in checked]
+                    self.hook.record_index_lags(definition.table, lags, self.log)
         except MaintenanceError as exc:
             raise task_exception(f"index lag plan from {self.definitions_file}", exc) from exc
         self.log.info(

@@ -22,6 +22,7 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import IcebergMaintenanceHo
 from airflow_iceberg_maint.airflow.maintenance_run import Finished, failures_recorded, publish
 from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanFilesOperator, PreparedRun
 from airflow_iceberg_maint.airflow.reports import TaskLog, read_report
+from airflow_iceberg_maint.airflow.ui.wording import absolute_time, plural, size
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import delete_on_each_store
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES
@@ -34,7 +35,8 @@ from airflow_iceberg_maint.state.cleanup import record_orphan_run
 
 #: Paths an approval form lists; the report holds them all.
 REVIEW_PATHS = 20
-REPORT_PAGE = "/iceberg-maint/report?uri="
+#: The report page inside Airflow's navigation (the plugin's view frames it), not the bare page.
+REPORT_PAGE = "/plugin/iceberg-maintenance/iceberg-maint/report?uri="
 
 
 def shown_paths(files: Sequence[str], uri: str, paths: int) -> dict[str, Any]:
@@ -82,8 +84,8 @@ def load_review(report: str, iceberg_conn_id: str, paths: int = REVIEW_PATHS) ->
 def review_markdown(review: Mapping[str, Any]) -> str:
     """The approval form's body: counts, bytes, the first paths and the link to the full report."""
     lines = [
-        f"**{review['orphan_file_count']} orphan files, {review['orphan_bytes']} bytes** under "
-        f"`{review['location']}`, older than {review['older_than']}.",
+        f"**{plural(review['orphan_file_count'], 'orphan file')}, {size(review['orphan_bytes'])}** under "
+        f"`{review['location']}`, last modified before {absolute_time(review['older_than'])}.",
         "",
         "Approving deletes only these files, and only those a fresh check still finds orphaned.",
         "",

@@ -17,23 +17,29 @@ from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.reviewed import REVIEW_PATHS, paths_markdown, read_reviewed, shown_paths
 from airflow_iceberg_maint.airflow.reports import read_report
+from airflow_iceberg_maint.airflow.ui.wording import absolute_time, plural, size
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.settings import Approval, ExpireOptions
 
 
 def expiry_review(report: Mapping[str, Any], uri: str, paths: int = REVIEW_PATHS) -> dict[str, Any]:
-    """What a reviewer sees of an expiry dry run: the snapshots, refs, files, bytes and the full report's page."""
+    """What a reviewer sees of an expiry dry run: the snapshots (with their commit time and operation),
+    refs, files by kind, bytes and the full report's page."""
     files = list(report["deleted_files"])
     ids = list(report["expired_snapshot_ids"])
+    described = {s["snapshot_id"]: s for s in report.get("expired_snapshots") or []}
+    snapshots = [described.get(i, {"snapshot_id": i, "committed_at": None, "operation": None}) for i in ids]
     return {
         "table": report["table"],
         "older_than": report["older_than"],
         "retain_last": report["retain_last"],
         "expired_snapshot_count": len(ids),
         "first_snapshot_ids": ids[:paths],
+        "first_snapshots": snapshots[:paths],
         "removed_refs": list(report["removed_refs"]),
         "file_count": len(files),
         "bytes": int(report["deleted_bytes"]),
+        "by_kind": {k: dict(v) for k, v in (report.get("deleted_by_kind") or {}).items() if v.get("count")},
         **shown_paths(files, uri, paths),
     }
 
@@ -43,18 +49,42 @@ def load_expiry_review(report: str, iceberg_conn_id: str, paths: int = REVIEW_PA
     return expiry_review(read_reviewed(report, iceberg_conn_id), report, paths)
 
 
+#: How the form names each kind of file, in the order it lists them.
+KIND_NOUNS = {
+    "data": "data file",
+    "position_delete": "position delete file",
+    "equality_delete": "equality delete file",
+    "deletion_vector": "deletion vector",
+    "manifest": "manifest",
+    "manifest_list": "manifest list",
+    "statistics": "statistics file",
+    "other": "other file",
+}
+
+
 def expiry_markdown(review: Mapping[str, Any]) -> str:
-    """The expiry part of an approval form's body."""
+    """The expiry part of an approval form's body: what approving expires and deletes."""
     refs = ", ".join(f"`{name}`" for name in review["removed_refs"]) or "none"
-    shown = review["first_snapshot_ids"]
+    shown = review.get("first_snapshots") or [{"snapshot_id": i} for i in review["first_snapshot_ids"]]
     more = review["expired_snapshot_count"] - len(shown)
+    kinds = [
+        f"{plural(tally['count'], KIND_NOUNS.get(kind, kind))} ({size(tally['bytes'])})"
+        for kind, tally in sorted(review.get("by_kind", {}).items(), key=lambda kv: list(KIND_NOUNS).index(kv[0]))
+    ]
     lines = [
-        f"**{review['expired_snapshot_count']} snapshots to expire** (older than {review['older_than']}, "
-        f"at least {review['retain_last']} kept a branch); refs removed: {refs}.",
+        f"**{plural(review['expired_snapshot_count'], 'snapshot')} to expire** (committed before "
+        f"{absolute_time(review['older_than'])}; each branch keeps its "
+        f"{plural(review['retain_last'], 'newest snapshot')}); refs removed: {refs}.",
         "",
-        "Snapshot ids: " + ", ".join(str(i) for i in shown) + (f" and {more} more" if more else ""),
+        *[
+            f"- snapshot `{s['snapshot_id']}`: {s.get('operation') or 'operation unknown'}, "
+            f"committed {absolute_time(s.get('committed_at'))}"
+            for s in shown
+        ],
+        *([f"- ... and {more} more"] if more else []),
         "",
-        f"**{review['file_count']} files, {review['bytes']} bytes** only they reach:",
+        f"**Approving deletes {plural(review['file_count'], 'file')} ({size(review['bytes'])})** that only "
+        "these snapshots reach" + (": " + ", ".join(kinds) + "." if kinds else "."),
         "",
         *paths_markdown(review, "Full expiry report"),
     ]

@@ -66,7 +66,7 @@ class IcebergIndexLagSensor(MaintenanceHookMixin, BaseSensorOperator):
         table = arguments.optional_str(self.table, "table") or ""
         index = arguments.optional_str(self.index, "index") or ""
         checked = self.hook.check_index_lags(table, [index], threshold)[0]
-        self.hook.record_index_lags(table, [checked.to_json()], self.log)
+        self.hook.record_index_lags(table, [{**checked.to_json(), "threshold": threshold.to_json()}], self.log)
         lag = checked.lag
         self.log.info(
             "%s index %s: extract of snapshot %s, table at %s, %d snapshot(s) behind: %s",
@@ -114,6 +114,7 @@ class IcebergIndexLagSensor(MaintenanceHookMixin, BaseSensorOperator):
         if event.get("status") != "lagging":
             raise event_exception(f"table {self.table} index {self.index}", event)
         self.log.info("%s index %s: %s", self.table, self.index, "; ".join(event["lag"]["reasons"]))
-        self.hook.record_index_lags(str(self.table), [event["lag"]], self.log)
+        threshold = self._threshold().to_json()
+        self.hook.record_index_lags(str(self.table), [{**event["lag"], "threshold": threshold}], self.log)
         lag: dict[str, Any] = event["lag"]
         return lag

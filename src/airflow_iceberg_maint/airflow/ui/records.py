@@ -2,7 +2,8 @@
 
 Records come from the ``state_url`` database when it is set, else from Airflow's Variables: one query
 on the ``Variable`` model for every ``iceberg_maint.*`` key, each value read through the model's
-public ``val`` (which decrypts it). The files are parsed once per change. Nothing here calls a catalog.
+public ``val`` (which decrypts it). The files are parsed once per change. The only catalog call is
+the listing of table names (``catalog_tables``, at most once a minute): no table is ever loaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_iceberg_maint.airflow import config
+from airflow_iceberg_maint.airflow.ui.catalog_tables import catalog_listing
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.policy.index_definitions import TableDefinition, load_index_definitions
 from airflow_iceberg_maint.policy.policies import Policy, load_policies
@@ -59,19 +61,23 @@ def load_records() -> Records:
     return Records.from_variables(_variable_rows())
 
 
-def current_rows(now: datetime | None = None) -> tuple[list[TableStatus], list[str]]:
-    """The rows and the problems found reading the definitions (shown above the table)."""
+def current_rows(now: datetime | None = None, *, fleet: bool = False) -> tuple[list[TableStatus], list[str]]:
+    """The rows and the problems found reading the definitions (shown above the table); ``fleet``: a row
+    for every table of the catalogs, not only those a policy covers."""
     policy_path, index_path = config.policy_file(), config.index_definitions_file()
     policies, policy_error = _load(policy_path, "policies")
     definitions, index_error = _load(index_path, "indexes")
+    listing = catalog_listing()
     rows = table_rows(
         _typed(policies, Policy),
         _typed(definitions, TableDefinition),
         load_records(),
         now or datetime.now(UTC),
         source=str(policy_path),
+        catalog_tables=listing.names,
+        every_catalog_table=fleet,
     )
-    return rows, [e for e in (policy_error, index_error) if e]
+    return rows, [e for e in (policy_error, index_error, *listing.problems) if e]
 
 
 def _typed(items: Iterable[Any], kind: type) -> list[Any]:

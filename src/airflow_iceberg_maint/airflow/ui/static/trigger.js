@@ -5,27 +5,30 @@ const api = "../api/v2/dags/" + encodeURIComponent(dagId);
 const given = new URLSearchParams(location.search);
 const form = document.getElementById("form");
 function field(name, spec) {
+  // Laid out as Airflow's own trigger dialog: the title above its input, the description under it.
   const schema = spec.schema || {};
   const types = [].concat(schema.type || "string");
-  const row = document.createElement("p");
+  const row = document.createElement("div");
+  row.className = "field";
   const label = document.createElement("label");
-  label.textContent = (schema.title || name) + " ";
+  label.textContent = schema.title || name;
   const input = document.createElement("input");
-  input.name = name; input.id = "param-" + name;
+  input.name = name; input.id = "param-" + name; label.htmlFor = input.id;
   let value = given.has(name) ? given.get(name) : spec.value;
   if (types.includes("boolean")) {
     input.type = "checkbox";
     input.checked = given.has(name) ? given.get(name) === "true" : Boolean(spec.value);
+    row.classList.add("switch");
   } else {
     input.type = types.includes("number") || types.includes("integer") ? "number" : "text";
     input.step = "any";
     input.value = value === null || value === undefined ? "" : value;
   }
   input.dataset.types = types.join(",");
-  label.appendChild(input); row.appendChild(label);
+  row.append(label, input);
   if (spec.description) { const d = document.createElement("small"); d.className = "muted";
-    d.textContent = " " + spec.description; row.appendChild(d); }
-  form.insertBefore(row, document.getElementById("submit"));
+    d.textContent = spec.description; row.appendChild(d); }
+  form.insertBefore(row, form.querySelector(".actions"));
 }
 function conf() {
   const out = {};

@@ -1,0 +1,73 @@
+"""What an expiry deletes, described for people: each file's kind, and each expired snapshot's commit.
+
+The expiry's own plan (``expiry.files``) finds paths and sizes only, fast; the report and the
+approval form say what those paths are (data, delete files, manifests, manifest lists,
+statistics) and which commits expire. Read with pyiceberg from the metadata the plan read, before
+anything is deleted: only the manifests the expiry deletes are opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table.metadata import TableMetadata
+
+#: The kinds, in the order the report lists them.
+KINDS = ("data", "position_delete", "equality_delete", "deletion_vector", "manifest", "manifest_list", "statistics")
+OTHER = "other"
+
+
+def _content_kind(data_file: DataFile) -> str:
+    if data_file.content == DataFileContent.EQUALITY_DELETES:
+        return "equality_delete"
+    if data_file.content == DataFileContent.POSITION_DELETES:
+        return "deletion_vector" if data_file.file_format == FileFormat.PUFFIN else "position_delete"
+    return "data"
+
+
+def file_kinds(io: FileIO, before: TableMetadata, expired: Iterable[int], paths: Iterable[str]) -> dict[str, str]:
+    """The kind of each of ``paths`` (files the expiry of ``expired`` snapshots of ``before`` deletes)."""
+    wanted, ids = set(paths), set(expired)
+    kinds: dict[str, str] = {}
+    for stats in [*before.statistics, *before.partition_statistics]:
+        if stats.statistics_path in wanted:
+            kinds[stats.statistics_path] = "statistics"
+    for snapshot in before.snapshots:
+        if snapshot.snapshot_id not in ids:
+            continue
+        if snapshot.manifest_list in wanted:
+            kinds[snapshot.manifest_list] = "manifest_list"
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path not in wanted or manifest.manifest_path in kinds:
+                continue  # a manifest a kept snapshot lists: its files stay
+            kinds[manifest.manifest_path] = "manifest"
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                if entry.data_file.file_path in wanted:
+                    kinds[entry.data_file.file_path] = _content_kind(entry.data_file)
+    return {path: kinds.get(path, OTHER) for path in wanted}
+
+
+def by_kind(paths: Iterable[str], kinds: Mapping[str, str], sizes: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """``{kind: {count, bytes}}`` of ``paths``, every kind listed (zero when none), ``other`` when any."""
+    tally = {kind: {"count": 0, "bytes": 0} for kind in KINDS}
+    for path in paths:
+        one = tally.setdefault(kinds.get(path, OTHER), {"count": 0, "bytes": 0})
+        one["count"] += 1
+        one["bytes"] += int(sizes.get(path, 0))
+    return tally
+
+
+def snapshot_commits(before: TableMetadata, snapshot_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """Each snapshot's ``{snapshot_id, committed_at, operation}`` (ISO time, UTC), in the order given."""
+    found = {s.snapshot_id: s for s in before.snapshots}
+    commits = []
+    for snapshot_id in snapshot_ids:
+        snapshot = found.get(snapshot_id)
+        committed = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).isoformat() if snapshot else None
+        operation = snapshot.summary.operation.value if snapshot and snapshot.summary else None
+        commits.append({"snapshot_id": snapshot_id, "committed_at": committed, "operation": operation})
+    return commits
