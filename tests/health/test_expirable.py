@@ -9,8 +9,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint import table_health
 from tests.expiry.history import build_history
-from tests.health.conftest import Ran
 from tests.health.tables import partitioned_table
+from tests.support.health import Ran
 
 
 def _set(table, **properties: str) -> None:  # type: ignore[no-untyped-def]

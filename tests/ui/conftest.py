@@ -23,26 +23,11 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from tests.support.airflow_api import api_token
 from tests.support.browser import BASE, INDEX_DAG, MANUAL, PASSWORD, PORT, Airflow
 from tests.support.services import S3_PROPS, service
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _token() -> str | None:
-    request = urllib.request.Request(
-        f"{BASE}/auth/token",
-        method="POST",
-        data=json.dumps({"username": "admin", "password": PASSWORD}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())["access_token"]
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        if isinstance(exc, urllib.error.HTTPError):
-            exc.close()  # it holds the response's socket
-        return None
 
 
 def _make_tables(catalog: SqlCatalog) -> Path:
@@ -128,7 +113,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
         deadline = time.monotonic() + 240
         token = None
         while time.monotonic() < deadline and process.poll() is None:
-            token = _token()
+            token = api_token(BASE, PASSWORD)
             if token:
                 break
             time.sleep(2)
