@@ -26,11 +26,11 @@ def test_the_page_shows_days_since_the_last_compaction(tmp_path: Path, monkeypat
     monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__INDEX_DEFINITIONS_FILE", str(DAGS / "iceberg_indexes.yaml"))
     at = datetime.now(UTC) - timedelta(days=2)
     record_compaction_run(SqlStateStore(url), UUID, {**rewrite_json(), "table": "demo.events"}, at)
-    page = Elements(status_page().body.decode())
+    page = Elements(bytes(status_page().body).decode())
     cells = {a["title"]: text for a, text in page.find("span", class_="compaction")}
     (reason,) = [r for r in cells if r.startswith("last compacted 2 days ago")]
     assert reason.endswith("interval 1 day: due")
     assert cells[reason].startswith("compaction: due (last compacted 2.0 days ago)")
-    body = json.loads(status_json().body)
+    body = json.loads(bytes(status_json().body))
     events = next(t for t in body["tables"] if t["table"] == "demo.events")
     assert (events["compaction"]["policy"], events["compaction"]["due"]) == ("compact_daily", True)

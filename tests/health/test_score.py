@@ -15,7 +15,7 @@ from tests.health.tables import SCHEMA, batch
 from tests.support.health import Ran
 
 
-def _points(body: dict) -> dict[str, int]:  # type: ignore[type-arg]
+def _points(body: dict) -> dict[str, int]:
     assert sum(d["points"] for d in body["deductions"]) == 100 - body["score"]
     return {d["remedy"]: d["points"] for d in body["deductions"]}
 
