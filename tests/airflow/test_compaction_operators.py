@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Context
+from airflow.sdk.definitions.mappedoperator import MappedOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,14 +27,14 @@ from airflow_iceberg_maint.airflow.operators.compaction import (
     IcebergRewriteDataFilesOperator,
     IcebergRewriteManifestsOperator,
 )
-from airflow_iceberg_maint.airflow.operators.compaction_planning import split_shares
+from airflow_iceberg_maint.airflow.operators.compaction_planning import IcebergPlanDataRewriteOperator, split_shares
 from airflow_iceberg_maint.airflow.operators.maintenance_planning import IcebergMaintenancePlanOperator
 from airflow_iceberg_maint.policy.policies import DATA_COMPACTION
 from airflow_iceberg_maint.state.cleanup import MANIFEST_REWRITE, SqlStateStore
 from airflow_iceberg_maint.state.leases import Lease
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
 from airflow_iceberg_maint.state.status_records import SqlRecords, runs_key
-from tests.airflow.helpers import TaskContextTI, task_states, xcom
+from tests.airflow.helpers import TaskContextTI, pushed, task_states, xcom
 from tests.airflow.test_maintenance_dag import RUN_HISTORIES, no_run_history, variable  # noqa: F401 (a fixture)
 from tests.compaction.test_rewrite_manifests import make_table
 from tests.expiry.history import snapshot_rows
@@ -63,7 +64,12 @@ def current_rows(catalog: SqlCatalog, name: str) -> list[int]:
 
 
 def test_the_manifest_rewrite_operator_commits_records_and_pushes_counts(
-    table: Any, catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict, capsys: pytest.CaptureFixture[str]
+    table: Any,
+    catalog: SqlCatalog,
+    state_url: str,
+    tmp_path: Path,
+    context: Context,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     name = ".".join(table.name())
     before = current_rows(catalog, name)
@@ -81,7 +87,7 @@ def test_the_manifest_rewrite_operator_commits_records_and_pushes_counts(
         "report": f"file://{tmp_path}/reports/unit/manual__unit/{name}.manifests.json",
     }
     assert summary["added_manifests"] > 0 and dry["commit_count"] == 0 and dry["dry_run"] is True
-    assert after.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
+    assert after.current_snapshot().summary.operation.value == "replace"
     assert current_rows(catalog, name) == before
     report = json.loads(Path(summary["report"].removeprefix("file://")).read_text())
     assert report["stage"] == "done" and report["commits"] == [after.metadata.current_snapshot_id]
@@ -150,13 +156,14 @@ def test_the_task_group_plans_then_maps_one_rewrite_per_share() -> None:
         "rewrite_data_file_groups": {"plan_data_rewrite"},
     }
     plan, rewrite = dag.get_task("plan_data_rewrite"), dag.get_task("rewrite_data_file_groups")
+    assert isinstance(plan, IcebergPlanDataRewriteOperator) and isinstance(rewrite, MappedOperator)
     assert (plan.table, plan.shares, plan.strategy, plan.retries, plan.pool) == ("db.t", 3, "sort", 2, "p")
     assert rewrite.partial_kwargs["table"] == "db.t" and rewrite.partial_kwargs["dry_run"] is True
     assert rewrite.partial_kwargs["strategy"] == "sort" and rewrite.partial_kwargs["retries"] == 2
 
 
 def test_the_maintenance_plan_carries_each_due_tables_compaction(
-    demo_tables: dict, state_url: str, tmp_path: Path, context: dict
+    demo_tables: dict, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     policies = tmp_path / "policies.yaml"
     policies.write_text(
@@ -181,7 +188,7 @@ def test_the_maintenance_plan_carries_each_due_tables_compaction(
     assert (by_table["demo.orders"]["compact_dry_run"], by_table["demo.orders"]["compact_policy"]) == (True, "compact")
     events = by_table["demo.events"]
     assert (events["compact"], events["compact_policy"], events["expire"]) == (False, None, True)
-    reasons = {e["table"]: e["reason"] for e in context["ti"].pushed["compaction_evaluations"]}
+    reasons = {e["table"]: e["reason"] for e in pushed(context)["compaction_evaluations"]}
     assert reasons == {"demo.orders": "never compacted: due"}
 
 
@@ -196,7 +203,7 @@ def small_files_table(catalog: SqlCatalog) -> Any:
 
 @needs_the_core
 def test_the_data_rewrite_operator_compacts_records_the_clock_and_pushes_counts(
-    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: dict
+    catalog: SqlCatalog, state_url: str, tmp_path: Path, context: Context
 ) -> None:
     table = small_files_table(catalog)
     before = sorted(table.scan().to_arrow()["id"].to_pylist())
@@ -207,7 +214,7 @@ def test_the_data_rewrite_operator_compacts_records_the_clock_and_pushes_counts(
     assert sorted(after.scan().to_arrow()["id"].to_pylist()) == before
     assert (summary["rewritten_data_files"], summary["added_data_files"], summary["commit_count"]) == (8, 1, 1)
     assert (summary["policy"], summary["failed_group_count"], summary["dry_run"]) == ("c", 0, False)
-    assert after.current_snapshot().summary.operation.value == "replace"  # type: ignore[union-attr]
+    assert after.current_snapshot().summary.operation.value == "replace"
     state = SqlStateStore(state_url).get(str(after.metadata.table_uuid), DATA_COMPACTION)
     assert state is not None and state.last_success_at is not None
     report = json.loads(Path(summary["report"].removeprefix("file://")).read_text())
@@ -257,7 +264,9 @@ def test_the_scheduled_flow_compacts_then_expires_then_removes_orphans(
     enabled = sample.replace("  enabled: false", "  enabled: true").replace("minInputFiles: 5", "minInputFiles: 2")
     policies.write_text(enabled, encoding="utf-8")
     dag = DagBag(dag_folder=str(DAGS)).dags["iceberg_table_maintenance_scheduled"]
-    dag.get_task("plan_due_tables").policy_file = str(policies)
+    plan = dag.get_task("plan_due_tables")
+    assert isinstance(plan, IcebergMaintenancePlanOperator)
+    plan.policy_file = str(policies)
     run = dag.test()
     assert run.state == "success"
     steps = ("rewrite_data_files", "rewrite_manifests", "expire_snapshots", "remove_orphan_files")

@@ -32,6 +32,6 @@ def test_the_page_shows_days_since_the_last_compaction(tmp_path: Path, monkeypat
     (reason,) = [r for r in cells if r.startswith("last compacted 2 days ago")]
     assert reason.endswith("interval 1 day: due")
     assert " ".join(cells[reason].split()) == "compact_daily (compaction): due"
-    body = json.loads(status_json().body)
+    body = json.loads(bytes(status_json().body))
     events = next(t for t in body["tables"] if t["table"] == "demo.events")
     assert (events["compaction"]["policy"], events["compaction"]["due"]) == ("compact_daily", True)

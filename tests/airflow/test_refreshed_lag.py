@@ -8,7 +8,7 @@ commit task now measures the index again and records it, checked against the bou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -16,6 +16,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.state.status_records import SqlRecords, index_lag_key
 from tests.airflow.index_helpers import TABLE, append, events_table
 from tests.airflow.test_index_operators import commit, create, plan
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 @pytest.fixture
@@ -38,7 +41,7 @@ def _lag(recorded: dict[str, Any], index: str) -> tuple[int, bool]:
 
 
 def test_the_lag_recorded_after_a_commit_is_the_index_as_it_now_stands(
-    catalog: SqlCatalog, context: dict, records: SqlRecords
+    catalog: SqlCatalog, context: Context, records: SqlRecords
 ) -> None:
     events_table(catalog)
     create(context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -22,6 +22,9 @@ from tests.airflow.test_status_page import Elements
 from tests.expiry.history import build_history
 from tests.support.airflow_dags import remover
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
 
 def _page(uri: str) -> Elements:
     return Elements(report_page(uri).body.decode())
@@ -31,7 +34,7 @@ def _read(uri: str) -> dict[str, Any]:
     return dict(json.loads(Path(uri.removeprefix("file://")).read_text()))
 
 
-def _expire(tmp_path: Path, state_url: str, context: dict, dry_run: bool) -> dict[str, Any]:
+def _expire(tmp_path: Path, state_url: str, context: Context, dry_run: bool) -> dict[str, Any]:
     return IcebergExpireSnapshotsOperator(
         task_id="expire",
         table="db.events",
@@ -47,7 +50,7 @@ def test_an_expiry_report_shows_snapshots_refs_and_files_by_kind(
     catalog: SqlCatalog,
     pages: str,
     tmp_path: Path,
-    context: dict,
+    context: Context,
 ) -> None:
     catalog.create_namespace("db")
     table = build_history(catalog).table
@@ -64,7 +67,7 @@ def test_an_expiry_report_shows_snapshots_refs_and_files_by_kind(
     for snapshot_id, text in shown.items():
         snapshot = snapshots[int(snapshot_id)]
         committed = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        assert committed in text and text.endswith(snapshot.summary.operation.value), text  # type: ignore[union-attr]
+        assert committed in text and text.endswith(snapshot.summary.operation.value), text
     by_kind = {a["data-kind"]: t for a, t in page.find("tr") if "data-kind" in a}
     assert by_kind == {
         kind: f"{kind.replace('_', ' ')}{tally['count']}{size(tally['bytes'])}"  # the cells' texts, joined
@@ -92,7 +95,7 @@ def test_an_orphan_dry_run_has_no_delete_phase(
     demo_tables: dict,
     pages: str,
     tmp_path: Path,
-    context: dict,
+    context: Context,
 ) -> None:
     dry = remover(pages, tmp_path, table="demo.orders", dry_run=True).execute(context)
     assert list(_read(dry["report"])["phase_seconds"]) == ["list_and_reference", "match", "recheck"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -76,7 +77,7 @@ def on_celery(monkeypatch: pytest.MonkeyPatch) -> None:
 def _operators(tmp_path: Path, report_location: str | None) -> dict[str, Any]:
     """Every operator that writes under the report location, with that location (None: the default)."""
     where = {"report_location": report_location} if report_location else {}
-    job = {"table": "demo.orders", "older_than_days": 3, **where}
+    job: dict[str, Any] = {"table": "demo.orders", "older_than_days": 3, **where}
     return {
         "orphan removal report": IcebergRemoveOrphanFilesOperator(task_id="remove", dry_run=False, **job),
         "sharded scan scratch": IcebergPlanOrphanShardsOperator(task_id="plan_shards", shards=2, dry_run=False, **job),
@@ -92,7 +93,7 @@ def _operators(tmp_path: Path, report_location: str | None) -> dict[str, Any]:
 )
 @pytest.mark.parametrize("location", ["default", "file", "path"])
 def test_on_celery_each_task_refuses_a_local_report_location_and_deletes_nothing(
-    what: str, location: str, on_celery: None, demo_tables: dict, context: dict, tmp_path: Path
+    what: str, location: str, on_celery: None, demo_tables: dict, context: Context, tmp_path: Path
 ) -> None:
     given = {"default": None, "file": f"file://{tmp_path}/reports", "path": str(tmp_path / "reports")}[location]
     operator = _operators(tmp_path, given)[what]
@@ -106,7 +107,7 @@ def test_on_celery_each_task_refuses_a_local_report_location_and_deletes_nothing
 
 
 def test_on_the_local_executor_the_same_local_report_location_works(
-    demo_tables: dict, context: dict, tmp_path: Path, state_url: str
+    demo_tables: dict, context: Context, tmp_path: Path, state_url: str
 ) -> None:
     operator = IcebergRemoveOrphanFilesOperator(
         task_id="remove",
@@ -132,7 +133,7 @@ def test_on_celery_a_sqlite_state_url_is_refused_for_the_state_the_records_and_t
 
 
 def test_on_celery_the_configured_sqlite_state_url_fails_the_removal_task_before_it_deletes(
-    on_celery: None, demo_tables: dict, context: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    on_celery: None, demo_tables: dict, context: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW__ICEBERG_MAINT__STATE_URL", f"sqlite:///{tmp_path}/state.db")
     operator = IcebergRemoveOrphanFilesOperator(

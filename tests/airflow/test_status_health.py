@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -22,6 +22,9 @@ from tests.airflow.test_status_page import Elements
 
 LOG = logging.getLogger(__name__)
 NOW = datetime.now(UTC)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 def health(table: str, score: int, deductions: list[dict[str, Any]], data_files: int = 40) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -
     record_health(records, "demo.events", latest, NOW + timedelta(minutes=5), LOG)
     record_health(records, "other.x", health("other.x", 91, [{**EXPIRABLE, "points": 9}]), NOW, LOG)
 
-    page = Elements(status_page().body.decode())
+    page = Elements(bytes(status_page().body).decode())
     order = [a["data-table"] for a, _ in page.find("tr") if "data-table" in a]
     # Worst first; demo.fresh, covered by the demo.* globs, shows before it ever ran (never checked: last).
     assert order == ["demo.events", "other.x", "demo.fresh"]
@@ -94,7 +97,7 @@ def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -
     expiry = [t for _, t in page.find("td", class_="expiry")]
     assert expiry[2] == "due for expiry never expired"  # demo.fresh
     assert "no expiry policy" in expiry[1]  # other.x: no policy covers it
-    body = json.loads(status_json().body)
+    body = json.loads(bytes(status_json().body))
     assert [(t["table"], t["score"]) for t in body["tables"]] == [
         ("demo.events", 53),
         ("other.x", 91),
@@ -107,7 +110,7 @@ def test_health_causes_charts_and_worst_first(catalog: SqlCatalog, pages: str) -
         ("compact_daily", False),  # the sample ships it disabled
     ]
 
-    table = Elements(table_page("demo.events").body.decode())
+    table = Elements(bytes(table_page("demo.events").body).decode())
     histogram = [a["class"] for a, _ in table.find("rect") if a["class"] == "files"]
     assert len(histogram) == 4
     titles = [t for _, t in table.find("title") if t.startswith(("up to", "over"))]
@@ -131,16 +134,16 @@ def test_the_fleet_lists_every_table_of_the_catalogs(catalog: SqlCatalog, pages:
     catalog.create_namespace("zzz")
     catalog.create_table("zzz.unmanaged", pa.schema([("id", pa.int64())]))
     record_health(SqlRecords(pages), "other.x", health("other.x", 91, [EXPIRABLE | {"points": 9}]), NOW, LOG)
-    fleet = Elements(fleet_page().body.decode())
+    fleet = Elements(bytes(fleet_page().body).decode())
     rows = {a["data-table"]: t for a, t in fleet.find("tr") if "data-table" in a}
     assert list(rows) == ["other.x", "demo.events", "demo.fresh", "zzz.unmanaged"]
     assert all("iceberg_default" in text for text in rows.values())
     assert "remove_orphans_weekly, expire_snapshots_daily" in rows["demo.fresh"]
-    status = [a["data-table"] for a, _ in Elements(status_page().body.decode()).find("tr") if "data-table" in a]
+    status = [a["data-table"] for a, _ in Elements(bytes(status_page().body).decode()).find("tr") if "data-table" in a]
     assert "zzz.unmanaged" not in status and "demo.fresh" in status
 
 
-def test_the_health_operator_records_its_check(catalog: SqlCatalog, pages: str, context: dict) -> None:
+def test_the_health_operator_records_its_check(catalog: SqlCatalog, pages: str, context: Context) -> None:
     """The operator runs the core's check on a real table and stores its JSON with the time it ran; XCom is small.
     Skipped until the health module (another branch's) is in the tree."""
     health_api = pytest.importorskip("airflow_iceberg_maint.api.health")

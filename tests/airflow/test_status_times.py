@@ -36,7 +36,7 @@ def test_a_scheduled_run_shows_when_its_work_ran(
 
     (state,) = [s for s in SqlStateStore(pages).all() if s.table == TABLE]
     assert state.last_success_at == logical  # the clock the intervals count from is unchanged
-    body = json.loads(status_json().body)
+    body = json.loads(bytes(status_json().body))
     orders = next(t for t in body["tables"] if t["table"] == TABLE)
     dry, done = orders["runs"]
     for run in (dry, done):
@@ -46,19 +46,19 @@ def test_a_scheduled_run_shows_when_its_work_ran(
         )
     assert orders["last_cleaned_at"] == orders["last_run"]["at"] == done["finished_at"]
 
-    page = Elements(status_page().body.decode())
+    page = Elements(bytes(status_page().body).decode())
     (row,) = [t for a, t in page.find("td", class_="last-run") if a.get("data-at") == done["finished_at"]]
     shown = datetime.fromisoformat(done["finished_at"]).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f"real run just now ({shown})" in row
     assert logical.strftime("%H:%M:%S") not in row
     # The charts too: the last bar of the table's bytes chart is the real run, at the time it ran.
-    captions = [t for _, t in Elements(table_page(TABLE).body.decode()).find("figcaption")]
+    captions = [t for _, t in Elements(bytes(table_page(TABLE).body).decode()).find("figcaption")]
     assert captions[0].startswith("Bytes reclaimed per run") and captions[0].endswith(f"→ {shown}")
     # The report says when the run ran, too.
     report = Path(real["report"].removeprefix("file://"))
     written = json.loads(report.read_text())
     assert (written["started_at"], written["finished_at"]) == (done["started_at"], done["finished_at"])
-    ran = Elements(report_page(real["report"]).body.decode()).find("p", id="ran")
+    ran = Elements(bytes(report_page(real["report"]).body).decode()).find("p", id="ran")
     assert ran[0][1].startswith("Real run, ran just now (") and ran[0][1].endswith(f"to {shown}; finished")
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.celery.conftest import WORKERS, Deployment, wait_for
 from tests.celery.helpers import cutoff_after_writes, make_table, rows
+from tests.support.celery import WORKERS, Deployment, wait_for
 
 DAG = "celery_deferred"
 SENSORS = ("wait_until_due", "wait_for_lag")

@@ -7,8 +7,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint.index.metadata.store import IndexStore
 from airflow_iceberg_maint.index.read.lookup import lookup
-from tests.celery.conftest import WORKERS, Deployment
 from tests.celery.helpers import make_table
+from tests.support.celery import WORKERS, Deployment
 
 
 def test_four_shard_tasks_on_both_workers_build_one_extract_whose_lookups_are_exact(

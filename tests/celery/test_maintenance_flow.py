@@ -8,8 +8,8 @@ from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.celery.conftest import Deployment
 from tests.celery.helpers import exists, live_files, make_table, plant_orphans
+from tests.support.celery import Deployment
 
 TABLES = ("maint.a", "maint.b")
 DAG = "celery_table_maintenance"

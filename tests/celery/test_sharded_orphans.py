@@ -6,8 +6,8 @@ from collections import Counter
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.celery.conftest import WORKERS, Deployment
 from tests.celery.helpers import exists, planted_table, read_json
+from tests.support.celery import WORKERS, Deployment
 
 SHARD_TASKS = ("scan_orphan_shard", "match_orphan_shard")
 COUNTS = ("orphan_file_count", "orphan_bytes", "files_listed", "dry_run")

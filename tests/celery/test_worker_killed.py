@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.celery.conftest import HEARTBEAT_TIMEOUT_SECONDS, Deployment, wait_for
 from tests.celery.helpers import exists, gate_key, planted_table
 from tests.s3_helpers import s3_test_client
+from tests.support.celery import HEARTBEAT_TIMEOUT_SECONDS, Deployment, wait_for
 
 DAG = "celery_orphans_sharded"
 VICTIM, SURVIVOR = "worker-a", "worker-b"

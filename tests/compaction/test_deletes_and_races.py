@@ -40,7 +40,7 @@ def _oracle(catalog: Catalog, seed: int = 11, appends: int = 8) -> OracleTable:
 
 
 def _after_each_group(monkeypatch: pytest.MonkeyPatch, action: Any) -> None:
-    real = run.rewrite_group
+    real = run.rewrite_group  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def rewrite_then_act(*args: Any, **kwargs: Any) -> Any:
         written = real(*args, **kwargs)
@@ -91,7 +91,7 @@ def test_an_equality_delete_committed_during_the_rewrite_still_applies(
     data = [e for e in entries if e.data_file.content == 0]
     (equality,) = [e for e in entries if e.data_file.content == 2]
     assert {e.sequence_number for e in data} == {start.sequence_number}
-    assert equality.sequence_number is not None and equality.sequence_number > start.sequence_number  # type: ignore[operator]
+    assert equality.sequence_number is not None and equality.sequence_number > start.sequence_number
     held = [
         v
         for e in data
@@ -142,7 +142,7 @@ def test_an_append_during_the_rewrite_commits(sqlite_catalog: Catalog, monkeypat
 
 def test_an_append_racing_the_commit_is_retried(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     oracle = _oracle(sqlite_catalog)
-    real, calls = commit.commit_fenced, []
+    real, calls = commit.commit_fenced, []  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def append_first(table: Table, *args: Any) -> Any:
         calls.append(table.metadata_location)
@@ -215,7 +215,7 @@ def test_files_larger_than_the_budget_stream_with_every_delete(
     expected = Counter({row: n for row, n in scanned(table).items() if ("day", 1) not in row})
     table = commit_equality_deletes(table, ["day"], [[1]])
     batches: list[int] = []
-    real = rewriter.live_row_batches
+    real = rewriter.live_row_batches  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def counted(*args: Any) -> Any:
         for rows in real(*args):

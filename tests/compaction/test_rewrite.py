@@ -4,10 +4,13 @@ unchanged, ``replace`` snapshots, files of the target size, nothing left to do a
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.transforms import BucketTransform
 
@@ -18,14 +21,14 @@ from tests.index.row_deletes import commit_position_deletes
 CATALOGS = ["sqlite_catalog", "pg_catalog", "s3_catalog"]
 
 
-def _snapshots(table) -> dict[int, object]:  # type: ignore[no-untyped-def]
+def _snapshots(table: Table) -> dict[int, Counter[tuple[Any, ...]]]:
     """The rows of the first, a middle and the last snapshot (every snapshot is read the same way)."""
     snapshots = table.snapshots()
     chosen = {snapshots[0].snapshot_id, snapshots[len(snapshots) // 2].snapshot_id, snapshots[-1].snapshot_id}
     return {sid: scanned(table, sid) for sid in chosen}
 
 
-def _check_sizes(table, target: int) -> list[int]:  # type: ignore[no-untyped-def]
+def _check_sizes(table: Table, target: int) -> list[int]:
     """Every written file but the smallest of each partition is within 20% of the target."""
     by_partition: dict[str, list[int]] = {}
     for f in data_files(table):
@@ -53,7 +56,7 @@ def test_binpack_keeps_every_row_and_every_snapshot(backend: str, request: pytes
     assert snapshot is not None and snapshot.summary is not None
     assert report.commits and all(
         table.snapshot_by_id(s).summary.operation == Operation.REPLACE for s in report.commits
-    )  # type: ignore[union-attr]
+    )
     assert report.rewritten_data_files == 24 and report.failed == []
     assert report.removed_delete_files == 2 and delete_files(table) == []  # one position delete file a partition
     sizes = _check_sizes(table, target)
@@ -123,7 +126,7 @@ def test_partition_evolution_keeps_each_files_spec(sqlite_catalog: Catalog) -> N
 
 def test_bad_input_is_refused_before_anything(sqlite_catalog: Catalog) -> None:
     table = append_files(create(sqlite_catalog, "t", partitioned=False), random.Random(6), 2, 10, [1])
-    for kwargs, message in [
+    cases: list[tuple[dict[str, Any], str]] = [  # deliberately wrong arguments: the checks are tested
         ({"where": "day >>> 3"}, "where 'day >>> 3': expected a row filter"),
         ({"where": "nope = 3"}, "where 'nope = 3'"),
         ({"strategy": "shuffle"}, "strategy 'shuffle': expected one of binpack, sort, zorder"),
@@ -131,9 +134,10 @@ def test_bad_input_is_refused_before_anything(sqlite_catalog: Catalog) -> None:
         ({"strategy": "sort", "sort": ["nope"]}, "sort 'nope': the table has no such column"),
         ({"min_input_files": 0}, "min_input_files 0: expected a whole number >= 1"),
         ({"dry_run": "no"}, "dry_run 'no': expected True or False"),
-    ]:
+    ]
+    for kwargs, message in cases:
         with pytest.raises(InvalidInputError, match=message.replace("(", r"\(")):
-            rewrite_data_files(table, dry_run=kwargs.pop("dry_run", False), **kwargs)  # type: ignore[arg-type]
+            rewrite_data_files(table, dry_run=kwargs.pop("dry_run", False), **kwargs)
     assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
 
 

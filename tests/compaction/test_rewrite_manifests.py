@@ -23,7 +23,8 @@ from pyiceberg.transforms import IdentityTransform
 from airflow_iceberg_maint import commit_fence
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.compaction.manifest_plan import group_key
-from airflow_iceberg_maint.compaction.manifests import TARGET_SIZE_PROPERTY, rewrite_manifests
+from airflow_iceberg_maint.compaction.manifests import rewrite_manifests
+from airflow_iceberg_maint.compaction.options import MANIFEST_TARGET_SIZE_PROPERTY as TARGET_SIZE_PROPERTY
 from airflow_iceberg_maint.errors import CommitOutcomeUnknownError
 from tests.commit_race import race_into_commit
 from tests.expiry.history import snapshot_rows
@@ -120,7 +121,7 @@ def test_a_rewrite_keeps_every_row_entry_and_snapshot_and_puts_one_partition_in_
     assert current is not None and report.commits == [current.snapshot_id]
     assert current.parent_snapshot_id == before_snapshot.snapshot_id
     assert current.summary is not None and current.summary.operation.value == "replace"
-    assert current.summary["total-records"] == before_snapshot.summary["total-records"]  # type: ignore[index]
+    assert current.summary["total-records"] == before_snapshot.summary["total-records"]
     # Every snapshot reads as before, and the new one as its parent; each live file keeps its sequence
     # numbers and snapshot id, so each delete applies to the same rows.
     after_rows = snapshot_rows(table)
@@ -221,8 +222,8 @@ def test_an_append_inside_the_commit_makes_the_rewrite_plan_again_on_it(catalog:
     table = load_table(sqlite_catalog, name)
     current = table.current_snapshot()
     assert current is not None and current.snapshot_id == report.commits[0]
-    parent = table.snapshot_by_id(current.parent_snapshot_id)  # type: ignore[arg-type]
-    assert parent is not None and parent.summary.operation.value == "append"  # type: ignore[union-attr]
+    parent = table.snapshot_by_id(current.parent_snapshot_id)
+    assert parent is not None and parent.summary.operation.value == "append"
     assert snapshot_rows(table)[f"snapshot:{current.snapshot_id}"] == expected
     assert pa.array(expected).to_pylist() == expected
 
@@ -251,7 +252,7 @@ def test_an_unknown_commit_outcome_keeps_the_new_manifests(sqlite_catalog: Catal
     sqlite_catalog.commit_table = commit  # type: ignore[method-assign]
     after = load_table(sqlite_catalog, name)
     current = after.current_snapshot()
-    assert current is not None and (current.summary.operation.value == "replace") == landed  # type: ignore[union-attr]
+    assert current is not None and (current.summary.operation.value == "replace") == landed
     assert snapshot_rows(after)[f"snapshot:{current.snapshot_id}"] == expected
     if landed:
         assert {Path(m.manifest_path.removeprefix("file://")) for m in current.manifests(after.io)} <= written | before

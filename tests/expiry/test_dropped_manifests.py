@@ -69,14 +69,14 @@ def _step(table: Table, op: str, n: int) -> None:
     elif op == "delete":
         table.delete(f"id = {start - 1000}")
     elif op == "tag" and table.current_snapshot() is not None:
-        table.manage_snapshots().create_tag(table.metadata.current_snapshot_id, f"t{n}").commit()  # type: ignore[arg-type]
+        table.manage_snapshots().create_tag(table.metadata.current_snapshot_id, f"t{n}").commit()
     elif op == "branch" and table.current_snapshot() is not None:
-        table.manage_snapshots().create_branch(table.metadata.current_snapshot_id, f"b{n}").commit()  # type: ignore[arg-type]
+        table.manage_snapshots().create_branch(table.metadata.current_snapshot_id, f"b{n}").commit()
         table.append(rows(start + 500, 2), branch=f"b{n}")
     elif op == "stats" and table.current_snapshot() is not None:
         path = f"{table.location()}/metadata/stats-{n}.puffin"
         Files(table).put(path, b"PFA1stats")
-        set_statistics_file(table, table.metadata.current_snapshot_id, path)  # type: ignore[arg-type]
+        set_statistics_file(table, table.metadata.current_snapshot_id, path)
     snapshot = table.current_snapshot()
     if snapshot is not None:
         after_clock_passes(max(s.timestamp_ms for s in table.metadata.snapshots))
@@ -85,7 +85,7 @@ def _step(table: Table, op: str, n: int) -> None:
 def _history(catalog: Catalog, ops: Sequence[str]) -> Table:
     table = catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
     table.append(rows(0, 3))
-    after_clock_passes(table.current_snapshot().timestamp_ms)  # type: ignore[union-attr]
+    after_clock_passes(table.current_snapshot().timestamp_ms)
     for n, op in enumerate(ops, start=1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a delete or overwrite that matched no row commits nothing: fine
@@ -163,7 +163,7 @@ def _fast_appends(catalog: Catalog, count: int) -> Iterator[Table]:
         if n == count:
             return
         table.append(rows(10 * n, 2))
-        after_clock_passes(table.current_snapshot().timestamp_ms)  # type: ignore[union-attr]
+        after_clock_passes(table.current_snapshot().timestamp_ms)
         yield table
 
 
@@ -198,7 +198,7 @@ def test_on_s3_an_expiry_that_drops_a_manifest_reads_the_kept_ones(
 ) -> None:
     table = list(_fast_appends(s3_catalog, 3))[-1]
     table.overwrite(rows(100, 2), overwrite_filter="id < 1")  # rewrites the first append's manifest
-    after_clock_passes(table.current_snapshot().timestamp_ms)  # type: ignore[union-attr]
+    after_clock_passes(table.current_snapshot().timestamp_ms)
     table = s3_catalog.load_table("db.s")
     older_than = datetime.fromtimestamp((table.metadata.snapshots[-1].timestamp_ms - 1) / 1000, UTC)
     kept = table.current_snapshot()

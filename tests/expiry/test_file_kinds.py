@@ -56,7 +56,7 @@ def test_the_report_says_what_each_deleted_file_is_and_when_each_snapshot_was_co
         {
             "snapshot_id": i,
             "committed_at": datetime.fromtimestamp(snapshots[i].timestamp_ms / 1000, UTC).isoformat(),
-            "operation": snapshots[i].summary.operation.value,  # type: ignore[union-attr]
+            "operation": snapshots[i].summary.operation.value,
         }
         for i in dry["expired_snapshot_ids"]
     ]

@@ -3,26 +3,13 @@ against the SQLite catalog of the ``sqlite_catalog`` fixture."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_iceberg_maint.cli import main
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
+from tests.support.health import Ran
 
 
 @pytest.fixture

@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
 
 from airflow_iceberg_maint import table_health
 from tests.expiry.history import build_history
-from tests.health.conftest import Ran
 from tests.health.tables import partitioned_table
+from tests.support.health import Ran
 
 
-def _set(table, **properties: str) -> None:  # type: ignore[no-untyped-def]
+def _set(table: Table, **properties: str) -> None:
     with table.transaction() as tx:
         tx.set_properties(properties)
 

@@ -10,8 +10,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_iceberg_maint import fleet_health
 from airflow_iceberg_maint.fs.locations import local_path
-from tests.health.conftest import Ran
 from tests.health.tables import SCHEMA, batch
+from tests.support.health import Ran
 
 #: The keys of docs/cli.md's health section, in its order.
 CLI_KEYS = [

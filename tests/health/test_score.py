@@ -11,11 +11,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint import table_health
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_orphan_run
 from tests.expiry.history import build_history
-from tests.health.conftest import Ran
 from tests.health.tables import SCHEMA, batch
+from tests.support.health import Ran
 
 
-def _points(body: dict) -> dict[str, int]:  # type: ignore[type-arg]
+def _points(body: dict) -> dict[str, int]:
     assert sum(d["points"] for d in body["deductions"]) == 100 - body["score"]
     return {d["remedy"]: d["points"] for d in body["deductions"]}
 

@@ -15,8 +15,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.policy.job_config import plan_expiry_jobs
 from airflow_iceberg_maint.policy.policies import SNAPSHOT_EXPIRY, parse_policies
 from airflow_iceberg_maint.state.cleanup import SqlStateStore, record_attempt
-from tests.health.conftest import Ran
 from tests.health.tables import SCHEMA, batch
+from tests.support.health import Ran
 
 
 def _policy_file(tmp_path: Path, **fields: Any) -> str:

@@ -150,4 +150,4 @@ def test_the_status_row_shows_the_compaction_policy(tmp_path: Path) -> None:
     assert json.loads(json.dumps(orders))["compaction"]["last_run_at"] == (NOW - timedelta(days=2)).isoformat()
     # No compaction policy attaches: no compaction entry.
     other = table_rows(parse_policies([{**EXAMPLE, "tables": ["hr.*"]}]), [], Records.build([], []), NOW)
-    assert all(r.compaction is None for r in other if r.table == "sales.orders")
+    assert all(r.evaluation_of(DATA_COMPACTION) is None for r in other if r.table == "sales.orders")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.airflow_api import api_request
 from tests.support.services import S3_PROPS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,14 +56,7 @@ class Airflow:
     catalog: dict[str, str]  # the SqlCatalog properties of the connection iceberg_default
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
-        request = urllib.request.Request(
-            f"{BASE}/api/v2{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
+        return api_request(BASE, self.token, method, path, body, timeout=30)
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 900) -> str:
         deadline = time.monotonic() + timeout

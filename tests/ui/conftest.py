@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from tests.support.airflow_api import api_token
 from tests.support.browser import ARTIFACTS, BASE, INDEX_DAG, MANUAL, PASSWORD, PORT, Airflow
 from tests.support.services import S3_PROPS, service
 
@@ -35,22 +36,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if ARTIFACTS.exists():
         shots = sorted(p.name for p in ARTIFACTS.glob("*.png"))
         terminalreporter.write_line(f"screenshots of the Airflow UI ({len(shots)}): {ARTIFACTS}")
-
-
-def _token() -> str | None:
-    request = urllib.request.Request(
-        f"{BASE}/auth/token",
-        method="POST",
-        data=json.dumps({"username": "admin", "password": PASSWORD}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())["access_token"]
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        if isinstance(exc, urllib.error.HTTPError):
-            exc.close()  # it holds the response's socket
-        return None
 
 
 def _make_tables(catalog: SqlCatalog) -> Path:
@@ -136,7 +121,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator
         deadline = time.monotonic() + 240
         token = None
         while time.monotonic() < deadline and process.poll() is None:
-            token = _token()
+            token = api_token(BASE, PASSWORD)
             if token:
                 break
             time.sleep(2)

@@ -275,8 +275,8 @@ def test_trigger_dry_then_real_bad_inputs_and_status(airflow: Airflow, chromium:
         page.goto(f"{BASE}/plugin/iceberg-maintenance/iceberg-maint/fleet")
         fleet = frame.locator("#fleet tr[data-table]")
         fleet.first.wait_for()
-        listed = sorted(fleet.nth(i).get_attribute("data-table") for i in range(fleet.count()))
-        assert listed == ["demo.events", "sales.orders"]  # every table of the catalog
+        fleet_tables = sorted(fleet.nth(i).get_attribute("data-table") or "" for i in range(fleet.count()))
+        assert fleet_tables == ["demo.events", "sales.orders"]  # every table of the catalog
         page.screenshot(path=ARTIFACTS / "09-fleet.png", full_page=True)
         browser.close()
     stamp = datetime.now(UTC).isoformat()

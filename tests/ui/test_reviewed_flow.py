@@ -200,7 +200,7 @@ def test_approve_expires_and_deletes_the_reviewed_files_and_reject_changes_nothi
     first, second = _snapshots(airflow)
     first_snapshot = _orders(airflow).snapshot_by_id(first)
     assert first_snapshot is not None
-    first_list = Path(_orders(airflow).snapshot_by_id(first).manifest_list.removeprefix("file://"))  # type: ignore[union-attr]
+    first_list = Path(first_snapshot.manifest_list.removeprefix("file://"))
     reviewed = _plant(data, "00000-8-orphan-a.parquet", "00000-8-orphan-b.parquet")
     airflow.api("PATCH", f"/dags/{REVIEWED}", {"is_paused": False})
 
