@@ -77,6 +77,16 @@ def _is_put_metadata(r: Request) -> bool:
     return r.method == "PUT" and r.path.endswith(".metadata.json")
 
 
+def _is_get_data(r: Request) -> bool:
+    """A read of a Parquet data (or delete) file."""
+    return r.method == "GET" and r.path.endswith(".parquet")
+
+
+def _is_put_data(r: Request) -> bool:
+    """A write of a Parquet file: a plain PUT, or a multipart upload's start, part or completion."""
+    return r.method in ("PUT", "POST") and r.path.endswith(".parquet")
+
+
 #: The S3 operations a rule can select.
 OPERATIONS: dict[str, Callable[[Request], bool]] = {
     "list": _is_list,
@@ -86,6 +96,8 @@ OPERATIONS: dict[str, Callable[[Request], bool]] = {
     "get_manifest": _is_get_manifest,
     "get_metadata": _is_get_metadata,
     "put_metadata": _is_put_metadata,
+    "get_data": _is_get_data,
+    "put_data": _is_put_data,
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 
+from airflow_iceberg_maint.api.compaction import rewrite_data_files
 from airflow_iceberg_maint.expiry.run import expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
@@ -86,6 +87,12 @@ def snapshot_expiry(
     table = _table(catalog_uri, warehouse, name)
     options = ExpireOptions(older_than=datetime.fromisoformat(older_than_iso), retain_last=retain_last)
     report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS])
+    _finish(result_path, report.to_json())
+
+
+def compaction(catalog_uri: str, warehouse: str, name: str, result_path: str) -> None:
+    """The call ``iceberg-maint rewrite-data-files`` makes (small groups allowed, so every seed has work)."""
+    report = rewrite_data_files(_table(catalog_uri, warehouse, name), dry_run=False, min_input_files=2)
     _finish(result_path, report.to_json())
 
 
