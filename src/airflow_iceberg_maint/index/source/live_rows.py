@@ -29,8 +29,9 @@ from pyiceberg.types import ListType, MapType, NestedField
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.source import page_reads
 from airflow_iceberg_maint.index.source.parquet_files import ParquetHandle, opened_parquet
+from airflow_iceberg_maint.index.source.position_deletes import deleted_positions_by_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch, read_position_deletes
+from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch
 
 #: Names under which the row location travels next to the projected columns.
 FILE_COLUMN = "_file"
@@ -200,7 +201,7 @@ _DELETES_CACHE_SIZE = 64
 def _read_position_deletes(table: Table, delete: DataFile) -> dict[str, pa.ChunkedArray]:
     """Data file path -> deleted positions, from a position delete file or a Puffin deletion vector."""
     try:
-        return read_position_deletes(table.io, delete)
+        return deleted_positions_by_file(table.io, delete)
     except Exception as exc:
         raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
 
