@@ -80,11 +80,21 @@ def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], 
     return pa.Table.from_batches(pieces)
 
 
-@cached(
-    LRUCache(maxsize=_CACHE_SIZE), lock=Lock(), key=lambda table, path, parquet, field_ids: hashkey(path, field_ids)
-)
+def _arrow_schema_key(schema: pa.Schema) -> bytes:
+    """A key that tells Arrow schemas apart by their field metadata too (field IDs), which ``==`` ignores."""
+    return bytes(schema.serialize())
+
+
+def _projection_key(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> tuple[Any, ...]:
+    metadata = table.metadata
+    mapping = metadata.properties.get("schema.name-mapping.default")
+    return hashkey(_arrow_schema_key(parquet.schema_arrow), field_ids, metadata.format_version, mapping)
+
+
+@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(), key=_projection_key)
 def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> Schema:
-    """The Iceberg schema of a data file's columns among ``field_ids``, cached per file and projection.
+    """The Iceberg schema of a data file's columns among ``field_ids``, cached per file schema and projection
+    (its only inputs besides the table's format version and name mapping): the many files of one writer share it.
 
     Columns are identified by their Parquet field IDs, or through the table's name mapping.
     """
@@ -168,9 +178,14 @@ def _project(
 
     pyiceberg's visitor costs about 0.15 ms a call, most of a point lookup's fetch overhead. When
     it has been seen to only rename top-level primitive columns in place (same field IDs in the
-    same order, same Arrow types), its output schema is reused for the same file and schema.
+    same order, same Arrow types), its output schema is reused for the same batch schema (field
+    IDs included), file schema and schema: every file a writer wrote alike.
     """
-    key = hashkey(path, tuple(schema.fields)) if not missing else None
+    key = (
+        hashkey(_arrow_schema_key(batch.schema), tuple(file_schema.fields), tuple(schema.fields), downcast)
+        if not missing
+        else None
+    )
     with _relabels_lock:
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
