@@ -16,8 +16,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import MetadataReadError
+from airflow_iceberg_maint.index.source.position_deletes import deleted_positions_by_file, single_target
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.pyiceberg_compat import read_position_deletes
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,15 @@ def live_entries(table: Table) -> LiveEntries:
 
 @cached(LRUCache(maxsize=1024), lock=Lock(), key=lambda table, delete: hashkey(delete.file_path))
 def referenced_data_files(table: Table, delete: DataFile) -> frozenset[str]:
-    """The data files a position delete file or deletion vector names (cached: a delete file never changes)."""
-    referenced = getattr(delete, "referenced_data_file", None)  # v3 manifests only; a v2 one reads the file
-    if referenced:
-        return frozenset([referenced])
+    """The data files a position delete file or deletion vector names (cached: a delete file never changes).
+
+    From the manifest entry when it says (v3's referenced data file, or equal ``file_path`` bounds), else
+    read from the file."""
+    target = single_target(delete)
+    if target is not None:
+        return frozenset([target])
     try:
-        return frozenset(read_position_deletes(table.io, delete))
+        return frozenset(deleted_positions_by_file(table.io, delete))
     except Exception as exc:
         raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
 

@@ -3,9 +3,16 @@
 pyiceberg sizes files by uncompressed Arrow bytes, which come out 3 to 10 times smaller than the
 target once compressed. Here each file is written a row group at a time and its size is the
 writer's position in the output stream (compressed bytes, as stored): a row group holds about a
-tenth of the target, estimated from the bytes per row written so far (at first from the input
-files' own), and a file is closed once the next row group would take it past the target. So every
-file but the last of a group lands within a few percent of the target.
+quarter of the target (at most ``write.parquet.row-group-limit`` rows, pyiceberg's default
+1,048,576), estimated from the bytes per row written so far (at first from the input files' own),
+and a file is closed once half the next row group would take it past the target. So every file but
+the last of a group lands within about an eighth of the target.
+
+Row groups this large matter for size on storage: Parquet dictionary-encodes a column until its
+dictionary page reaches ``write.parquet.dict-size-bytes`` (2 MB), then falls back to plain
+encoding, and for high-cardinality columns (ids, timestamps) the dictionary-encoded part compresses
+worse. With row groups of a tenth of the target most rows were dictionary-encoded: the output was
+about 17% larger than pyiceberg's 1,048,576-row groups for the same rows.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from airflow_iceberg_maint.pyiceberg_compat import (
 )
 
 #: A row group holds about this share of the target size.
-ROW_GROUP_SHARE = 0.1
+ROW_GROUP_SHARE = 0.25
 ROW_GROUP_LIMIT_PROPERTY = "write.parquet.row-group-limit"
 DEFAULT_ROW_GROUP_LIMIT = 1_048_576
 

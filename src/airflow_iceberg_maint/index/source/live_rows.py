@@ -29,8 +29,9 @@ from pyiceberg.types import ListType, MapType, NestedField
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.source import page_reads
 from airflow_iceberg_maint.index.source.parquet_files import ParquetHandle, opened_parquet
+from airflow_iceberg_maint.index.source.position_deletes import deleted_positions_by_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch, read_position_deletes
+from airflow_iceberg_maint.pyiceberg_compat import missing_column_values, project_batch
 
 #: Names under which the row location travels next to the projected columns.
 FILE_COLUMN = "_file"
@@ -79,11 +80,21 @@ def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], 
     return pa.Table.from_batches(pieces)
 
 
-@cached(
-    LRUCache(maxsize=_CACHE_SIZE), lock=Lock(), key=lambda table, path, parquet, field_ids: hashkey(path, field_ids)
-)
+def _arrow_schema_key(schema: pa.Schema) -> bytes:
+    """A key that tells Arrow schemas apart by their field metadata too (field IDs), which ``==`` ignores."""
+    return bytes(schema.serialize())
+
+
+def _projection_key(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> tuple[Any, ...]:
+    metadata = table.metadata
+    mapping = metadata.properties.get("schema.name-mapping.default")
+    return hashkey(_arrow_schema_key(parquet.schema_arrow), field_ids, metadata.format_version, mapping)
+
+
+@cached(LRUCache(maxsize=_CACHE_SIZE), lock=Lock(), key=_projection_key)
 def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids: frozenset[int]) -> Schema:
-    """The Iceberg schema of a data file's columns among ``field_ids``, cached per file and projection.
+    """The Iceberg schema of a data file's columns among ``field_ids``, cached per file schema and projection
+    (its only inputs besides the table's format version and name mapping): the many files of one writer share it.
 
     Columns are identified by their Parquet field IDs, or through the table's name mapping.
     """
@@ -167,9 +178,14 @@ def _project(
 
     pyiceberg's visitor costs about 0.15 ms a call, most of a point lookup's fetch overhead. When
     it has been seen to only rename top-level primitive columns in place (same field IDs in the
-    same order, same Arrow types), its output schema is reused for the same file and schema.
+    same order, same Arrow types), its output schema is reused for the same batch schema (field
+    IDs included), file schema and schema: every file a writer wrote alike.
     """
-    key = hashkey(path, tuple(schema.fields)) if not missing else None
+    key = (
+        hashkey(_arrow_schema_key(batch.schema), tuple(file_schema.fields), tuple(schema.fields), downcast)
+        if not missing
+        else None
+    )
     with _relabels_lock:
         relabel = _relabels.get(key) if key is not None else None
     if relabel is not None:
@@ -200,7 +216,7 @@ _DELETES_CACHE_SIZE = 64
 def _read_position_deletes(table: Table, delete: DataFile) -> dict[str, pa.ChunkedArray]:
     """Data file path -> deleted positions, from a position delete file or a Puffin deletion vector."""
     try:
-        return read_position_deletes(table.io, delete)
+        return deleted_positions_by_file(table.io, delete)
     except Exception as exc:
         raise MetadataReadError(f"delete file {delete.file_path!r}: cannot be read ({exc})") from exc
 
