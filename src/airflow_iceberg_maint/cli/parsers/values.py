@@ -47,3 +47,35 @@ def add_lease_wait(parser: argparse.ArgumentParser) -> None:
         help="when another run holds the table's lease, wait up to this long for it (default 0: fail at once, "
         "exit status 4)",
     )
+
+
+def _cache_location(text: str) -> str:
+    # Imported here: stdlib only, but the reachability package is not needed by other subcommands.
+    from airflow_iceberg_maint.reachability.digests import check_location
+
+    error = check_location(text)
+    if error:
+        raise argparse.ArgumentTypeError(error)
+    return text
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """``--cache-location URI`` and ``--no-cache``: the digest cache of manifest lists and manifests (S22)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--cache-location",
+        metavar="URI",
+        type=_cache_location,
+        help="keep digests of manifest lists and manifests here, a local folder or file:// URI "
+        "(default: digests beside the state store's SQLite file, else ~/.local/state/iceberg-maint/digests)",
+    )
+    group.add_argument("--no-cache", action="store_true", help="read every manifest list and manifest")
+
+
+def cache_option(args: argparse.Namespace) -> str | None:
+    """The ``cache`` keyword for the Python API: None with --no-cache."""
+    if args.no_cache:
+        return None
+    from airflow_iceberg_maint.reachability.digests import DEFAULT
+
+    return str(args.cache_location) if args.cache_location else DEFAULT
