@@ -49,23 +49,12 @@ def add_lease_wait(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cache_location(text: str) -> str:
-    # Imported here: stdlib only, but the reachability package is not needed by other subcommands.
-    from airflow_iceberg_maint.reachability.digests import check_location
-
-    error = check_location(text)
-    if error:
-        raise argparse.ArgumentTypeError(error)
-    return text
-
-
 def add_cache_options(parser: argparse.ArgumentParser) -> None:
     """``--cache-location URI`` and ``--no-cache``: the digest cache of manifest lists and manifests (S22)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--cache-location",
         metavar="URI",
-        type=_cache_location,
         help="keep digests of manifest lists and manifests here, a local folder or file:// URI "
         "(default: digests beside the state store's SQLite file, else ~/.local/state/iceberg-maint/digests)",
     )
@@ -73,9 +62,10 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cache_option(args: argparse.Namespace) -> str | None:
-    """The ``cache`` keyword for the Python API: None with --no-cache."""
-    if args.no_cache:
-        return None
+    """The ``cache`` keyword for the Python API: None with --no-cache (the API refuses a bad location in one line)."""
+    # Imported here: stdlib only, but the subcommands without a cache need none of the reachability package.
     from airflow_iceberg_maint.reachability.digests import DEFAULT
 
+    if args.no_cache:
+        return None
     return str(args.cache_location) if args.cache_location else DEFAULT
