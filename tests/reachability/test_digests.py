@@ -147,9 +147,9 @@ def _table(catalog: Catalog, appends: int) -> Table:
     table = catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
     for n in range(appends):
         table.append(rows(10 * n, 2))
-        after_clock_passes(table.current_snapshot().timestamp_ms)  # type: ignore[union-attr]
+        after_clock_passes(table.current_snapshot().timestamp_ms)
     table.overwrite(rows(500, 2), overwrite_filter="id < 1")  # a manifest with a DELETED entry
-    after_clock_passes(table.current_snapshot().timestamp_ms)  # type: ignore[union-attr]
+    after_clock_passes(table.current_snapshot().timestamp_ms)
     return catalog.load_table("db.h")
 
 
