@@ -38,6 +38,8 @@ _MAX_HEADER = 16 * 1024 * 1024
 
 #: (length, sync marker): with the path, what makes a file the one a digest was made from.
 Identity = tuple[int, bytes]
+#: What a file names: paths, and the size of each (a manifest's length, a content file's size).
+Entries = tuple[list[str], list[int]]
 
 
 def default_location() -> str:
@@ -89,7 +91,7 @@ class DigestStore:
         key = hashlib.sha256(f"{kind}\0{path}".encode()).hexdigest()
         return Path(self.folder) / key[:2] / f"{key}.{kind}"
 
-    def read(self, kind: str, path: str) -> tuple[Identity, list[Any]] | None:
+    def read(self, kind: str, path: str) -> tuple[Identity, Entries] | None:
         """The identity and entries stored for ``path``; None when absent, corrupt or unreadable."""
         try:
             data = self._file(kind, path).read_bytes()
@@ -102,23 +104,24 @@ class DigestStore:
             body, _, trailer = data.rstrip(b"\n").rpartition(b"\n")
             if trailer != hashlib.sha256(body).hexdigest().encode():
                 raise ValueError("its checksum does not match its content")
-            head, *entries = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
+            head, paths, sizes = (json.loads(line) for line in body.split(b"\n"))
             if head != [_VERSION, kind, path, head[3], head[4]] or not isinstance(head[3], int):
                 raise ValueError("it is another file's or another version's")
-            if not all(
-                isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and type(e[1]) is int for e in entries
-            ):
+            # Types checked in C (map), not an entry at a time: decoding a warm table's digests is the cost left.
+            if not (isinstance(paths, list) and isinstance(sizes, list) and len(paths) == len(sizes)):
+                raise ValueError("its paths and sizes do not pair up")
+            if not set(map(type, paths)) <= {str} or not set(map(type, sizes)) <= {int}:
                 raise ValueError("an entry is not a path with a size")
-            return (head[3], bytes.fromhex(head[4])), entries
+            return (head[3], bytes.fromhex(head[4])), (paths, sizes)
         except (ValueError, TypeError, IndexError) as exc:
             log.warning("digest cache: ignoring the digest of %s (%s); reading the file", path, exc)
             return None
 
-    def write(self, kind: str, path: str, identity: Identity, entries: list[Any]) -> None:
+    def write(self, kind: str, path: str, identity: Identity, entries: Entries) -> None:
         """Store a digest: written whole to a temporary name, then renamed. An error is logged, never raised."""
         target = self._file(kind, path)
         lines = [json.dumps([_VERSION, kind, path, identity[0], identity[1].hex()])]
-        lines.extend(json.dumps(entry) for entry in entries)
+        lines.extend(json.dumps(column) for column in entries)
         body = "\n".join(lines).encode()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.pyiceberg_compat import AVRO_CODECS, avro_decoder
 from airflow_iceberg_maint.reachability.avro_plans import Damaged, Want, record_plan
-from airflow_iceberg_maint.reachability.digests import DigestStore, identity
+from airflow_iceberg_maint.reachability.digests import DigestStore, Entries, identity
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _sync(data: bytes) -> bytes:
     return _header(data)[1]
 
 
-def _cached(io: FileIO, path: str, kind: str) -> tuple[int, list[list[Any]]] | None:
+def _cached(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
     """The file's length and its digest's entries when ``io`` has a digest store (S22), else None.
 
     ``kind`` "list": [manifest path, length] a manifest; "manifest": [path, size] a live entry.
@@ -139,10 +139,11 @@ def _cached(io: FileIO, path: str, kind: str) -> tuple[int, list[list[Any]]] | N
             log.info("digest cache: cannot read the identity of %s (%s); reading it", path, exc)
     data = _bytes(io, path)
     if kind == "list":
-        entries = [[e[0], e[1]] for e in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
+        named = [(e[0], e[1]) for e in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
     else:
         records = _records(data, "manifest+size", _MANIFEST_SIZED)
-        entries = [[e[1][0], e[1][1]] for e in records if e[0] != _DELETED]
+        named = [(e[1][0], e[1][1]) for e in records if e[0] != _DELETED]
+    entries: Entries = ([p for p, _ in named], [s for _, s in named])
     store.write(kind, path, (len(data), _sync(data)), entries)
     return len(data), entries
 
@@ -151,7 +152,7 @@ def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
     """The manifest paths a manifest list names. Any read error aborts (S2)."""
     try:
         if (cached := _cached(io, manifest_list, "list")) is not None:
-            return [entry[0] for entry in cached[1]]
+            return cached[1][0]
         return [entry[0] for entry in _read(io, manifest_list, "list", _MANIFEST_LIST)]
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
@@ -185,7 +186,7 @@ def live_file_path_chunks(io: FileIO, manifest: str, size: int | None = None) ->
     try:
         size = size or PATH_CHUNK
         if (cached := _cached(io, manifest, "manifest")) is not None:
-            paths = [entry[0] for entry in cached[1]]
+            paths = cached[1][0]
             yield from (paths[i : i + size] for i in range(0, max(len(paths), 1), size))
             return
         live = (entry[1][0] for entry in _read(io, manifest, "manifest", _MANIFEST) if entry[0] != _DELETED)
@@ -206,7 +207,7 @@ def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tupl
     """The manifest list's own size, and each manifest it names with its length. Any read error aborts (S2)."""
     try:
         if (cached := _cached(io, manifest_list, "list")) is not None:
-            return cached[0], [(entry[0], entry[1]) for entry in cached[1]]
+            return cached[0], list(zip(*cached[1], strict=True))
         data = _bytes(io, manifest_list)
         return len(data), [(entry[0], entry[1]) for entry in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
     except Exception as exc:
@@ -217,7 +218,7 @@ def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
     """``live_file_paths`` with each file's ``file_size_in_bytes``."""
     try:
         if (cached := _cached(io, manifest, "manifest")) is not None:
-            return [(entry[0], entry[1]) for entry in cached[1]]
+            return list(zip(*cached[1], strict=True))
         return [
             (entry[1][0], entry[1][1])
             for entry in _read(io, manifest, "manifest+size", _MANIFEST_SIZED)
