@@ -278,3 +278,24 @@ def test_the_cache_never_holds_table_metadata(sqlite_catalog: Catalog, tmp_path:
     held = [p.read_text().partition("\n")[0] for p in cache.rglob("*.*")]
     assert held and not [h for h in held if ".metadata.json" in h]
     assert {h.split(",")[1].strip(' "') for h in held} == {"list", "manifest"}
+
+
+@pytest.mark.s3
+def test_on_s3_a_warm_expiry_decodes_no_file_and_finds_the_same(
+    s3_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "digests")
+    table = s3_catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
+    for n in range(3):
+        table.append(rows(10 * n, 2))
+        after_clock_passes(table.current_snapshot().timestamp_ms)
+    table.overwrite(rows(500, 2), overwrite_filter="id < 1")  # drops a manifest: the kept ones are read
+    table = s3_catalog.load_table("db.h")
+    cutoff = _middle(table)
+    decodes = Decodes(monkeypatch)
+    cold = expiry(table, cache, cutoff)
+    assert decodes.take()
+    assert expiry(table, cache, cutoff) == cold
+    assert decodes.take() == set()  # the identities checked with a stat and a ranged read on S3
+    assert expiry(table, None, cutoff) == cold
+    assert cold[1]  # it does delete something: manifests were dropped
