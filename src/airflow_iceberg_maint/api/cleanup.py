@@ -34,6 +34,9 @@ from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_
 from airflow_iceberg_maint.orphans import removal
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, check_options
 from airflow_iceberg_maint.orphans.report import OrphanReport
+from airflow_iceberg_maint.reachability.digests import DEFAULT as DIGEST_CACHE
+from airflow_iceberg_maint.reachability.digests import check_location
+from airflow_iceberg_maint.reachability.digests import resolve as resolve_digests
 from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 
@@ -65,6 +68,16 @@ def _mapping(value: Mapping[str, str] | None, what: str) -> Mapping[str, str] | 
     return value
 
 
+def _cache(cache: str | None) -> str | None:
+    """The digest cache's folder (S22): ``DIGEST_CACHE`` the default location, None no cache."""
+    if cache is not None and not isinstance(cache, str):
+        raise InvalidInputError(f"cache {cache!r}: expected a local folder, a file:// URI or None")
+    error = check_location(cache)
+    if error:
+        raise InvalidInputError(error)
+    return resolve_digests(cache)
+
+
 def remove_orphan_files(
     table: TableLike,
     *,
@@ -81,6 +94,7 @@ def remove_orphan_files(
     listing: str | None = None,
     memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB,
     extra_sources: Sequence[ReferenceSource] = (),
+    cache: str | None = DIGEST_CACHE,
 ) -> OrphanReport:
     """Find the files under the table's location that nothing references and are older than the cutoff,
     and delete them when ``dry_run=False`` (``iceberg-maint orphans``, docs/cli.md).
@@ -109,6 +123,7 @@ def remove_orphan_files(
         only_this_table=only_this_table,
         listing=listing,
         memory_budget_mb=memory_budget_mb,
+        cache=_cache(cache),
     )
     check_options(options)
     loaded = resolve_table(table, catalog)
@@ -126,6 +141,7 @@ def expire_snapshots(
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES,
     extra_sources: Sequence[ReferenceSource] = (),
     extra_pins: Sequence[SnapshotPin] = (),
+    cache: str | None = DIGEST_CACHE,
 ) -> ExpiryReport:
     """Expire the snapshots the Iceberg table spec's retention no longer needs, then delete the files only they
     reached, when ``dry_run=False`` (``iceberg-maint expire-snapshots``, docs/cli.md, docs/expiry.md).
@@ -152,6 +168,7 @@ def expire_snapshots(
         retain_last=retain_last,
         dry_run=dry_run,
         max_concurrent_deletes=max_concurrent_deletes,
+        cache=_cache(cache),
     )
     loaded = resolve_table(table, catalog)
     return expiry.expire_snapshots(

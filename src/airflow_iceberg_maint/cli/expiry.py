@@ -13,6 +13,7 @@ from airflow_iceberg_maint.api.cleanup import expire_snapshots
 from airflow_iceberg_maint.cli import with_failed_deletes
 from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.cli.lease import table_lease
+from airflow_iceberg_maint.cli.parsers.values import cache_option
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport
 from airflow_iceberg_maint.expiry.settings import check_retain_last
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             retain_last=args.retain_last,
             dry_run=args.dry_run,
             max_concurrent_deletes=args.max_concurrent_deletes,
+            cache=cache_option(args),
         )
         result = report.to_json()
         # Bookkeeping for `due`: only a real run without failed deletes moves the last-expiry clock.

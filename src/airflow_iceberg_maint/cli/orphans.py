@@ -12,6 +12,7 @@ from airflow_iceberg_maint.api.cleanup import PrefixMismatchMode, remove_orphan_
 from airflow_iceberg_maint.cli import with_failed_deletes
 from airflow_iceberg_maint.cli.catalog import cli_catalog
 from airflow_iceberg_maint.cli.lease import table_lease
+from airflow_iceberg_maint.cli.parsers.values import cache_option
 from airflow_iceberg_maint.errors import PrefixMismatchError
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
@@ -58,6 +59,7 @@ def _remove(args: argparse.Namespace) -> dict[str, Any]:
             only_this_table=args.only_this_table,
             listing=args.listing,
             memory_budget_mb=args.memory_budget_mb,
+            cache=cache_option(args),
         )
     except PrefixMismatchError as exc:
         # The pairs are the useful part of this failure: print them before the one-line error.

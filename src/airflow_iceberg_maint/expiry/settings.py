@@ -40,6 +40,7 @@ class ExpireOptions:
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES
     reader_processes: int | None = None  # manifest-decoding workers; None: one a core for large local tables
     approved: Approval | None = None  # a reviewed run: the fresh plan limited to what was approved
+    cache: str | None = None  # the digest cache's folder (S22); None: no cache
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class OrphanOptions:
     listing: str | None = None
     # Listed files and referenced paths held in memory past this many MB go to local disk (``TMPDIR``).
     memory_budget_mb: int = DEFAULT_MEMORY_BUDGET_MB
+    cache: str | None = None  # the digest cache's folder (S22); None: no cache
 
 
 def check_options(options: OrphanOptions) -> None:

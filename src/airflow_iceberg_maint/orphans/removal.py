@@ -82,7 +82,7 @@ def remove_orphan_files(
     )
 
     refs = ReferencedSet(setup.equivalence, refs_budget(options))
-    walk = ReferenceWalk(table, setup.equivalence, options.reader_processes)
+    walk = ReferenceWalk(table, setup.equivalence, options.reader_processes, cache=options.cache)
     with older_objects_frozen() as freeze, walk:
         with ThreadPoolExecutor(max_workers=1) as lister:
             # In a copy of this context, so the listing reports to this run's progress reporter.

@@ -11,6 +11,7 @@ read here: its header, then each block, checked against its sync marker and read
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any
@@ -21,6 +22,9 @@ from pyiceberg.manifest import ManifestEntryStatus
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.pyiceberg_compat import AVRO_CODECS, avro_decoder
 from airflow_iceberg_maint.reachability.avro_plans import Damaged, Want, record_plan
+from airflow_iceberg_maint.reachability.digests import DigestStore, Entries, identity
+
+log = logging.getLogger(__name__)
 
 _MANIFEST_LIST: Want = {500: None}  # manifest_path
 _MANIFEST: Want = {0: None, 2: {100: None}}  # status, data_file.file_path
@@ -111,9 +115,44 @@ def _read(io: FileIO, path: str, name: str, want: Want) -> Iterator[list[Any]]:
     return _records(_bytes(io, path), name, want)
 
 
+def _sync(data: bytes) -> bytes:
+    return _header(data)[1]
+
+
+def _cached(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
+    """The file's length and its digest's entries when ``io`` has a digest store (S22), else None.
+
+    ``kind`` "list": [manifest path, length] a manifest; "manifest": [path, size] a live entry.
+    A stored digest is used only when the file's identity matches; otherwise the file is read
+    (its read errors raise as without a store) and its digest stored.
+    """
+    store = DigestStore.of(io)
+    if store is None:
+        return None
+    stored = store.read(kind, path)
+    if stored is not None:
+        try:
+            if identity(io, path, _sync) == stored[0]:
+                return stored[0][0], stored[1]
+            log.info("digest cache: %s is not the file its digest was made from; reading it", path)
+        except Exception as exc:  # the file is read below, where its read error aborts
+            log.info("digest cache: cannot read the identity of %s (%s); reading it", path, exc)
+    data = _bytes(io, path)
+    if kind == "list":
+        named = [(e[0], e[1]) for e in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
+    else:
+        records = _records(data, "manifest+size", _MANIFEST_SIZED)
+        named = [(e[1][0], e[1][1]) for e in records if e[0] != _DELETED]
+    entries: Entries = ([p for p, _ in named], [s for _, s in named])
+    store.write(kind, path, (len(data), _sync(data)), entries)
+    return len(data), entries
+
+
 def manifest_paths(io: FileIO, manifest_list: str) -> list[str]:
     """The manifest paths a manifest list names. Any read error aborts (S2)."""
     try:
+        if (cached := _cached(io, manifest_list, "list")) is not None:
+            return cached[1][0]
         return [entry[0] for entry in _read(io, manifest_list, "list", _MANIFEST_LIST)]
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
@@ -146,6 +185,10 @@ def live_file_path_chunks(io: FileIO, manifest: str, size: int | None = None) ->
     """
     try:
         size = size or PATH_CHUNK
+        if (cached := _cached(io, manifest, "manifest")) is not None:
+            paths = cached[1][0]
+            yield from (paths[i : i + size] for i in range(0, max(len(paths), 1), size))
+            return
         live = (entry[1][0] for entry in _read(io, manifest, "manifest", _MANIFEST) if entry[0] != _DELETED)
         chunk = list(islice(live, size))
         while True:
@@ -163,6 +206,8 @@ def live_file_path_chunks(io: FileIO, manifest: str, size: int | None = None) ->
 def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tuple[str, int]]]:
     """The manifest list's own size, and each manifest it names with its length. Any read error aborts (S2)."""
     try:
+        if (cached := _cached(io, manifest_list, "list")) is not None:
+            return cached[0], list(zip(*cached[1], strict=True))
         data = _bytes(io, manifest_list)
         return len(data), [(entry[0], entry[1]) for entry in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
     except Exception as exc:
@@ -172,6 +217,8 @@ def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tupl
 def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
     """``live_file_paths`` with each file's ``file_size_in_bytes``."""
     try:
+        if (cached := _cached(io, manifest, "manifest")) is not None:
+            return list(zip(*cached[1], strict=True))
         return [
             (entry[1][0], entry[1][1])
             for entry in _read(io, manifest, "manifest+size", _MANIFEST_SIZED)

@@ -16,6 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.digests import DigestStore
 from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.reachability.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.reachability.path_hashes import PathHasher
@@ -52,8 +53,11 @@ class ReferenceWalk:
     processes: int | None = None
     snapshots: int = 0
     manifests_read: int = 0
+    cache: str | None = None  # a digest store's folder (S22); None: every file is read
 
     def __post_init__(self) -> None:
+        # The reads take the store from the FileIO, so the worker processes, built from its properties, use it too.
+        self.io = DigestStore(self.cache).attach(self.table.io) if self.cache else self.table.io
         self.seen: set[str] = set()
         self._local = Uri.parse(self.table.metadata.location).is_local
         self._threads = None if self._local else ThreadPoolExecutor(max_workers=REMOTE_READERS)
@@ -79,7 +83,7 @@ class ReferenceWalk:
         count = worker_count(files, self.processes)
         if count:
             try:
-                self._workers = ManifestPool(self.table.io, self.table.metadata.location, count)
+                self._workers = ManifestPool(self.io, self.table.metadata.location, count)
                 log.info("decoding manifests in %d worker processes (%s)", count, self._workers.start_method)
             except (OSError, ValueError, RuntimeError) as exc:
                 log.info("decoding manifests in this process: no worker processes (%s)", exc)
@@ -104,7 +108,7 @@ class ReferenceWalk:
         module-level function; a file a chunk on threads on object stores), so they overlap
         whatever the caller does before taking the results.
         """
-        io = self.table.io
+        io = self.io
         self._start_workers(len(files))
         if self._workers is not None:
             queued = self._workers.read_chunks(read, files)
@@ -122,7 +126,7 @@ class ReferenceWalk:
         local paths below it get DEFERRED identities (``PathHasher``); the source reads a
         batch's paths again for ``ReferencedSet.resolve``.
         """
-        io, hasher = self.table.io, PathHasher(self.equivalence, listed_under)
+        io, hasher = self.io, PathHasher(self.equivalence, listed_under)
         snapshots = [s for s in metadata.snapshots if s.snapshot_id not in skip_snapshots]
         self.snapshots += len(snapshots)
         lists = [s.manifest_list for s in snapshots if s.manifest_list]
@@ -158,7 +162,7 @@ class ReferenceWalk:
 
     def path_batches(self, metadata: TableMetadata) -> Iterator[list[str]]:
         """The same walk as strings, read here (for the rare report of conflicting pairs)."""
-        io = self.table.io
+        io = self.io
         lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
         yield lists
         manifests = unique_manifest_paths(io, lists, self._map)

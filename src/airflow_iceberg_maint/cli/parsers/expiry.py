@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_iceberg_maint.cli.parsers import Command
-from airflow_iceberg_maint.cli.parsers.values import _positive, add_json_flag, add_lease_wait, timestamp
+from airflow_iceberg_maint.cli.parsers.values import (
+    _positive,
+    add_cache_options,
+    add_json_flag,
+    add_lease_wait,
+    timestamp,
+)
 from airflow_iceberg_maint.fs.batches import DEFAULT_MAX_CONCURRENT_DELETES
 
 
@@ -29,6 +35,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="report, commit nothing, delete nothing")
     parser.add_argument("--max-concurrent-deletes", type=_positive, default=DEFAULT_MAX_CONCURRENT_DELETES)
+    add_cache_options(parser)
     add_lease_wait(parser)
     add_json_flag(parser)
     parser.set_defaults(func=Command("airflow_iceberg_maint.cli.expiry", "run"))

@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from airflow_iceberg_maint.cli.parsers import Command
-from airflow_iceberg_maint.cli.parsers.values import _positive, add_json_flag, add_lease_wait, timestamp
+from airflow_iceberg_maint.cli.parsers.values import (
+    _positive,
+    add_cache_options,
+    add_json_flag,
+    add_lease_wait,
+    timestamp,
+)
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.fs.locations import parse_equivalence_map
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, PREFIX_MISMATCH_MODES
@@ -48,6 +54,7 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_MEMORY_BUDGET_MB,
         help="listed files and referenced paths past this many MB go to local disk (TMPDIR)",
     )
+    add_cache_options(parser)
     add_lease_wait(parser)
     add_json_flag(parser)
     parser.set_defaults(func=Command("airflow_iceberg_maint.cli.orphans", "run"))

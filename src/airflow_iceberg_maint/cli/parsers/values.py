@@ -47,3 +47,25 @@ def add_lease_wait(parser: argparse.ArgumentParser) -> None:
         help="when another run holds the table's lease, wait up to this long for it (default 0: fail at once, "
         "exit status 4)",
     )
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """``--cache-location URI`` and ``--no-cache``: the digest cache of manifest lists and manifests (S22)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--cache-location",
+        metavar="URI",
+        help="keep digests of manifest lists and manifests here, a local folder or file:// URI "
+        "(default: digests beside the state store's SQLite file, else ~/.local/state/iceberg-maint/digests)",
+    )
+    group.add_argument("--no-cache", action="store_true", help="read every manifest list and manifest")
+
+
+def cache_option(args: argparse.Namespace) -> str | None:
+    """The ``cache`` keyword for the Python API: None with --no-cache (the API refuses a bad location in one line)."""
+    # Imported here: stdlib only, but the subcommands without a cache need none of the reachability package.
+    from airflow_iceberg_maint.reachability.digests import DEFAULT
+
+    if args.no_cache:
+        return None
+    return str(args.cache_location) if args.cache_location else DEFAULT

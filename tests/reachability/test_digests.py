@@ -1,0 +1,301 @@
+"""The digest cache of manifest lists and manifests (S22): it saves reads and never changes a result.
+
+- Over random histories (appends, overwrites, deletes, real expiries run with the cache, planted
+  orphans), the orphan dry run and the expiry dry run give the same result with no cache, a cold
+  cache, a cache warmed by the history's own runs, and the same cache warm again.
+- Planted corrupt, truncated and stale digests (a manifest list replaced by another file, a file
+  rewritten with another sync marker) are ignored: the file is decoded and the result is the same.
+- A warm run decodes only the files committed since the last run; worker processes use the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io import FileIO
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.expiry.run import expire_snapshots
+from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.fs.locations import local_path
+from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
+from airflow_iceberg_maint.orphans.options import OrphanOptions
+from airflow_iceberg_maint.orphans.removal import remove_orphan_files
+from airflow_iceberg_maint.reachability import manifests
+from airflow_iceberg_maint.reachability.digests import DigestStore
+from tests.expiry.history import after_clock_passes
+from tests.orphans.scenario import SCHEMA, Files, rows
+
+OLD = datetime.now(UTC).timestamp() - 10 * 86400
+OPS = ("append", "append", "overwrite", "delete", "expire", "orphan")
+Result = tuple[Any, ...]
+
+
+def _age(table: Table) -> None:
+    """Every file of the table older than the orphan run's default cutoff (3 days)."""
+    for dirpath, _, names in os.walk(local_path(table.location())):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (OLD, OLD))
+
+
+def orphans(table: Table, cache: str | None, processes: int | None = None) -> Result:
+    _age(table)
+    options = OrphanOptions(dry_run=True, only_this_table=True, cache=cache, reader_processes=processes)
+    report = remove_orphan_files(table, options, sources=[INDEX_FILES])
+    return sorted(report.orphan_files), report.orphan_bytes, report.manifests_read
+
+
+def expiry(table: Table, cache: str | None, older_than: datetime, dry_run: bool = True) -> Result:
+    options = ExpireOptions(older_than=older_than, retain_last=1, dry_run=dry_run, cache=cache)
+    report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS], now=datetime.now(UTC))
+    return report.expired_snapshot_ids, report.deleted_files, report.deleted_bytes
+
+
+def _middle(table: Table) -> datetime:
+    times = sorted(s.timestamp_ms for s in table.metadata.snapshots)
+    return datetime.fromtimestamp((times[len(times) // 2] + 1) / 1000, UTC)
+
+
+def _step(catalog: Catalog, table: Table, op: str, n: int, cache: str) -> Table:
+    start = 1000 * n
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a delete or overwrite that matched no row commits nothing: fine
+        if op == "append":
+            table.append(rows(start, 3))
+        elif op == "overwrite":
+            table.overwrite(rows(start, 2), overwrite_filter=f"id < {start - 998}")
+        elif op == "delete":
+            table.delete(f"id = {start - 1000}")
+        elif op == "expire":  # a real expiry with the cache: it stores digests of files it then deletes
+            expiry(table, cache, _middle(table), dry_run=False)
+        elif op == "orphan":
+            Files(table).put(f"{table.location()}/data/orphan-{n}.parquet", b"x" * n)
+    table = catalog.load_table("db.h")
+    if table.current_snapshot() is not None:
+        after_clock_passes(max(s.timestamp_ms for s in table.metadata.snapshots))
+    return table
+
+
+_SLOW = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=_SLOW)
+@given(
+    history=st.lists(st.sampled_from(OPS), min_size=2, max_size=6),
+    later=st.lists(st.sampled_from(OPS), min_size=0, max_size=3),
+)
+def test_no_cold_and_warm_cache_give_the_same_dry_runs(history: list[str], later: list[str]) -> None:
+    with TemporaryDirectory() as folder:
+        warehouse = Path(folder) / "warehouse"
+        warehouse.mkdir()
+        catalog = SqlCatalog("h", uri=f"sqlite:///{folder}/catalog.db", warehouse=f"file://{warehouse}")
+        catalog.create_namespace("db")
+        warm, cold = f"{folder}/warm", f"{folder}/cold"
+        table = catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
+        table.append(rows(0, 3))
+        for n, op in enumerate(history, start=1):
+            table = _step(catalog, table, op, n, warm)
+        orphans(table, warm)  # yesterday's runs: the cache holds what they read
+        expiry(table, warm, _middle(table))
+        for n, op in enumerate(later, start=len(history) + 1):
+            table = _step(catalog, table, op, n, warm)
+        cutoff = _middle(table)
+
+        plain = orphans(table, None), expiry(table, None, cutoff)
+        for cache in (cold, warm, cold, warm):  # cold, warmed by the history, then both warm
+            assert (orphans(table, cache), expiry(table, cache, cutoff)) == plain
+
+
+class Decodes:
+    """Whole-file reads of manifest lists and manifests (``manifests._bytes``), by path."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: Counter[str] = Counter()
+        read = manifests._bytes
+
+        def counted(io: FileIO, path: str) -> bytes:
+            self.paths[path] += 1
+            return read(io, path)
+
+        monkeypatch.setattr(manifests, "_bytes", counted)
+
+    def take(self) -> set[str]:
+        paths = set(self.paths)
+        self.paths.clear()
+        return paths
+
+
+def _metadata_files(table: Table) -> set[str]:
+    """Every manifest list and manifest the table's snapshots reach."""
+    lists = {s.manifest_list for s in table.metadata.snapshots}
+    return lists | set(table.inspect.all_manifests()["path"].to_pylist())
+
+
+def _table(catalog: Catalog, appends: int) -> Table:
+    table = catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
+    for n in range(appends):
+        table.append(rows(10 * n, 2))
+        after_clock_passes(table.current_snapshot().timestamp_ms)
+    table.overwrite(rows(500, 2), overwrite_filter="id < 1")  # a manifest with a DELETED entry
+    after_clock_passes(table.current_snapshot().timestamp_ms)
+    return catalog.load_table("db.h")
+
+
+def test_a_warm_run_decodes_only_the_new_files(
+    sqlite_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = str(tmp_path / "digests")
+    table = _table(sqlite_catalog, 4)
+    decodes = Decodes(monkeypatch)
+    first = orphans(table, cache)
+    assert decodes.take() == _metadata_files(table)  # cold: every list and manifest
+
+    assert orphans(table, cache) == first
+    assert decodes.take() == set()  # warm: none
+    before = _metadata_files(table)
+    table.append(rows(900, 2))
+    table = sqlite_catalog.load_table("db.h")
+    new = _metadata_files(table) - before
+    assert len(new) == 2  # the new snapshot's manifest list and its manifest
+
+    orphans(table, cache)
+    assert decodes.take() == new
+    cutoff = _middle(table)
+    warm = expiry(table, cache, cutoff)
+    assert decodes.take() == set()  # the orphan runs read every file the expiry needs
+    assert warm == expiry(table, None, cutoff)
+    assert decodes.take()  # without the cache, it decodes
+
+
+def test_worker_processes_read_and_write_the_cache(sqlite_catalog: Catalog, tmp_path: Path) -> None:
+    cache = tmp_path / "digests"
+    table = _table(sqlite_catalog, 3)
+    plain = orphans(table, None, processes=2)
+    assert orphans(table, str(cache), processes=2) == plain
+    stored = {p.name.rpartition(".")[2] for p in cache.rglob("*.*") if not p.name.startswith(".tmp")}
+    assert stored == {"list", "manifest"}
+    assert len(list(cache.rglob("*.list"))) == len(table.metadata.snapshots)
+    assert orphans(table, str(cache), processes=2) == plain
+
+
+def _digest(cache: Path, kind: str, path: str) -> Path:
+    return DigestStore(str(cache))._file(kind, path)
+
+
+def _corrupt(file: Path) -> None:
+    data = bytearray(file.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def _truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+
+
+def _unreadable(file: Path) -> None:
+    file.unlink()
+    file.mkdir()  # reading it fails with an OSError: the cache's read error, never the run's
+
+
+@pytest.mark.parametrize("damage", [_corrupt, _truncate, _unreadable])
+def test_a_damaged_digest_is_ignored_and_the_file_read(
+    sqlite_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Any
+) -> None:
+    cache = tmp_path / "digests"
+    table = _table(sqlite_catalog, 3)
+    cutoff = _middle(table)
+    plain = orphans(table, None), expiry(table, None, cutoff)
+    assert (orphans(table, str(cache)), expiry(table, str(cache), cutoff)) == plain
+    manifest_list = table.metadata.snapshots[-1].manifest_list
+    manifest = table.inspect.all_manifests()["path"].to_pylist()[0]
+    damage(_digest(cache, "list", manifest_list))
+    damage(_digest(cache, "manifest", manifest))
+    decodes = Decodes(monkeypatch)
+
+    assert (orphans(table, str(cache)), expiry(table, str(cache), cutoff)) == plain
+    assert set(decodes.paths) == {manifest_list, manifest}
+
+
+def _replace_sync_marker(path: str) -> None:
+    """The same records under another sync marker: another file of the same path and length."""
+    data = Path(local_path(path)).read_bytes()
+    sync = manifests._header(data)[1]
+    Path(local_path(path)).write_bytes(data.replace(sync, bytes(reversed(sync))))
+
+
+def test_a_file_replaced_under_its_path_is_read_again(
+    sqlite_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = str(tmp_path / "digests")
+    table = _table(sqlite_catalog, 3)
+    orphans(table, cache)
+    cutoff = _middle(table)
+    expiry(table, cache, cutoff)
+    snapshots = table.metadata.snapshots
+    manifest = table.inspect.all_manifests()["path"].to_pylist()[0]
+    _replace_sync_marker(snapshots[-1].manifest_list)  # same length, another identity
+    _replace_sync_marker(manifest)
+    # The newest manifest list replaced by the oldest (another length and marker): what only the
+    # newer snapshots reach is no longer referenced, so a stale digest would change the result.
+    shutil.copyfile(local_path(snapshots[0].manifest_list), local_path(snapshots[-2].manifest_list))
+    decodes = Decodes(monkeypatch)
+
+    plain = orphans(table, None), expiry(table, None, cutoff)
+    decodes.take()
+    assert (orphans(table, cache), expiry(table, cache, cutoff)) == plain
+    assert decodes.take() == {snapshots[-1].manifest_list, snapshots[-2].manifest_list, manifest}
+    assert (orphans(table, cache), expiry(table, cache, cutoff)) == plain  # the new digests are right too
+    assert decodes.take() == set()
+
+
+def test_a_cache_that_cannot_be_written_never_fails_the_run(sqlite_catalog: Catalog, tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_bytes(b"not a folder")
+    table = _table(sqlite_catalog, 2)
+    cutoff = _middle(table)
+    assert (orphans(table, str(blocked)), expiry(table, str(blocked), cutoff)) == (
+        orphans(table, None),
+        expiry(table, None, cutoff),
+    )
+
+
+def test_the_cache_never_holds_table_metadata(sqlite_catalog: Catalog, tmp_path: Path) -> None:
+    cache = tmp_path / "digests"
+    table = _table(sqlite_catalog, 2)
+    orphans(table, str(cache))
+    held = [p.read_text().partition("\n")[0] for p in cache.rglob("*.*")]
+    assert held and not [h for h in held if ".metadata.json" in h]
+    assert {h.split(",")[1].strip(' "') for h in held} == {"list", "manifest"}
+
+
+@pytest.mark.s3
+def test_on_s3_a_warm_expiry_decodes_no_file_and_finds_the_same(
+    s3_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "digests")
+    table = s3_catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
+    for n in range(3):
+        table.append(rows(10 * n, 2))
+        after_clock_passes(table.current_snapshot().timestamp_ms)
+    table.overwrite(rows(500, 2), overwrite_filter="id < 1")  # drops a manifest: the kept ones are read
+    table = s3_catalog.load_table("db.h")
+    cutoff = _middle(table)
+    decodes = Decodes(monkeypatch)
+    cold = expiry(table, cache, cutoff)
+    assert decodes.take()
+    assert expiry(table, cache, cutoff) == cold
+    assert decodes.take() == set()  # the identities checked with a stat and a ranged read on S3
+    assert expiry(table, None, cutoff) == cold
+    assert cold[1]  # it does delete something: manifests were dropped
