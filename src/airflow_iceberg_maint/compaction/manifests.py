@@ -27,7 +27,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate, TableUpdate
 
 from airflow_iceberg_maint import fencing
-from airflow_iceberg_maint.catalog import refresh_table
+from airflow_iceberg_maint.catalog import reload_to_plan_again
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.manifest_plan import GroupKey, ManifestPlan, plan_manifest_rewrite
 from airflow_iceberg_maint.compaction.options import MANIFEST_TARGET_SIZE_PROPERTY as TARGET_SIZE_PROPERTY
@@ -35,7 +35,6 @@ from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
     MaintenanceError,
-    MetadataReadError,
     first_line,
 )
 from airflow_iceberg_maint.progress import Phase
@@ -233,7 +232,7 @@ def rewrite_manifests(
             commit_fenced(table, base, base_location, _updates(base, snapshot))
         except CommitFailedException as exc:
             log.info("table %s: the table changed during the manifest rewrite (%s); planning again", name, exc)
-            _reload(table, name)
+            reload_to_plan_again(table, name, "the manifest rewrite", "nothing was committed")
             continue
         except Exception as exc:
             raise CommitOutcomeUnknownError(
@@ -246,15 +245,3 @@ def rewrite_manifests(
         f"table {name}: the table changed during each of {COMMIT_ATTEMPTS} manifest rewrite attempts; nothing was "
         "committed (the manifests written are orphans the next orphan run removes)"
     )
-
-
-def _reload(table: Table, name: str) -> None:
-    try:
-        refresh_table(table)
-    except MaintenanceError:
-        raise
-    except Exception as exc:
-        raise MetadataReadError(
-            f"table {name}: cannot be reloaded to plan the manifest rewrite again ({first_line(exc)}); "
-            "nothing was committed"
-        ) from exc
