@@ -181,13 +181,7 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableMaintenanceOperator
     maintenance = "data compaction"
     template_fields: Sequence[str] = (
         "table",
-        "target_file_size_mb",
-        "min_input_files",
-        "where",
-        "strategy",
-        "sort",
-        "zorder",
-        "delete_file_threshold",
+        *REWRITE_FIELDS,
         "max_commits",
         "remove_dangling_deletes",
         "memory_budget_mb",
