@@ -31,6 +31,7 @@ from airflow_iceberg_maint.catalog import reload_to_plan_again
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.manifest_plan import GroupKey, ManifestPlan, plan_manifest_rewrite
 from airflow_iceberg_maint.compaction.options import MANIFEST_TARGET_SIZE_PROPERTY as TARGET_SIZE_PROPERTY
+from airflow_iceberg_maint.compaction.options import size_property
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -75,18 +76,7 @@ def target_size(metadata: TableMetadata, given: int | None) -> int:
     """``given``, else the table's ``commit.manifest.target-size-bytes``, else 8 MB."""
     if given is not None:
         return given
-    text = metadata.properties.get(TARGET_SIZE_PROPERTY)
-    if text is None:
-        return DEFAULT_TARGET_SIZE_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidInputError(
-            f"table property {TARGET_SIZE_PROPERTY} {text!r}: expected a whole number of bytes >= 1"
-        )
-    return value
+    return size_property(metadata.properties, TARGET_SIZE_PROPERTY, DEFAULT_TARGET_SIZE_BYTES)
 
 
 def _refuse_format(name: str, metadata: TableMetadata) -> None:
