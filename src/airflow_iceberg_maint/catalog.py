@@ -33,7 +33,9 @@ from airflow_iceberg_maint.errors import (
     IncompleteMetadataError,
     InvalidInputError,
     MaintenanceError,
+    MetadataReadError,
     TableNotFoundError,
+    first_line,
 )
 from airflow_iceberg_maint.fs.vended import remember
 from airflow_iceberg_maint.load_errors import metadata_failure
@@ -187,6 +189,22 @@ def refresh_table(table: Table) -> Table:
     table.io = fresh.io
     table.config = fresh.config
     return table
+
+
+def reload_to_plan_again(table: Table, name: str, work: str, outcome: str) -> None:
+    """``refresh_table`` after a commit conflict, before ``work`` is planned again on the new metadata.
+
+    A reload that fails is a ``MetadataReadError`` naming the work and its ``outcome`` (what was left
+    as it was); a ``MaintenanceError`` (e.g. another table under the name) stays as raised.
+    """
+    try:
+        refresh_table(table)
+    except MaintenanceError:
+        raise
+    except Exception as exc:
+        raise MetadataReadError(
+            f"table {name}: cannot be reloaded to plan {work} again ({first_line(exc)}); {outcome}"
+        ) from exc
 
 
 def complete_metadata(identifier: str, loaded: Table) -> TableMetadata:

@@ -27,15 +27,15 @@ from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate, TableUpdate
 
 from airflow_iceberg_maint import fencing
-from airflow_iceberg_maint.catalog import refresh_table
+from airflow_iceberg_maint.catalog import reload_to_plan_again
 from airflow_iceberg_maint.commit_fence import commit_fenced
 from airflow_iceberg_maint.compaction.manifest_plan import GroupKey, ManifestPlan, plan_manifest_rewrite
 from airflow_iceberg_maint.compaction.options import MANIFEST_TARGET_SIZE_PROPERTY as TARGET_SIZE_PROPERTY
+from airflow_iceberg_maint.compaction.options import size_property
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
     MaintenanceError,
-    MetadataReadError,
     first_line,
 )
 from airflow_iceberg_maint.progress import Phase
@@ -76,18 +76,7 @@ def target_size(metadata: TableMetadata, given: int | None) -> int:
     """``given``, else the table's ``commit.manifest.target-size-bytes``, else 8 MB."""
     if given is not None:
         return given
-    text = metadata.properties.get(TARGET_SIZE_PROPERTY)
-    if text is None:
-        return DEFAULT_TARGET_SIZE_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidInputError(
-            f"table property {TARGET_SIZE_PROPERTY} {text!r}: expected a whole number of bytes >= 1"
-        )
-    return value
+    return size_property(metadata.properties, TARGET_SIZE_PROPERTY, DEFAULT_TARGET_SIZE_BYTES)
 
 
 def _refuse_format(name: str, metadata: TableMetadata) -> None:
@@ -233,7 +222,7 @@ def rewrite_manifests(
             commit_fenced(table, base, base_location, _updates(base, snapshot))
         except CommitFailedException as exc:
             log.info("table %s: the table changed during the manifest rewrite (%s); planning again", name, exc)
-            _reload(table, name)
+            reload_to_plan_again(table, name, "the manifest rewrite", "nothing was committed")
             continue
         except Exception as exc:
             raise CommitOutcomeUnknownError(
@@ -246,15 +235,3 @@ def rewrite_manifests(
         f"table {name}: the table changed during each of {COMMIT_ATTEMPTS} manifest rewrite attempts; nothing was "
         "committed (the manifests written are orphans the next orphan run removes)"
     )
-
-
-def _reload(table: Table, name: str) -> None:
-    try:
-        refresh_table(table)
-    except MaintenanceError:
-        raise
-    except Exception as exc:
-        raise MetadataReadError(
-            f"table {name}: cannot be reloaded to plan the manifest rewrite again ({first_line(exc)}); "
-            "nothing was committed"
-        ) from exc

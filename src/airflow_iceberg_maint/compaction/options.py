@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -67,17 +67,20 @@ def strategy_of(value: Strategy | str) -> Strategy:
 
 def table_target_size(table: Table) -> int:
     """``write.target-file-size-bytes`` of the table, else 512 MB."""
-    text = table.metadata.properties.get(TARGET_SIZE_PROPERTY)
+    return size_property(table.metadata.properties, TARGET_SIZE_PROPERTY, DEFAULT_TARGET_FILE_SIZE_BYTES)
+
+
+def size_property(properties: Mapping[str, str], name: str, default: int) -> int:
+    """The table property ``name``, a size in bytes (a whole number >= 1); ``default`` when it is not set."""
+    text = properties.get(name)
     if text is None:
-        return DEFAULT_TARGET_FILE_SIZE_BYTES
+        return default
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise InvalidInputError(
-            f"table property {TARGET_SIZE_PROPERTY}={text!r}: expected a whole number of bytes >= 1"
-        )
+        raise InvalidInputError(f"table property {name} {text!r}: expected a whole number of bytes >= 1")
     return value
 
 

@@ -31,13 +31,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint import fencing
-from airflow_iceberg_maint.catalog import refresh_table
+from airflow_iceberg_maint.catalog import reload_to_plan_again
 from airflow_iceberg_maint.errors import (
     CommitOutcomeUnknownError,
     ExpiryConflictError,
     InvalidInputError,
-    MaintenanceError,
-    MetadataReadError,
     first_line,
 )
 from airflow_iceberg_maint.expiry.commit import applied_on, commit_expiry, metadata_after
@@ -184,7 +182,7 @@ def _plan_and_commit(
             committed = commit_expiry(table, retention)
         except CommitFailedException as exc:
             log.info("table %s: the table changed during the expiry (%s); planning again", report.table, exc)
-            _reload_to_plan_again(table, report.table)
+            reload_to_plan_again(table, report.table, "the expiry", "nothing was committed or deleted")
             continue
         except Exception as exc:
             # The catalog or the store failed while committing (reading the current metadata, writing the
@@ -203,18 +201,6 @@ def _plan_and_commit(
         f"table {report.table}: the table changed during each of {COMMIT_ATTEMPTS} expiry attempts; nothing was "
         "committed or deleted"
     )
-
-
-def _reload_to_plan_again(table: Table, name: str) -> None:
-    try:
-        refresh_table(table)
-    except MaintenanceError:
-        raise
-    except Exception as exc:
-        raise MetadataReadError(
-            f"table {name}: cannot be reloaded to plan the expiry again ({first_line(exc)}); nothing was "
-            "committed or deleted"
-        ) from exc
 
 
 def delete_on_each_store(paths: list[str], io: FileIO, max_concurrency: int) -> DeleteOutcome:

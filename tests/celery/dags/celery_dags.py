@@ -20,7 +20,7 @@ from typing import Any
 
 import boto3
 import sqlalchemy as sa
-from airflow.sdk import DAG, Param, get_current_context, task, task_group
+from airflow.sdk import DAG, Param, get_current_context, task
 
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
@@ -35,6 +35,7 @@ from airflow_iceberg_maint.airflow.operators.orphans import IcebergRemoveOrphanF
 from airflow_iceberg_maint.airflow.sensors.due import IcebergTableDueSensor
 from airflow_iceberg_maint.airflow.sensors.index_lag import IcebergIndexLagSensor
 from airflow_iceberg_maint.airflow.sharded_orphan_removal import sharded_orphan_removal
+from airflow_iceberg_maint.airflow.table_maintenance import table_maintenance_group
 from tests.celery.helpers import gate_key
 
 HERE = Path(__file__).parent
@@ -190,53 +191,9 @@ with DAG(
     default_args=RETRIED,
 ):
     due = IcebergMaintenancePlanOperator(task_id="plan_due_tables", policy_file=POLICIES)
-    leased: dict[str, Any] = {"lease_poll_interval": 1.0, "map_index_template": "{{ task.table }}"}
-
-    @task_group
-    def maintain_table(
-        table: str,
-        expire: bool,
-        expire_older_than: str | None,
-        retain_last: int | None,
-        expire_dry_run: bool,
-        expire_policy: str | None,
-        remove_orphans: bool,
-        older_than: str | None,
-        location: str | None,
-        dry_run: bool,
-        policy: str | None,
-        allow_recent_files: bool,
-        other_tables_uri: str | None,
-        memory_budget_mb: int | None,
-        listing: str | None,
-    ) -> None:
-        expiry = RecordedExpiry(
-            task_id="expire_snapshots",
-            table=table,
-            enabled=expire,
-            older_than=expire_older_than,
-            retain_last=retain_last,
-            dry_run=expire_dry_run,
-            policy=expire_policy,
-            **leased,
-        )
-        orphans = RecordedOrphans(
-            task_id="remove_orphan_files",
-            table=table,
-            enabled=remove_orphans,
-            older_than=older_than,
-            location=location,
-            dry_run=dry_run,
-            policy=policy,
-            allow_recent_files=allow_recent_files,
-            other_tables_uri=other_tables_uri,
-            memory_budget_mb=memory_budget_mb,
-            listing=listing,
-            trigger_rule="none_failed",
-            **leased,
-        )
-        expiry >> orphans
-
+    maintain_table = table_maintenance_group(
+        task_arguments={"lease_poll_interval": 1.0}, expiry=RecordedExpiry, orphans=RecordedOrphans
+    )
     maintain_table.expand_kwargs(due.output)
 
 with DAG(

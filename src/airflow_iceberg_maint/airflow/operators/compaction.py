@@ -18,14 +18,13 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
-from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 from airflow_iceberg_maint.airflow.maintenance_run import (
     Finished,
     MaintenanceRun,
     prepare_run,
     run_maintenance,
 )
+from airflow_iceberg_maint.airflow.operators.table_maintenance import TableMaintenanceOperator
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.policy.policies import DATA_COMPACTION
@@ -154,7 +153,7 @@ def data_rewrite_summary(body: Mapping[str, Any], report: str, policy: str | Non
     }
 
 
-class IcebergRewriteDataFilesOperator(RewriteArguments, TableTaskMixin, MaintenanceHookMixin, BaseOperator):
+class IcebergRewriteDataFilesOperator(RewriteArguments, TableMaintenanceOperator):
     """Rewrite one table's small files and files with deletes into files of the target size (bin-pack, sort or
     z-order), every delete applied, each commit a ``replace`` snapshot (``iceberg-maint rewrite-data-files``).
 
@@ -163,8 +162,7 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableTaskMixin, Maintena
     failed is recorded as failed and fails the task, after the groups that succeeded were committed.
     It runs while it holds the table's lease (``leased_task``).
 
-    :param table: ``namespace.table``.
-    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s.
     :param target_file_size_mb: target output file size (default: ``write.target-file-size-bytes``, else 512 MB).
     :param min_input_files: a group is rewritten from this many candidate files (default 5), or with deletes.
     :param where: a row filter in pyiceberg's syntax: only files that may hold matching rows.
@@ -177,22 +175,13 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableTaskMixin, Maintena
     :param memory_budget_mb: the rewrite's memory before it streams and spills.
     :param group_ids: rewrite only these planned groups (a share of ``compaction_task_group``); None: all.
     :param dry_run: report the plan; write and commit nothing.
-    :param report_location: base URI of report files; refused inside the table.
-    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
-    :param policy: name of the policy this run applies, for the summary and logs.
-    :param enabled: False skips the task: the planning step's verdict for a table not due for compaction.
+    :param report_location, state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
     """
 
     maintenance = "data compaction"
     template_fields: Sequence[str] = (
         "table",
-        "target_file_size_mb",
-        "min_input_files",
-        "where",
-        "strategy",
-        "sort",
-        "zorder",
-        "delete_file_threshold",
+        *REWRITE_FIELDS,
         "max_commits",
         "remove_dangling_deletes",
         "memory_budget_mb",
@@ -207,25 +196,15 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableTaskMixin, Maintena
     def __init__(
         self,
         *,
-        table: str,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
         max_commits: int | str | None = None,
         remove_dangling_deletes: bool | str = True,
         memory_budget_mb: int | str | None = None,
         group_ids: Sequence[str] | str | None = None,
-        dry_run: bool | str = False,
-        report_location: str | None = None,
-        state_url: str | None = None,
-        policy: str | None = None,
-        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.table, self.iceberg_conn_id = table, iceberg_conn_id
         self.max_commits, self.remove_dangling_deletes = max_commits, remove_dangling_deletes
         self.memory_budget_mb, self.group_ids = memory_budget_mb, group_ids
-        self.is_dry_run = dry_run  # not self.dry_run: BaseOperator.dry_run() is Airflow's
-        self.report_location, self.state_url, self.policy, self.enabled = report_location, state_url, policy, enabled
 
     def _options(self) -> dict[str, Any]:
         """Every option, each refused naming this operator's argument before the table is touched."""
@@ -307,21 +286,17 @@ def _data_files_finished(run: MaintenanceRun, body: dict[str, Any]) -> Finished:
     )
 
 
-class IcebergRewriteManifestsOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
+class IcebergRewriteManifestsOperator(TableMaintenanceOperator):
     """Regroup the live entries of one table's current snapshot by partition into manifests of the target size,
     in one ``replace`` commit (``iceberg-maint rewrite-manifests``); every entry keeps its sequence numbers.
 
     The full report is written to ``report_location``; XCom gets its counts and the report's URI; the run is
     recorded in the run history (kind ``manifests``). It runs while it holds the table's lease.
 
-    :param table: ``namespace.table``.
-    :param iceberg_conn_id: an ``iceberg`` connection.
+    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s.
     :param target_manifest_size_mb: default: the table's ``commit.manifest.target-size-bytes``, else 8 MB.
     :param dry_run: report the plan; write and commit nothing.
-    :param report_location: base URI of report files; refused inside the table.
-    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
-    :param policy: name of the policy this run applies, for the summary and logs.
-    :param enabled: False skips the task: the planning step's verdict for a table not due for compaction.
+    :param report_location, state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
     """
 
     maintenance = "manifest rewrite"
@@ -338,21 +313,11 @@ class IcebergRewriteManifestsOperator(TableTaskMixin, MaintenanceHookMixin, Base
     def __init__(
         self,
         *,
-        table: str,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
         target_manifest_size_mb: float | str | None = None,
-        dry_run: bool | str = False,
-        report_location: str | None = None,
-        state_url: str | None = None,
-        policy: str | None = None,
-        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.table, self.iceberg_conn_id = table, iceberg_conn_id
         self.target_manifest_size_mb = target_manifest_size_mb
-        self.is_dry_run = dry_run
-        self.report_location, self.state_url, self.policy, self.enabled = report_location, state_url, policy, enabled
 
     def _run(self, context: Context) -> dict[str, Any]:
         from airflow_iceberg_maint.compaction.manifests import rewrite_manifests

@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.maintenance_run import classified
-from airflow_iceberg_maint.airflow.operators.compaction import RewriteArguments
+from airflow_iceberg_maint.airflow.operators.compaction import REWRITE_FIELDS, RewriteArguments
 
 
 def split_shares(groups: Sequence[tuple[str, int]], shares: int) -> list[list[str]]:
@@ -43,17 +43,7 @@ class IcebergPlanDataRewriteOperator(RewriteArguments, MaintenanceHookMixin, Bas
     :param delete_file_threshold: as ``IcebergRewriteDataFilesOperator``'s.
     """
 
-    template_fields: Sequence[str] = (
-        "table",
-        "shares",
-        "target_file_size_mb",
-        "min_input_files",
-        "where",
-        "strategy",
-        "sort",
-        "zorder",
-        "delete_file_threshold",
-    )
+    template_fields: Sequence[str] = ("table", "shares", *REWRITE_FIELDS)
 
     def __init__(
         self,

@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from airflow_iceberg_maint.airflow import arguments
-from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
-from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 from airflow_iceberg_maint.airflow.maintenance_run import Finished, MaintenanceRun, prepare_run, run_maintenance
+from airflow_iceberg_maint.airflow.operators.table_maintenance import TableMaintenanceOperator
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
@@ -57,7 +56,7 @@ def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None
     }
 
 
-class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
+class IcebergExpireSnapshotsOperator(TableMaintenanceOperator):
     """Expire the snapshots retention no longer needs and delete the files only they reached.
 
     The run is ``iceberg-maint expire-snapshots`` (docs/expiry.md): the Iceberg table spec's
@@ -75,8 +74,8 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
     are not expired twice; files a failed try left after its commit are orphans, which the next
     orphan removal deletes.
 
-    :param table: ``namespace.table``.
-    :param iceberg_conn_id: an ``iceberg`` connection (apache-airflow-providers-apache-iceberg).
+    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s (an ``iceberg`` connection of
+        apache-airflow-providers-apache-iceberg).
     :param older_than_days: expire snapshots older than this many days (default: the table's
         ``history.expire.max-snapshot-age-ms``, else 5 days).
     :param older_than: absolute ISO 8601 cutoff with a time zone; wins over ``older_than_days``.
@@ -86,9 +85,7 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
     :param max_concurrent_deletes: parallel delete requests.
     :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
         option, else ``$AIRFLOW_HOME/iceberg_maint/reports``); refused inside the table.
-    :param state_url: SQLAlchemy URL of a shared state store; default: Airflow Variables.
-    :param policy: name of the policy this run applies, for the summary and logs.
-    :param enabled: False skips the task: the planning step's verdict for a table not due for expiry.
+    :param state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
     """
 
     maintenance = "snapshot expiry"
@@ -109,32 +106,17 @@ class IcebergExpireSnapshotsOperator(TableTaskMixin, MaintenanceHookMixin, BaseO
     def __init__(
         self,
         *,
-        table: str,
-        iceberg_conn_id: str = DEFAULT_CONN_ID,
         older_than_days: float | str | None = None,
         older_than: datetime | str | None = None,
         retain_last: int | str | None = None,
-        dry_run: bool | str = False,
         max_concurrent_deletes: int | str = DEFAULT_MAX_CONCURRENT_DELETES,
-        report_location: str | None = None,
-        state_url: str | None = None,
-        policy: str | None = None,
-        enabled: bool | str = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.table = table
-        self.iceberg_conn_id = iceberg_conn_id
         self.older_than_days = older_than_days
         self.older_than = older_than
         self.retain_last = retain_last
-        # Not self.dry_run: that would shadow BaseOperator.dry_run(), which Airflow calls.
-        self.is_dry_run = dry_run
         self.max_concurrent_deletes = max_concurrent_deletes
-        self.report_location = report_location
-        self.state_url = state_url
-        self.policy = policy
-        self.enabled = enabled
 
     def _options(self, now: datetime) -> ExpireOptions:
         """The run's options, each refused naming this operator's argument before the table is touched."""
