@@ -13,6 +13,7 @@ import pyarrow.parquet  # noqa: F401
 import pyiceberg.table  # noqa: F401
 from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
 
+import airflow_iceberg_maint.airflow.compaction_task_group
 import airflow_iceberg_maint.airflow.operators.expiry
 import airflow_iceberg_maint.airflow.operators.index
 import airflow_iceberg_maint.airflow.operators.index_shards

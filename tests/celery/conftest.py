@@ -60,6 +60,7 @@ DAG_IDS = (
     "celery_index_build",
     "celery_table_maintenance",
     "celery_deferred",
+    "celery_compaction_sharded",
 )
 _FAILED: list[str] = []  # node ids of this folder's failed tests: their deployment's logs are printed
 

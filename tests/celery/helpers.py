@@ -97,3 +97,19 @@ def read_json(endpoint: str, uri: str) -> Any:
 def gate_key(run_id: str, map_index: int) -> str:
     """Where a gated shard (``kill_on``, tests/celery/dags/celery_dags.py) says it waits to be killed."""
     return f"gates/{run_id}/{map_index}"
+
+
+def partitioned_table(catalog: Catalog, name: str, partitions: int, appends: int, per_file: int) -> Table:
+    """A table partitioned by ``kind`` (identity) whose every append writes one small file in each of
+    ``partitions`` partitions: ``partitions * appends`` data files, ``per_file`` rows each."""
+    from pyiceberg.transforms import IdentityTransform
+
+    catalog.create_namespace_if_not_exists(name.split(".")[0])
+    table = catalog.create_table(name, SCHEMA, properties={"format-version": "2"})
+    with table.update_spec() as spec:
+        spec.add_field("kind", IdentityTransform(), "kind")
+    batch = partitions * per_file
+    for i in range(appends):
+        ids = list(range(i * batch, (i + 1) * batch))
+        table.append(pa.table({"id": ids, "kind": [f"p{n % partitions}" for n in ids]}, schema=SCHEMA))
+    return catalog.load_table(name)

@@ -15,7 +15,7 @@ from abc import abstractmethod
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg_maint.airflow import arguments
@@ -38,8 +38,11 @@ def lease_owner(context: Context, task_id: str) -> str:
     return "/".join((*parts, str(getattr(ti, "map_index", -1))))
 
 
-class TableLeaseMixin:
+class TableLeaseMixin(BaseOperator):
     """Put it before ``BaseOperator`` in the bases; the operator has a ``table`` and implements ``maintain``.
+
+    A ``BaseOperator`` itself, so that ``partial`` (dynamic task mapping, e.g. ``compaction_task_group``'s
+    shares) takes the lease arguments: Airflow looks for them in the ``__init__`` of operator classes only.
 
     :param lease_timeout: seconds to wait in all for the table's lease (default 6 hours; 0: give up at once).
     :param lease_ttl: seconds a lease lasts unless renewed (default 60); a worker killed on another host holds
@@ -47,11 +50,9 @@ class TableLeaseMixin:
     :param lease_poll_interval: seconds between the trigger's looks at the lease (default 30).
     """
 
-    # Provided by BaseOperator and the operator (an operator without a state_url uses the configured store).
-    task_id: str
+    # Provided by the operator (an operator without a state_url uses the configured store).
     table: Any
     state_url: str | None = None
-    log: Any
 
     def __init__(
         self,
@@ -137,7 +138,7 @@ class TableLeaseMixin:
             poll_interval=self.lease_poll_interval,
             first_wait=self.lease_poll_interval if deadline_text else 0.0,  # resumed on free, yet held
         )
-        self.defer(trigger=trigger, method_name="resume_after_lease")  # type: ignore[attr-defined]
+        self.defer(trigger=trigger, method_name="resume_after_lease")
 
 
 class TableTaskMixin(TableLeaseMixin):

@@ -22,6 +22,7 @@ import boto3
 import sqlalchemy as sa
 from airflow.sdk import DAG, Param, get_current_context, task
 
+from airflow_iceberg_maint.airflow.compaction_task_group import compaction_task_group
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.index import IcebergCommitIndexExtractOperator
 from airflow_iceberg_maint.airflow.operators.index_definitions import IcebergCreateMissingIndexesOperator
@@ -229,3 +230,15 @@ with DAG(
         poke_interval=2,
     )
     indexed >> built >> lagging
+
+with DAG(
+    dag_id="celery_compaction_sharded",
+    **MANUAL,
+    default_args=RETRIED,
+    params={"table": Param(type="string"), "shares": Param(4, type="integer")},
+):
+    # Each share takes the table's lease: the others wait for it in the triggerer (polled each second), then
+    # resume on whichever worker takes them.
+    compaction_task_group(
+        table="{{ params.table }}", shares="{{ params.shares }}", target_file_size_mb=1, lease_poll_interval=1.0
+    )
