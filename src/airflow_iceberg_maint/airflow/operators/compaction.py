@@ -24,7 +24,7 @@ from airflow_iceberg_maint.airflow.maintenance_run import (
     prepare_run,
     run_maintenance,
 )
-from airflow_iceberg_maint.airflow.operators.table_maintenance import TableMaintenanceOperator
+from airflow_iceberg_maint.airflow.operators.table_maintenance import _TableMaintenanceOperator
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.policy.policies import DATA_COMPACTION
@@ -153,7 +153,7 @@ def data_rewrite_summary(body: Mapping[str, Any], report: str, policy: str | Non
     }
 
 
-class IcebergRewriteDataFilesOperator(RewriteArguments, TableMaintenanceOperator):
+class IcebergRewriteDataFilesOperator(RewriteArguments, _TableMaintenanceOperator):
     """Rewrite one table's small files and files with deletes into files of the target size (bin-pack, sort or
     z-order), every delete applied, each commit a ``replace`` snapshot (``iceberg-maint rewrite-data-files``).
 
@@ -162,7 +162,7 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableMaintenanceOperator
     failed is recorded as failed and fails the task, after the groups that succeeded were committed.
     It runs while it holds the table's lease (``leased_task``).
 
-    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s.
+    :param table, iceberg_conn_id: as ``_TableMaintenanceOperator``'s.
     :param target_file_size_mb: target output file size (default: ``write.target-file-size-bytes``, else 512 MB).
     :param min_input_files: a group is rewritten from this many candidate files (default 5), or with deletes.
     :param where: a row filter in pyiceberg's syntax: only files that may hold matching rows.
@@ -175,7 +175,7 @@ class IcebergRewriteDataFilesOperator(RewriteArguments, TableMaintenanceOperator
     :param memory_budget_mb: the rewrite's memory before it streams and spills.
     :param group_ids: rewrite only these planned groups (a share of ``compaction_task_group``); None: all.
     :param dry_run: report the plan; write and commit nothing.
-    :param report_location, state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
+    :param report_location, state_url, policy, enabled: as ``_TableMaintenanceOperator``'s.
     """
 
     maintenance = "data compaction"
@@ -286,17 +286,17 @@ def _data_files_finished(run: MaintenanceRun, body: dict[str, Any]) -> Finished:
     )
 
 
-class IcebergRewriteManifestsOperator(TableMaintenanceOperator):
+class IcebergRewriteManifestsOperator(_TableMaintenanceOperator):
     """Regroup the live entries of one table's current snapshot by partition into manifests of the target size,
     in one ``replace`` commit (``iceberg-maint rewrite-manifests``); every entry keeps its sequence numbers.
 
     The full report is written to ``report_location``; XCom gets its counts and the report's URI; the run is
     recorded in the run history (kind ``manifests``). It runs while it holds the table's lease.
 
-    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s.
+    :param table, iceberg_conn_id: as ``_TableMaintenanceOperator``'s.
     :param target_manifest_size_mb: default: the table's ``commit.manifest.target-size-bytes``, else 8 MB.
     :param dry_run: report the plan; write and commit nothing.
-    :param report_location, state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
+    :param report_location, state_url, policy, enabled: as ``_TableMaintenanceOperator``'s.
     """
 
     maintenance = "manifest rewrite"

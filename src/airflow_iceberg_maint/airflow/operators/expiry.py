@@ -11,7 +11,7 @@ from airflow.sdk import Context
 
 from airflow_iceberg_maint.airflow import arguments
 from airflow_iceberg_maint.airflow.maintenance_run import Finished, MaintenanceRun, prepare_run, run_maintenance
-from airflow_iceberg_maint.airflow.operators.table_maintenance import TableMaintenanceOperator
+from airflow_iceberg_maint.airflow.operators.table_maintenance import _TableMaintenanceOperator
 from airflow_iceberg_maint.airflow.reports import TaskLog
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.expiry.run import ExpiryReport, expire_snapshots
@@ -56,7 +56,7 @@ def expiry_xcom_summary(body: Mapping[str, Any], report: str, policy: str | None
     }
 
 
-class IcebergExpireSnapshotsOperator(TableMaintenanceOperator):
+class IcebergExpireSnapshotsOperator(_TableMaintenanceOperator):
     """Expire the snapshots retention no longer needs and delete the files only they reached.
 
     The run is ``iceberg-maint expire-snapshots`` (docs/expiry.md): the Iceberg table spec's
@@ -74,7 +74,7 @@ class IcebergExpireSnapshotsOperator(TableMaintenanceOperator):
     are not expired twice; files a failed try left after its commit are orphans, which the next
     orphan removal deletes.
 
-    :param table, iceberg_conn_id: as ``TableMaintenanceOperator``'s (an ``iceberg`` connection of
+    :param table, iceberg_conn_id: as ``_TableMaintenanceOperator``'s (an ``iceberg`` connection of
         apache-airflow-providers-apache-iceberg).
     :param older_than_days: expire snapshots older than this many days (default: the table's
         ``history.expire.max-snapshot-age-ms``, else 5 days).
@@ -85,7 +85,7 @@ class IcebergExpireSnapshotsOperator(TableMaintenanceOperator):
     :param max_concurrent_deletes: parallel delete requests.
     :param report_location: base URI of report files (default: the ``[iceberg_maint] report_location``
         option, else ``$AIRFLOW_HOME/iceberg_maint/reports``); refused inside the table.
-    :param state_url, policy, enabled: as ``TableMaintenanceOperator``'s.
+    :param state_url, policy, enabled: as ``_TableMaintenanceOperator``'s.
     """
 
     maintenance = "snapshot expiry"

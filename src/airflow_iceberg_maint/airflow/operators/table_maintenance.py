@@ -1,4 +1,4 @@
-"""``TableMaintenanceOperator``: the base of the leased maintenance operators that write a report and record
+"""``_TableMaintenanceOperator``: the base of the leased maintenance operators that write a report and record
 their run (expiry, data compaction, manifest rewrite); it holds the arguments they all take."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, Mai
 from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 
 
-class TableMaintenanceOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
+class _TableMaintenanceOperator(TableTaskMixin, MaintenanceHookMixin, BaseOperator):
     """A ``BaseOperator`` (so Airflow knows its arguments when a subclass is mapped) that its subclasses extend.
 
     :param table: ``namespace.table``.
