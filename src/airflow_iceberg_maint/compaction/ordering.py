@@ -1,4 +1,4 @@
-"""The row order of the sort and z-order strategies, within one file group held in memory.
+"""The row order of the sort and z-order strategies: indices over a file group's key columns.
 
 Sort: the columns given (``col``, ``col desc``, ``col asc nulls last``...), else the table's sort
 order (identity fields only). Z-order: each column's values ranked (dense) and scaled
@@ -72,12 +72,13 @@ def check_columns(table: Table, columns: Sequence[str], what: str) -> None:
             raise InvalidInputError(f"{what} {column!r}: the table has no such column")
 
 
-def sorted_rows(rows: pa.Table, keys: Sequence[SortKey]) -> pa.Table:
+def sort_order(rows: pa.Table, keys: Sequence[SortKey]) -> pa.Array:
+    """Stable indices that put ``rows`` (the key columns suffice) in the order of ``keys``."""
     order = [
         (k.column, "descending" if k.descending else "ascending", "at_end" if k.nulls_last else "at_start")
         for k in keys
     ]
-    return rows.take(pc.sort_indices(rows, sort_keys=order))
+    return pc.sort_indices(rows, sort_keys=order)
 
 
 def _scaled_rank(column: pa.ChunkedArray, bits: int) -> pa.Array:
@@ -89,9 +90,11 @@ def _scaled_rank(column: pa.ChunkedArray, bits: int) -> pa.Array:
     return pc.cast(pc.floor(pc.multiply(pc.subtract(ranks, 1).cast(pa.float64()), scale)), pa.uint64())
 
 
-def zorder_rows(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+def zorder_order(rows: pa.Table, columns: Sequence[str]) -> pa.Array:
+    """Stable indices that put ``rows`` in z-order of ``columns``. The ranks are over every row given:
+    ``rows`` is the whole group (its key columns only, see ``rewriter``)."""
     if rows.num_rows <= 1:
-        return rows
+        return pa.array(range(rows.num_rows), pa.uint64())
     bits = min(21, 64 // len(columns))
     values = [_scaled_rank(rows.column(c), bits) for c in columns]
     key = pc.fill_null(pa.nulls(rows.num_rows, pa.uint64()), 0)
@@ -101,4 +104,4 @@ def zorder_rows(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
             part = pc.bit_wise_and(pc.shift_right(value, pa.scalar(bit, pa.uint64())), one)
             shift = pa.scalar(bit * len(values) + index, pa.uint64())
             key = pc.bit_wise_or(key, pc.shift_left(part, shift))
-    return rows.take(pc.sort_indices(key))
+    return pc.sort_indices(key)

@@ -4,8 +4,13 @@ Rows are read with the index engine's readers (``index/source/live_rows``), whic
 deletes, deletion vectors and equality deletes exactly, projected on the table's current schema.
 Bin-pack streams: one input file's live rows are in memory at a time, handed to the sized writer, and a
 file too large for half the memory budget is read in batches of rows that fit.
-Sort and z-order need the group's rows together: a group whose rows exceed the memory budget
-fails with a message saying so (it is left as it is; bin-pack, or a larger budget, rewrites it).
+Sort and z-order read the group twice. The first pass keeps only the key columns of its live rows
+and orders them as one in-memory sort would (z-order's ranks are over the whole group's values), giving
+each row its place. The second pass reads the rows again, each with its place, into ``SortedRuns``:
+beyond the memory budget they spill as sorted runs to a private directory under ``TMPDIR`` (removed
+at the end, also on failure) and are merged back in order into the sized writer. The result is the
+rows of the one in-memory sort, in its order. Only a group whose key columns alone exceed the budget
+fails, with a message saying so (it is left as it is).
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint.compaction.options import RewriteOptions, Strategy
-from airflow_iceberg_maint.compaction.ordering import SortKey, sorted_rows, zorder_rows
+from airflow_iceberg_maint.compaction.ordering import SortKey, sort_order, zorder_order
 from airflow_iceberg_maint.compaction.planning import FileGroupPlan
 from airflow_iceberg_maint.compaction.writer import SizedWriter
 from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_row_batches, live_rows_of_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 MB = 1024 * 1024
 #: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
@@ -34,8 +42,13 @@ DECODED_PER_STORED_BYTE = 10
 READERS = 4
 
 
+#: The column giving each row its place in the group's order while it goes through the sorted runs.
+PLACE_COLUMN = "_compaction_place"
+SPILL_PREFIX = "iceberg-compaction-"
+
+
 class GroupTooLargeError(MaintenanceError):
-    """A group to sort holds more rows than the memory budget."""
+    """A group to sort holds more key values than the memory budget."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,8 @@ class GroupOutput:
     files: list[DataFile]
     #: Every file written, committed or not.
     paths: list[str]
+    #: Sorted runs the group's rows spilled to local disk (0: sorted in memory, or bin-pack).
+    spilled_runs: int = 0
 
     @property
     def output_bytes(self) -> int:
@@ -105,10 +120,63 @@ def _live_batches(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], bud
             yield pending.popleft().result()
 
 
-def _ordered(rows: pa.Table, layout: Layout) -> pa.Table:
-    if layout.strategy == Strategy.SORT:
-        return sorted_rows(rows, layout.sort)
-    return zorder_rows(rows, layout.zorder)
+def _key_columns(layout: Layout) -> list[str]:
+    return [k.column for k in layout.sort] if layout.strategy == Strategy.SORT else list(layout.zorder)
+
+
+def _places(
+    table: Table, plan: SnapshotFiles, group: FileGroupPlan, layout: Layout, options: RewriteOptions
+) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """Each live row's place (in read order) in the order one in-memory sort of the group gives.
+
+    Only the key columns are kept: the rows themselves go through in batches."""
+    budget = options.memory_budget_mb * MB
+    columns = _key_columns(layout)
+    parts: list[pa.Table] = []
+    held = 0
+    for rows in _live_batches(table, plan, group.input_files, budget):
+        parts.append(rows.select(columns))
+        held += parts[-1].nbytes + 16 * rows.num_rows  # the places and the order computed from the keys
+        if held > budget:
+            raise GroupTooLargeError(
+                f"group {group.group_id}: its {layout.strategy.value} keys take more than --memory-budget-mb "
+                f"{options.memory_budget_mb}; give a larger budget or use binpack"
+            )
+    if not parts:
+        return np.empty(0, np.uint64)
+    keys = pa.concat_tables(parts)
+    order = sort_order(keys, layout.sort) if layout.strategy == Strategy.SORT else zorder_order(keys, columns)
+    places = np.empty(keys.num_rows, np.uint64)
+    places[order.to_numpy()] = np.arange(keys.num_rows, dtype=np.uint64)
+    return places
+
+
+def _write_ordered(
+    table: Table,
+    plan: SnapshotFiles,
+    group: FileGroupPlan,
+    options: RewriteOptions,
+    layout: Layout,
+    writer: SizedWriter,
+    on_file: Callable[[], None],
+) -> int:
+    """The group's live rows written in their order, through sorted runs; returns the runs spilled."""
+    places = _places(table, plan, group, layout, options)
+    budget = options.memory_budget_mb * MB
+    with SortedRuns(
+        lambda rows: [rows.column(PLACE_COLUMN)], budget, reserved_bytes=places.nbytes, dir_prefix=SPILL_PREFIX
+    ) as runs:
+        start = 0
+        for rows in _live_batches(table, plan, group.input_files, budget):
+            runs.add(rows.append_column(PLACE_COLUMN, pa.array(places[start : start + rows.num_rows])))
+            start += rows.num_rows
+            on_file()
+        if start != len(places):  # the files read back other rows: never write a mix of two reads
+            raise MaintenanceError(f"group {group.group_id}: its files gave {len(places)} live rows, then {start}")
+        del places
+        for rows, _ in runs.sorted():
+            writer.write(rows.drop_columns([PLACE_COLUMN]))
+        return len(runs.runs)
 
 
 def rewrite_group(
@@ -129,27 +197,15 @@ def rewrite_group(
         bytes_per_row,
         layout.sort_order_id,
     )
+    spilled = 0
     try:
         if layout.strategy == Strategy.BINPACK:
             for rows in _live_batches(table, plan, group.input_files, options.memory_budget_mb * MB):
                 writer.write(rows)
                 on_file()
         else:
-            budget = options.memory_budget_mb * MB
-            pieces: list[pa.Table] = []
-            held = 0
-            for path in group.input_files:
-                pieces.append(_live_rows(table, plan, path))
-                held += pieces[-1].nbytes
-                if held > budget:
-                    raise GroupTooLargeError(
-                        f"group {group.group_id}: its rows take more than --memory-budget-mb "
-                        f"{options.memory_budget_mb} to {layout.strategy.value}; give a larger budget or use binpack"
-                    )
-                on_file()
-            if pieces:
-                writer.write(_ordered(pa.concat_tables(pieces), layout))
-        return GroupOutput(group, writer.finish(), writer.paths)
+            spilled = _write_ordered(table, plan, group, options, layout, writer, on_file)
+        return GroupOutput(group, writer.finish(), writer.paths, spilled)
     except BaseException:
         writer.abort()
         delete_quietly(table, writer.paths)
