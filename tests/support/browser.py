@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 import urllib.error
@@ -75,6 +76,19 @@ class Airflow:
             f"{dag_id} run {run_id} did not finish within {timeout} s: run {state}, "
             f"tasks {self.task_states(dag_id, run_id)}; {self.state()}"
         )
+
+    def parked(self, dag_id: str, run_id: str, task_id: str) -> bool:
+        """Whether the scheduler has handled the exit of the attempt that parked ``task_id`` (awaiting input or
+        deferred): only then may an answer resume it. Airflow 3.3.2 fails a task answered earlier: the answer has
+        the task queued again under the same executor key, then the parked attempt's late exit event ("success")
+        takes that key out of the executor and the scheduler, seeing the task queued but gone, marks it failed
+        (apache/airflow#72716, #71580). A person answers in minutes; a test, loaded, can answer inside that gap."""
+        finished = re.compile(
+            rf"TaskInstance Finished: dag_id={re.escape(dag_id)}, task_id={re.escape(task_id)}, "
+            rf"run_id={re.escape(run_id)}, .*, state=(awaiting_input|deferred), .*executor_state=success"
+        )
+        with (self.home / "standalone.log").open(errors="replace") as log:
+            return any(finished.search(line) for line in log)
 
     def report(self, uri: str) -> dict[str, Any]:
         """A report as the run wrote it on the local S3 server (read there, not through the page)."""

@@ -6,7 +6,8 @@ because ``main`` moved on, stays) and only the reviewed orphans are deleted (an 
 after the review is kept). Reject: nothing is expired or deleted. The form says what the expiry deletes
 (files by kind, each snapshot with its commit time and operation) and links to the expiry's own report
 page inside Airflow's navigation; after the approval the status page shows the expiry at the time it ran,
-with the numbers of its report. Screenshots go to ``$TMPDIR/iceberg-maint-screens/``.
+with the numbers of its report. Screenshots go to ``$TMPDIR/iceberg-maint-screens/``. An answer is given only
+once Airflow is done parking ``approve`` (``Airflow.parked``); the quickest such answer resumes the task.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _plant(folder: Path, *names: str) -> list[Path]:
 
 
 def _awaiting_approval(airflow: Airflow, run_id: str) -> None:
-    """Wait until the run's ``approve`` task waits for a person (or the run ended without it)."""
+    """Wait until the run's ``approve`` task waits for a person and the scheduler is done parking it (``parked``:
+    an answer before that fails the task in Airflow 3.3.2), or the run ended without it."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         try:
@@ -56,7 +58,7 @@ def _awaiting_approval(airflow: Airflow, run_id: str) -> None:
             if isinstance(exc, urllib.error.HTTPError):
                 raise
             continue
-        if states.get("approve") in ("deferred", "awaiting_input"):
+        if states.get("approve") in ("deferred", "awaiting_input") and airflow.parked(REVIEWED, run_id, "approve"):
             return
         if states.get("approve") in ("success", "failed", "skipped", "upstream_failed"):
             break
@@ -286,3 +288,24 @@ def test_approve_expires_and_deletes_the_reviewed_files_and_reject_changes_nothi
         page.goto(f"{BASE}/dags/{REVIEWED}/runs/{rejected}")
         page.screenshot(path=ARTIFACTS / "13-reviewed-rejected-run.png", full_page=True)
         browser.close()
+
+
+def test_an_answer_the_moment_the_approval_waits_resumes_the_task(airflow: Airflow) -> None:
+    """The quickest answer there is (through the REST API, the moment ``_awaiting_approval`` returns) resumes
+    ``approve``: without the wait for the scheduler to finish parking it, each such answer failed the task
+    (the executor's late exit event of the parked attempt, see ``Airflow.parked``)."""
+    airflow.api("PATCH", f"/dags/{REVIEWED}", {"is_paused": False})
+    before = _snapshots(airflow)
+    for _ in range(2):
+        run = _trigger(airflow)
+        _awaiting_approval(airflow, run)
+        answer = {"chosen_options": ["Reject"], "params_input": {}}
+        airflow.api("PATCH", f"/dags/{REVIEWED}/dagRuns/{run}/taskInstances/approve/-1/hitlDetails", answer)
+        assert airflow.wait_run(REVIEWED, run, timeout=WAIT) == "success", airflow.task_states(REVIEWED, run)
+        states = {task: state for task, _, state in airflow.task_states(REVIEWED, run)}
+        assert (states["approve"], states["expire_approved"], states["delete_approved"]) == (
+            "success",
+            "skipped",
+            "skipped",
+        )
+    assert _snapshots(airflow) == before
