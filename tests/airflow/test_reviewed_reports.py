@@ -110,10 +110,11 @@ def test_the_approved_reports_stay_as_reviewed_beside_the_executed_ones(
     from airflow.utils.session import create_session
 
     from airflow_iceberg_maint.airflow.plugin import table_page
-    from airflow_iceberg_maint.state.status_records import runs_key
+    from airflow_iceberg_maint.state.status_records import STATE_PREFIX, runs_key
 
-    with create_session() as session:  # run records other tests of the session left for this table
+    with create_session() as session:  # run and state records other tests of the session left (their reports)
         session.query(Variable).filter_by(key=runs_key(TABLE)).delete()
+        session.query(Variable).filter(Variable.key.startswith(STATE_PREFIX)).delete(synchronize_session=False)
     reviewer = Reviewer()
     reviewer.start()
     run = dags[REVIEWED].test(run_conf={"table": TABLE, "expire_older_than_days": 0, "retain_last": 1})
