@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_iceberg_maint.errors import LeaseLostError
+from airflow_iceberg_maint.state.cleanup import state_engine
 from airflow_iceberg_maint.state.lease_fence import Fence
 from airflow_iceberg_maint.state.leases import try_take
 from airflow_iceberg_maint.state.sql_leases import SqlLeases
@@ -80,7 +81,7 @@ def test_two_runs_never_both_pass_a_check_at_overlapping_times(state_url: str, s
             store.release(fences.pop(run).lease)
             holding = None if holding == run else holding
         elif action == "jump":
-            with sa.create_engine(url).begin() as conn:
+            with state_engine(url).begin() as conn:
                 jump = "UPDATE iceberg_maint_leases SET expires_at = expires_at - :s WHERE table_name = :t"
                 conn.execute(sa.text(jump), {"s": 2 * TTL.total_seconds(), "t": table})
             holding = None

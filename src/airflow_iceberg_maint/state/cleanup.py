@@ -231,9 +231,14 @@ def default_state_url() -> str:
 
 
 def state_engine(url: str) -> sa.Engine:
-    """An engine on the state store's database; the folder of a SQLite file is created."""
+    """An engine on the state store's database; the folder of a SQLite file is created.
+
+    Without a pool: a store makes a few statements per run, and pooled connections would outlive
+    the stores that opened them (each store has its engine) until a garbage collection, so that a
+    process making many stores could use up the database's connections.
+    """
     try:
-        engine = sa.create_engine(url)
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise InvalidInputError(f"state store URL {url!r}: {exc}") from exc
     if engine.dialect.name == "sqlite" and engine.url.database:

@@ -35,8 +35,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from airflow_iceberg_maint.errors import InvalidInputError
-from airflow_iceberg_maint.state.cleanup import MANIFEST_REWRITE, CleanupState
+from airflow_iceberg_maint.state.cleanup import MANIFEST_REWRITE, CleanupState, state_engine
 from airflow_iceberg_maint.state.jobs import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY
 
 KEY_PREFIX = "iceberg_maint."
@@ -95,10 +94,7 @@ class SqlRecords:
 
     @cached_property
     def _engine(self) -> sa.Engine:
-        try:
-            engine = sa.create_engine(self.url)
-        except (sa.exc.ArgumentError, ImportError) as exc:
-            raise InvalidInputError(f"state store URL {self.url!r}: {exc}") from exc
+        engine = state_engine(self.url)
         _METADATA.create_all(engine)
         return engine
 
