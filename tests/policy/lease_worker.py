@@ -8,6 +8,7 @@ GC would. The test resumes it with SIGCONT. The outcome goes to ``<dir>/result.j
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -88,3 +89,4 @@ def main(spec: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     main(json.loads(sys.argv[1]))
+    gc.collect()  # before pyarrow's teardown, as the command line's console() does

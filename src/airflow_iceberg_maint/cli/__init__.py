@@ -26,6 +26,7 @@ Exit status:
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import logging
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.quiet:
         logging.captureWarnings(True)  # Python warnings then go through logging, which shows errors only
-    error: Exception | None = None
+    failure: tuple[str, int] | None = None  # the message and status, not the error: see console()
     with _progress_display(args):
         # Inside the display, so that log lines print above its bars (it redirects stderr).
         logging.basicConfig(
@@ -126,10 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result: dict[str, Any] = args.func(args)
         except (MaintenanceError, ValueError, OSError) as exc:
-            error = exc
-    if error is not None:
-        print(f"iceberg-maint {args.command}: {error}".replace("\n", " "), file=sys.stderr)
-        return EXIT_TABLE_BUSY if isinstance(error, TableBusyError) else 2
+            failure = (str(exc), EXIT_TABLE_BUSY if isinstance(exc, TableBusyError) else 2)
+    if failure is not None:
+        print(f"iceberg-maint {args.command}: {failure[0]}".replace("\n", " "), file=sys.stderr)
+        return failure[1]
     counts_failures = result.pop("__failed_deletes__", False)
     if getattr(args, "json", False):
         result.pop("__text__", None)
@@ -145,6 +146,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_FAILED_DELETES
     return 0
+
+
+def console() -> None:
+    """The ``iceberg-maint`` script: ``main``, then a garbage collection while pyarrow is still whole.
+
+    A stopped run (a lost lease, a failed read) can leave pyarrow readers in reference cycles with
+    the frames that held them; collected only as the interpreter tears pyarrow down, a reader's
+    native threads abort the process ("terminate called without an active exception", status -6)
+    after the run has reported correctly.
+    """
+    status = main()
+    gc.collect()
+    sys.exit(status)
 
 
 def with_failed_deletes(result: dict[str, Any]) -> dict[str, Any]:
