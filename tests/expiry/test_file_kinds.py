@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
@@ -19,6 +20,7 @@ from airflow_iceberg_maint.expiry.run import expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from tests.expiry.history import build_history
+from tests.orphans.scenario import SCHEMA, rows
 
 
 def _oracle_kinds(table: Table) -> dict[str, str]:
@@ -68,3 +70,23 @@ def test_the_report_says_what_each_deleted_file_is_and_when_each_snapshot_was_co
     assert real["deleted_by_kind"] == dry["deleted_by_kind"]
     assert not any(os.path.exists(p.removeprefix("file://")) for p in real["deleted_files"])
     assert list(real["phase_seconds"]) == ["plan_and_commit", "plan_files", "recheck", "delete"]
+
+
+def test_an_expiry_that_drops_no_manifest_names_only_manifest_lists_cold_or_with_a_warm_cache(
+    sqlite_catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    sqlite_catalog.create_namespace_if_not_exists("db")
+    table = sqlite_catalog.create_table("db.appends", schema=SCHEMA)
+    for i in range(4):
+        table.append(rows(i * 10, 10))
+    lists = {s.manifest_list for s in table.metadata.snapshots[:-1]}
+    cache = str(tmp_path / "digests")
+    expire_snapshots(  # fills the cache, as the day before's run would
+        table, ExpireOptions(retain_last=4, dry_run=True, cache=cache), sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS]
+    )
+
+    for with_cache in (None, cache, cache):
+        options = ExpireOptions(older_than=datetime.now(UTC), retain_last=1, dry_run=True, cache=with_cache)
+        report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS]).to_json()
+        assert set(report["deleted_files"]) == lists
+        assert {k: v["count"] for k, v in report["deleted_by_kind"].items() if v["count"]} == {"manifest_list": 3}

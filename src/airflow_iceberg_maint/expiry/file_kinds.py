@@ -2,8 +2,8 @@
 
 The expiry's own plan (``expiry.files``) finds paths and sizes only, fast; the report and the
 approval form say what those paths are (data, delete files, manifests, manifest lists,
-statistics) and which commits expire. Read with pyiceberg from the metadata the plan read, before
-anything is deleted: only the manifests the expiry deletes are opened.
+statistics) and which commits expire, from the metadata the plan read, before anything is
+deleted: only the manifests the expiry deletes are opened.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from typing import Any
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+
+from airflow_iceberg_maint.reachability.manifests import manifest_paths
 
 #: The kinds, in the order the report lists them.
 KINDS = ("data", "position_delete", "equality_delete", "deletion_vector", "manifest", "manifest_list", "statistics")
@@ -30,25 +33,44 @@ def _content_kind(data_file: DataFile) -> str:
 
 
 def file_kinds(io: FileIO, before: TableMetadata, expired: Iterable[int], paths: Iterable[str]) -> dict[str, str]:
-    """The kind of each of ``paths`` (files the expiry of ``expired`` snapshots of ``before`` deletes)."""
+    """The kind of each of ``paths`` (files the expiry of ``expired`` snapshots of ``before`` deletes).
+
+    Statistics files and manifest lists are known from the metadata, manifests from the expired
+    manifest lists (through ``io``'s digest cache when it has one); entries are decoded only
+    when paths are left, and only of the manifests deleted: an expiry that drops no manifest
+    opens none.
+    """
     wanted, ids = set(paths), set(expired)
     kinds: dict[str, str] = {}
     for stats in [*before.statistics, *before.partition_statistics]:
         if stats.statistics_path in wanted:
             kinds[stats.statistics_path] = "statistics"
-    for snapshot in before.snapshots:
-        if snapshot.snapshot_id not in ids:
-            continue
+    snapshots = [s for s in before.snapshots if s.snapshot_id in ids]
+    for snapshot in snapshots:
         if snapshot.manifest_list in wanted:
             kinds[snapshot.manifest_list] = "manifest_list"
+    for snapshot in snapshots:
+        if wanted.issubset(kinds):
+            break
+        for manifest_path in manifest_paths(io, snapshot.manifest_list) if snapshot.manifest_list else []:
+            if manifest_path in wanted:
+                kinds.setdefault(manifest_path, "manifest")
+    if not wanted.issubset(kinds):
+        _entry_kinds(io, snapshots, wanted, kinds)
+    return {path: kinds.get(path, OTHER) for path in wanted}
+
+
+def _entry_kinds(io: FileIO, snapshots: list[Snapshot], wanted: set[str], kinds: dict[str, str]) -> None:
+    """The kinds of the live entries of the deleted manifests that are in ``wanted``."""
+    opened: set[str] = set()
+    for snapshot in snapshots:
         for manifest in snapshot.manifests(io):
-            if manifest.manifest_path not in wanted or manifest.manifest_path in kinds:
+            if manifest.manifest_path not in wanted or manifest.manifest_path in opened:
                 continue  # a manifest a kept snapshot lists: its files stay
-            kinds[manifest.manifest_path] = "manifest"
+            opened.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                 if entry.data_file.file_path in wanted:
                     kinds[entry.data_file.file_path] = _content_kind(entry.data_file)
-    return {path: kinds.get(path, OTHER) for path in wanted}
 
 
 def by_kind(paths: Iterable[str], kinds: Mapping[str, str], sizes: Mapping[str, int]) -> dict[str, dict[str, int]]:

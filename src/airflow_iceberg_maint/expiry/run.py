@@ -285,7 +285,7 @@ def expire_snapshots(
             report.not_approved_files = sorted(p for p in planned if p not in options.approved.files)
             planned = {p: size for p, size in planned.items() if p in options.approved.files}
         report.deleted_files, report.deleted_bytes = sorted(planned), sum(planned.values())
-        report.file_kinds = file_kinds(table.io, state.before, expired, planned)
+        report.file_kinds = file_kinds(walk.io, state.before, expired, planned)
         report.file_sizes = dict(planned)
         phases.done("plan_files")
         if on_stage:
