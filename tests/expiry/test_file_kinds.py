@@ -90,3 +90,16 @@ def test_an_expiry_that_drops_no_manifest_names_only_manifest_lists_cold_or_with
         report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS]).to_json()
         assert set(report["deleted_files"]) == lists
         assert {k: v["count"] for k, v in report["deleted_by_kind"].items() if v["count"]} == {"manifest_list": 3}
+
+
+def test_the_data_files_of_a_format_version_1_table_are_data(sqlite_catalog: SqlCatalog) -> None:
+    sqlite_catalog.create_namespace_if_not_exists("db")
+    table = sqlite_catalog.create_table("db.v1", schema=SCHEMA, properties={"format-version": "1"})
+    table.append(rows(0, 10))
+    table.overwrite(rows(100, 5))  # the appended file is deleted: its manifest is dropped at expiry
+    oracle = _oracle_kinds(table)
+
+    report = _expire(table, dry_run=True)
+    counts = {k: v["count"] for k, v in report["deleted_by_kind"].items() if v["count"]}
+    assert counts == dict(Counter(oracle[p] for p in report["deleted_files"]))
+    assert counts["data"] >= 1 and "other" not in counts

@@ -13,22 +13,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFileContent, FileFormat
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
 
-from airflow_iceberg_maint.reachability.manifests import manifest_paths
+from airflow_iceberg_maint.reachability.manifests import live_file_contents, manifest_paths
 
 #: The kinds, in the order the report lists them.
 KINDS = ("data", "position_delete", "equality_delete", "deletion_vector", "manifest", "manifest_list", "statistics")
 OTHER = "other"
 
 
-def _content_kind(data_file: DataFile) -> str:
-    if data_file.content == DataFileContent.EQUALITY_DELETES:
+def _content_kind(content: int, file_format: str) -> str:
+    if content == DataFileContent.EQUALITY_DELETES:
         return "equality_delete"
-    if data_file.content == DataFileContent.POSITION_DELETES:
-        return "deletion_vector" if data_file.file_format == FileFormat.PUFFIN else "position_delete"
+    if content == DataFileContent.POSITION_DELETES:
+        return "deletion_vector" if file_format.upper() == FileFormat.PUFFIN.value else "position_delete"
     return "data"
 
 
@@ -56,21 +55,18 @@ def file_kinds(io: FileIO, before: TableMetadata, expired: Iterable[int], paths:
             if manifest_path in wanted:
                 kinds.setdefault(manifest_path, "manifest")
     if not wanted.issubset(kinds):
-        _entry_kinds(io, snapshots, wanted, kinds)
+        _entry_kinds(io, wanted, kinds)
     return {path: kinds.get(path, OTHER) for path in wanted}
 
 
-def _entry_kinds(io: FileIO, snapshots: list[Snapshot], wanted: set[str], kinds: dict[str, str]) -> None:
-    """The kinds of the live entries of the deleted manifests that are in ``wanted``."""
-    opened: set[str] = set()
-    for snapshot in snapshots:
-        for manifest in snapshot.manifests(io):
-            if manifest.manifest_path not in wanted or manifest.manifest_path in opened:
-                continue  # a manifest a kept snapshot lists: its files stay
-            opened.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-                if entry.data_file.file_path in wanted:
-                    kinds[entry.data_file.file_path] = _content_kind(entry.data_file)
+def _entry_kinds(io: FileIO, wanted: set[str], kinds: dict[str, str]) -> None:
+    """The kinds of the live entries in ``wanted`` of the deleted manifests (the only ones whose files go)."""
+    for manifest in [path for path, kind in kinds.items() if kind == "manifest"]:
+        if wanted.issubset(kinds):
+            return
+        for path, content, file_format in live_file_contents(io, manifest):
+            if path in wanted:
+                kinds[path] = _content_kind(content, file_format)
 
 
 def by_kind(paths: Iterable[str], kinds: Mapping[str, str], sizes: Mapping[str, int]) -> dict[str, dict[str, int]]:

@@ -11,6 +11,7 @@ read here: its header, then each block, checked against its sync marker and read
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
@@ -30,6 +31,10 @@ _MANIFEST_LIST: Want = {500: None}  # manifest_path
 _MANIFEST: Want = {0: None, 2: {100: None}}  # status, data_file.file_path
 _MANIFEST_LIST_SIZED: Want = {500: None, 501: None}  # manifest_path, manifest_length
 _MANIFEST_SIZED: Want = {0: None, 2: {100: None, 104: None}}  # status, data_file.file_path, file_size_in_bytes
+#: status, data_file.file_path, file_format, content; a v1 manifest has no content (data files only)
+_MANIFEST_KINDS: Want = {0: None, 2: {100: None, 101: None, 134: None}}
+_MANIFEST_KINDS_V1: Want = {0: None, 2: {100: None, 101: None}}
+_CONTENT = 134
 _DELETED = int(ManifestEntryStatus.DELETED)
 PATH_CHUNK = 20_000  # live paths of a manifest decoded and hashed together, at most
 _MAGIC = b"Obj\x01"
@@ -226,3 +231,28 @@ def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
         ]
     except Exception as exc:
         raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
+
+
+# With what each file is: what snapshot expiry reports about the files it deletes.
+
+
+def live_file_contents(io: FileIO, manifest: str) -> list[tuple[str, int, str]]:
+    """Each live entry's path, content (0 data, 1 position deletes, 2 equality deletes) and file format."""
+    try:
+        data = _bytes(io, manifest)
+        schema = _header(data)[0].get("avro.schema", b"{}")
+        if _CONTENT in _data_file_field_ids(schema):
+            entries = _records(data, "manifest+kinds", _MANIFEST_KINDS)
+            return [(e[1][0], e[1][2], e[1][1]) for e in entries if e[0] != _DELETED]
+        entries = _records(data, "manifest+kinds-v1", _MANIFEST_KINDS_V1)
+        return [(e[1][0], 0, e[1][1]) for e in entries if e[0] != _DELETED]
+    except Exception as exc:
+        raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
+
+
+def _data_file_field_ids(schema: bytes) -> set[int]:
+    """The field ids of a manifest schema's ``data_file`` record (field 2)."""
+    for field in json.loads(schema).get("fields", []):
+        if field.get("field-id") == 2 and isinstance(field.get("type"), dict):
+            return {f.get("field-id") for f in field["type"].get("fields", [])}
+    return set()
