@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -230,20 +231,35 @@ def default_state_url() -> str:
     return f"sqlite:///{base / 'iceberg-maint' / 'state.db'}"
 
 
+#: One engine per server database and process, shared by every store (see ``state_engine``).
+_SHARED: dict[tuple[str, int], sa.Engine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def state_engine(url: str) -> sa.Engine:
     """An engine on the state store's database; the folder of a SQLite file is created.
 
-    Without a pool: a store makes a few statements per run, and pooled connections would outlive
-    the stores that opened them (each store has its engine) until a garbage collection, so that a
-    process making many stores could use up the database's connections.
+    Every store of a process gets the same engine for a server database (PostgreSQL, MySQL), so the
+    process holds at most one pool of connections, however many stores it makes (a store per task,
+    per table of a fleet); with an engine each, the pooled connections outlived their stores until
+    a garbage collection and ran the database out of connections. The key holds the process id:
+    a forked child opens its own, never its parent's sockets. SQLite has no pool: opening the file
+    is cheap, and tests make thousands of them.
     """
     try:
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        parsed = sa.engine.make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            engine = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+            if parsed.database:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            return engine
+        with _SHARED_LOCK:
+            key = (url, os.getpid())
+            if key not in _SHARED:
+                _SHARED[key] = sa.create_engine(parsed, pool_pre_ping=True)
+            return _SHARED[key]
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise InvalidInputError(f"state store URL {url!r}: {exc}") from exc
-    if engine.dialect.name == "sqlite" and engine.url.database:
-        Path(engine.url.database).parent.mkdir(parents=True, exist_ok=True)
-    return engine
 
 
 _METADATA = sa.MetaData()
