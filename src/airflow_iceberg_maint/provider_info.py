@@ -69,6 +69,16 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "example": "iceberg_orphan_cleanup_manual",
         "default": "iceberg_orphan_cleanup_manual",
     },
+    "digest_cache_location": {
+        "description": "A local folder where the orphan-removal and expiry tasks keep digests of the manifest "
+        "lists and manifests they read (what each names, checked against the file's identity before use), so "
+        "that the next run decodes only what is new. Unset: no cache. A worker's own disk serves it: a digest "
+        "another worker lacks is a file read again. Set it on the workers.",
+        "version_added": None,
+        "type": "string",
+        "example": "/var/cache/iceberg-maint/digests",
+        "default": None,
+    },
     "state_url": {
         "description": "SQLAlchemy URL of a database holding the cleanup state and the status records, shared "
         "with the iceberg-maint command line. Unset: Airflow Variables." + _EVERYWHERE,

@@ -128,6 +128,7 @@ READERS: dict[str, tuple[Callable[[], object], str]] = {
     "manual_dag_id": (config.manual_dag_id, "my_manual_dag"),
     "state_url": (config.state_url, "sqlite:////tmp/state.db"),
     "catalog_conn_ids": (lambda: ",".join(config.catalog_conn_ids()), "lake,ops_catalog"),
+    "digest_cache_location": (config.digest_cache_location, "/var/cache/iceberg-maint/digests"),
 }
 
 

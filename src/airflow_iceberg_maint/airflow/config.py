@@ -12,7 +12,9 @@ from pathlib import Path
 
 from airflow.configuration import conf
 
+from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.provider_info import CONFIG_OPTIONS, CONFIG_SECTION
+from airflow_iceberg_maint.reachability.digests import check_location, resolve
 
 DEFAULT_MANUAL_DAG_ID = str(CONFIG_OPTIONS["manual_dag_id"]["default"])
 
@@ -64,3 +66,16 @@ def manual_dag_id() -> str:
 def state_url() -> str | None:
     """``state_url``: a SQLAlchemy URL shared by the tasks and the status page; None: Airflow Variables."""
     return _option("state_url")
+
+
+def digest_cache_location() -> str | None:
+    """``digest_cache_location``: the local folder of the digest cache (S22); None: no cache.
+
+    Refused in one line (``InvalidInputError``) when it names no local folder.
+    """
+    configured = _option("digest_cache_location")
+    if configured is None:
+        return None
+    if error := check_location(configured):
+        raise InvalidInputError(f"[{CONFIG_SECTION}] digest_cache_location: {error}")
+    return resolve(configured)

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow import arguments, config
 from airflow_iceberg_maint.airflow.maintenance_run import Finished, MaintenanceRun, prepare_run, run_maintenance
 from airflow_iceberg_maint.airflow.operators.table_maintenance import _TableMaintenanceOperator
 from airflow_iceberg_maint.airflow.reports import TaskLog
@@ -133,6 +133,7 @@ class IcebergExpireSnapshotsOperator(_TableMaintenanceOperator):
             retain_last=arguments.positive_int(self.retain_last, "retain_last") if has_retain else None,
             dry_run=arguments.boolean(self.is_dry_run, "dry_run"),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+            cache=config.digest_cache_location(),
         )
 
     def _run(self, context: Context) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow import arguments, config
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.leased_task import TableTaskMixin
 from airflow_iceberg_maint.airflow.maintenance_run import (
@@ -221,6 +221,7 @@ class IcebergRemoveOrphanFilesOperator(TableTaskMixin, MaintenanceHookMixin, Bas
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
             only_this_table=arguments.boolean(self.only_this_table, "only_this_table"),
             other_tables=other_tables,
+            cache=config.digest_cache_location(),
         )
         return run
 

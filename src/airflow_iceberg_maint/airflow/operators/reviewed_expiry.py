@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow import arguments, config
 from airflow_iceberg_maint.airflow.operators.expiry import IcebergExpireSnapshotsOperator
 from airflow_iceberg_maint.airflow.operators.reviewed import REVIEW_PATHS, paths_markdown, read_reviewed, shown_paths
 from airflow_iceberg_maint.airflow.reports import read_report
@@ -126,6 +126,7 @@ class IcebergExpireApprovedSnapshotsOperator(IcebergExpireSnapshotsOperator):
             older_than=datetime.fromisoformat(reviewed["older_than"]),
             retain_last=int(reviewed["retain_last"]),
             max_concurrent_deletes=arguments.positive_int(self.max_concurrent_deletes, "max_concurrent_deletes"),
+            cache=config.digest_cache_location(),
             approved=Approval(
                 snapshot_ids=frozenset(int(i) for i in reviewed["expired_snapshot_ids"]),
                 refs=frozenset(reviewed["removed_refs"]),
