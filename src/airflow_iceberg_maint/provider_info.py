@@ -70,7 +70,7 @@ CONFIG_OPTIONS: dict[str, dict[str, Any]] = {
         "default": "iceberg_orphan_cleanup_manual",
     },
     "digest_cache_location": {
-        "description": "A local folder where the orphan-removal and expiry tasks keep digests of the manifest "
+        "description": "A local folder where the orphan-removal, expiry and health tasks keep digests of the manifest "
         "lists and manifests they read (what each names, checked against the file's identity before use), so "
         "that the next run decodes only what is new. Unset: no cache. A worker's own disk serves it: a digest "
         "another worker lacks is a file read again. Set it on the workers.",

@@ -4,6 +4,7 @@ reports on the same table: the same snapshots, the same bytes, the files the sam
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
@@ -63,3 +64,23 @@ def test_a_table_without_gc_expires_nothing(sqlite_catalog: SqlCatalog, cli: Cal
     assert refused.code == 2 and "gc.enabled" in refused.err
     body = table_health("db.parts", catalog=sqlite_catalog).to_json()
     assert (body["expirable_snapshots"], body["expirable_bytes"], body["expiry_refused"]) == (0, 0, "gc.enabled=false")
+
+
+def test_what_expiry_would_free_is_the_same_cold_and_through_a_warm_digest_cache(
+    sqlite_catalog: SqlCatalog, cli: Callable[..., Ran], tmp_path: Path
+) -> None:
+    history = build_history(sqlite_catalog)
+    _set(history.table, **{"history.expire.max-snapshot-age-ms": "1"})
+    cache = tmp_path / "health-digests"
+    lists = {s.manifest_list for s in sqlite_catalog.load_table("db.events").metadata.snapshots}
+
+    runs = [
+        cli("health", "db.events", "--json", *flags) for flags in (("--no-cache",), ("--cache-location", str(cache)))
+    ]
+    assert len(list(cache.rglob("*.list"))) == len(lists)  # the second run filled it
+    runs.append(cli("health", "db.events", "--json", "--cache-location", str(cache)))  # and the third read it
+    assert [r.code for r in runs] == [0, 0, 0], [r.err for r in runs]
+    freed = [(r.json["expirable_snapshot_ids"], r.json["expirable_bytes"], r.json["score"]) for r in runs]
+    assert freed[0][1] > 0 and freed == [freed[0]] * 3
+    python = table_health(sqlite_catalog.load_table("db.events"), cache=str(cache))
+    assert python.to_json()["expirable_bytes"] == freed[0][1]

@@ -22,6 +22,7 @@ from airflow_iceberg_maint.api.tables import (
     check_flag,
     check_protocol,
     check_whole,
+    digest_folder,
     resolve_table,
 )
 from airflow_iceberg_maint.errors import InvalidInputError
@@ -35,8 +36,6 @@ from airflow_iceberg_maint.orphans import removal
 from airflow_iceberg_maint.orphans.options import DEFAULT_MEMORY_BUDGET_MB, OrphanOptions, check_options
 from airflow_iceberg_maint.orphans.report import OrphanReport
 from airflow_iceberg_maint.reachability.digests import DEFAULT as DIGEST_CACHE
-from airflow_iceberg_maint.reachability.digests import check_location
-from airflow_iceberg_maint.reachability.digests import resolve as resolve_digests
 from airflow_iceberg_maint.reachability.sources import ReferenceSource
 
 
@@ -66,16 +65,6 @@ def _mapping(value: Mapping[str, str] | None, what: str) -> Mapping[str, str] | 
     ):
         raise InvalidInputError(f"{what} {value!r}: expected a mapping of text to text, e.g. {{'s3a': 's3'}}")
     return value
-
-
-def _cache(cache: str | None) -> str | None:
-    """The digest cache's folder (S22): ``DIGEST_CACHE`` the default location, None no cache."""
-    if cache is not None and not isinstance(cache, str):
-        raise InvalidInputError(f"cache {cache!r}: expected a local folder, a file:// URI or None")
-    error = check_location(cache)
-    if error:
-        raise InvalidInputError(error)
-    return resolve_digests(cache)
 
 
 def remove_orphan_files(
@@ -123,7 +112,7 @@ def remove_orphan_files(
         only_this_table=only_this_table,
         listing=listing,
         memory_budget_mb=memory_budget_mb,
-        cache=_cache(cache),
+        cache=digest_folder(cache),
     )
     check_options(options)
     loaded = resolve_table(table, catalog)
@@ -168,7 +157,7 @@ def expire_snapshots(
         retain_last=retain_last,
         dry_run=dry_run,
         max_concurrent_deletes=max_concurrent_deletes,
-        cache=_cache(cache),
+        cache=digest_folder(cache),
     )
     loaded = resolve_table(table, catalog)
     return expiry.expire_snapshots(

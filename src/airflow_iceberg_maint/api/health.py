@@ -15,6 +15,7 @@ from airflow_iceberg_maint.api.tables import (
     CatalogLike,
     TableLike,
     check_whole,
+    digest_folder,
     open_catalog,
     resolve_table,
 )
@@ -23,6 +24,7 @@ from airflow_iceberg_maint.health.fleet import FleetHealth, Records, check_paral
 from airflow_iceberg_maint.health.names import DEFAULT_PARALLELISM
 from airflow_iceberg_maint.health.report import HealthReport, build_report
 from airflow_iceberg_maint.policy.policies import DATA_COMPACTION, ORPHAN_FILE_REMOVAL, SNAPSHOT_EXPIRY, catalog_tables
+from airflow_iceberg_maint.reachability.digests import DEFAULT as DIGEST_CACHE
 from airflow_iceberg_maint.state.cleanup import CleanupState, StateStore
 
 
@@ -38,18 +40,24 @@ def table_health(
     catalog: CatalogLike = DEFAULT_CATALOG,
     target_file_size_bytes: int | None = None,
     last_orphan_run: CleanupState | None = None,
+    cache: str | None = DIGEST_CACHE,
 ) -> HealthReport:
     """The health of ``table`` (a pyiceberg ``Table``, or ``"namespace.table"`` in ``catalog``).
 
     ``target_file_size_bytes``: what counts as small (below 75% of it); default: the table's
     ``write.target-file-size-bytes``, else 512 MiB. ``last_orphan_run``: the table's orphan-removal record
     of the state store (``SqlStateStore().get(uuid)``), whose findings the report and the score include.
+    ``cache``: the digest cache of manifest lists and manifests (S22) that what expiry would free is read
+    through, as ``remove_orphan_files`` takes it.
     """
     if target_file_size_bytes is not None:
         check_whole(target_file_size_bytes, "target_file_size_bytes", 1)
     _state(last_orphan_run)
+    folder = digest_folder(cache)
     loaded = resolve_table(table, catalog)
-    return build_report(loaded, target_file_size_bytes=target_file_size_bytes, last_orphan_run=last_orphan_run)
+    return build_report(
+        loaded, target_file_size_bytes=target_file_size_bytes, last_orphan_run=last_orphan_run, cache=folder
+    )
 
 
 def fleet_health(
@@ -59,12 +67,14 @@ def fleet_health(
     parallelism: int = DEFAULT_PARALLELISM,
     state: StateStore | None = None,
     target_file_size_bytes: int | None = None,
+    cache: str | None = DIGEST_CACHE,
 ) -> FleetHealth:
     """The health of every table of ``namespace`` (and the namespaces under it), or of the whole catalog,
     ``parallelism`` tables at a time: a list of ``HealthReport``, worst score first. Its ``failed`` lists
     ``(table, error)`` for the tables that could not be read. ``state``: the state store whose orphan-run
-    records the reports include (None: none)."""
+    records the reports include (None: none); ``cache`` as ``table_health`` takes it."""
     check_parallelism(parallelism)
+    folder = digest_folder(cache)
     if target_file_size_bytes is not None:
         check_whole(target_file_size_bytes, "target_file_size_bytes", 1)
     if namespace is not None and (not isinstance(namespace, str) or not namespace.strip(".")):
@@ -81,6 +91,7 @@ def fleet_health(
         parallelism=parallelism,
         target_file_size_bytes=target_file_size_bytes,
         now=datetime.now(UTC),
+        cache=folder,
     )
 
 

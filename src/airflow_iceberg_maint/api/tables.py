@@ -15,6 +15,8 @@ from airflow_iceberg_maint.catalog import open_catalog as open_configured
 from airflow_iceberg_maint.catalog import parse_identifier
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.reachability.cutoff import cutoff_for_days
+from airflow_iceberg_maint.reachability.digests import check_location
+from airflow_iceberg_maint.reachability.digests import resolve as resolve_digests
 
 #: A table as the API takes it: a pyiceberg ``Table``, or its ``"namespace.table"`` name in a catalog.
 TableLike: TypeAlias = Table | str
@@ -94,3 +96,13 @@ def check_protocol(items: Sequence[object], what: str, methods: tuple[str, ...])
         missing = [m for m in ("name", *methods) if not hasattr(item, m)]
         if missing:
             raise InvalidInputError(f"{what}: {item!r} lacks {', '.join(missing)}")
+
+
+def digest_folder(cache: str | None) -> str | None:
+    """The digest cache's folder (S22): ``DIGEST_CACHE`` the default location, None no cache."""
+    if cache is not None and not isinstance(cache, str):
+        raise InvalidInputError(f"cache {cache!r}: expected a local folder, a file:// URI or None")
+    error = check_location(cache)
+    if error:
+        raise InvalidInputError(error)
+    return resolve_digests(cache)

@@ -7,8 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_iceberg_maint.api.health import fleet_health
+from airflow_iceberg_maint.api.tables import digest_folder
 from airflow_iceberg_maint.catalog import load_table
 from airflow_iceberg_maint.cli.catalog import cli_catalog
+from airflow_iceberg_maint.cli.parsers.values import cache_option
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.health.fleet import check_parallelism
 from airflow_iceberg_maint.health.report import HealthReport, build_report
@@ -82,6 +84,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     check_parallelism(args.parallelism, "--parallelism")
     target = args.target_file_size_mb * 2**20 if args.target_file_size_mb is not None else None
     store, now = SqlStateStore(), datetime.now(UTC)
+    cache = cache_option(args)
+    folder = digest_folder(cache)
     catalog = cli_catalog(args)
     if not fleet:
         table = load_table(catalog, args.table)
@@ -93,11 +97,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             last_expiry=store.get(uuid, SNAPSHOT_EXPIRY),
             last_compaction=store.get(uuid, DATA_COMPACTION),
             now=now,
+            cache=folder,
         )
         text = _table([report]) if args.format == "table" else _text(report)
         return {**report.to_json(), "__text__": text}
     reports = fleet_health(
-        catalog, namespace=args.namespace, parallelism=args.parallelism, state=store, target_file_size_bytes=target
+        catalog,
+        namespace=args.namespace,
+        parallelism=args.parallelism,
+        state=store,
+        target_file_size_bytes=target,
+        cache=cache,
     )
     failed = [{"table": name, "error": error} for name, error in reports.failed]
     text = _table(reports) if args.format == "table" else "\n".join(_text(r) for r in reports) or "no tables"

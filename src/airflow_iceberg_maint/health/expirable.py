@@ -37,8 +37,11 @@ class Expirable:
         return sum(self.files.values())
 
 
-def expirable(table: Table, now: datetime, reader_processes: int | None = None) -> Expirable:
-    """The snapshots and files the default expiry's dry run would report for ``table`` at ``now``."""
+def expirable(table: Table, now: datetime, reader_processes: int | None = None, cache: str | None = None) -> Expirable:
+    """The snapshots and files the default expiry's dry run would report for ``table`` at ``now``.
+
+    ``cache``: the digest cache's folder (S22), or None to read every manifest list and manifest.
+    """
     try:
         refuse_gc_disabled(table)
     except GcDisabledError:
@@ -51,6 +54,6 @@ def expirable(table: Table, now: datetime, reader_processes: int | None = None) 
         return Expirable([], {})
     expired = set(retention.expired_snapshot_ids)
     after = (metadata_after(metadata, retention), location)
-    with ReferenceWalk(table, PathEquivalence(), reader_processes) as walk:
+    with ReferenceWalk(table, PathEquivalence(), reader_processes, cache=cache) as walk:
         files = deletable_files(walk, metadata, after, expired, [INDEX_FILES])
     return Expirable(retention.expired_snapshot_ids, files)

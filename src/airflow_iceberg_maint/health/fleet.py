@@ -53,8 +53,9 @@ def fleet_scan(
     parallelism: int = DEFAULT_PARALLELISM,
     target_file_size_bytes: int | None = None,
     now: datetime | None = None,
+    cache: str | None = None,
 ) -> FleetHealth:
-    """The health of each table of ``names`` in ``catalog``, with its ``records``."""
+    """The health of each table of ``names`` in ``catalog``, with its ``records`` (``cache``: see ``build_report``)."""
     check_parallelism(parallelism)
     now = now or datetime.now(UTC)
 
@@ -70,6 +71,7 @@ def fleet_scan(
                 last_compaction=compaction,
                 now=now,
                 reader_processes=0,
+                cache=cache,
             )
         except Exception as exc:  # one table's failure is reported; the scan goes on
             log.warning("table %s: %s", name, exc)

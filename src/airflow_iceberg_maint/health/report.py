@@ -202,12 +202,16 @@ def build_report(
     last_compaction: RunRecord | None = None,
     now: datetime | None = None,
     reader_processes: int | None = None,
+    cache: str | None = None,
 ) -> HealthReport:
-    """Read ``table``'s metadata and manifests and score it (``last_orphan_run``: its orphan-removal record)."""
+    """Read ``table``'s metadata and manifests and score it (``last_orphan_run``: its orphan-removal record).
+
+    ``cache``: the digest cache's folder (S22), used by what expiry would free; None: no cache.
+    """
     now = now or datetime.now(UTC)
     metadata = table.metadata
     stats = table_stats(table, target_file_size_bytes)
-    freed = expirable(table, now, reader_processes)
+    freed = expirable(table, now, reader_processes, cache)
     findings = OrphanFindings.from_state(last_orphan_run)
     days = {
         k: d

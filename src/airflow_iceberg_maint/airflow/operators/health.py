@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_iceberg_maint.airflow import arguments
+from airflow_iceberg_maint.airflow import arguments, config
 from airflow_iceberg_maint.airflow.hooks.maintenance import DEFAULT_CONN_ID, MaintenanceHookMixin
 from airflow_iceberg_maint.airflow.maintenance_run import classified
 from airflow_iceberg_maint.state.jobs import ORPHAN_FILE_REMOVAL
@@ -85,7 +85,10 @@ class IcebergTableHealthOperator(MaintenanceHookMixin, BaseOperator):
             # The last orphan run's findings come from the state store, never a guess.
             last_orphan_run = self.hook.state_store.get(str(table.metadata.table_uuid), ORPHAN_FILE_REMOVAL)
             body: dict[str, Any] = table_health(
-                table, target_file_size_bytes=target_bytes, last_orphan_run=last_orphan_run
+                table,
+                target_file_size_bytes=target_bytes,
+                last_orphan_run=last_orphan_run,
+                cache=config.digest_cache_location(),
             ).to_json()
         self.hook.record_health(name, body, started, self.log)
         summary = health_xcom_summary(body)

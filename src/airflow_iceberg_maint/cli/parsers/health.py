@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_iceberg_maint.cli.parsers import Command
-from airflow_iceberg_maint.cli.parsers.values import _positive, add_json_flag
+from airflow_iceberg_maint.cli.parsers.values import _positive, add_cache_options, add_json_flag
 from airflow_iceberg_maint.health.names import DEFAULT_PARALLELISM
 
 FORMATS = ("text", "table")
@@ -35,5 +35,6 @@ def register(subparsers: Any) -> None:
         help=f"tables read at a time with --namespace or --all (default {DEFAULT_PARALLELISM})",
     )
     parser.add_argument("--format", choices=FORMATS, default="text", help="text (default) or a table for people")
+    add_cache_options(parser)
     add_json_flag(parser)
     parser.set_defaults(func=Command("airflow_iceberg_maint.cli.health", "run"))
