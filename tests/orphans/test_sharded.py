@@ -111,6 +111,26 @@ def test_sharded_equals_single_task_dry_and_real(request, tmp_path, backend, sha
     assert again.orphan_files == []
 
 
+def test_a_sharded_scan_through_the_digest_cache_finds_the_same_and_fills_it(sqlite_catalog, tmp_path):
+    s = build(sqlite_catalog)
+    single = remove_orphan_files(s.table, OrphanOptions(older_than=s.cutoff, dry_run=True), sources=[INDEX_FILES])
+    cache = tmp_path / "digests"
+    lists = {m.manifest_list for m in s.table.metadata.snapshots if m.manifest_list}
+    cached = OrphanOptions(older_than=s.cutoff, dry_run=True, cache=str(cache))
+    for run in ("cold", "warm"):
+        sharded = remove_orphan_files_sharded(
+            s.table,
+            cached,
+            shards=2,
+            scratch=_scratch(sqlite_catalog, tmp_path) + f"/{run}",
+            io_properties=_io(s),
+            sources=[INDEX_FILES],
+        )
+        _same(sharded, single)
+        assert len(list(cache.rglob("*.list"))) == len(lists)  # the plan read the lists through it
+        assert list(cache.rglob("*.manifest"))  # and the shards the manifests
+
+
 def _part_buckets(path: Path) -> list[int]:
     return json.loads(pq.ParquetFile(path).schema_arrow.metadata[b"buckets"])
 

@@ -137,6 +137,11 @@ class DigestStore:
             log.warning("digest cache: cannot store the digest of %s (%s)", path, exc)
 
 
+def through_cache(io: FileIO, cache: str | None) -> FileIO:
+    """``io``, reading manifest lists and manifests through the store at ``cache`` when there is one."""
+    return DigestStore(cache).attach(io) if cache else io
+
+
 def identity(io: FileIO, path: str, header: Any) -> Identity:
     """The file's length and sync marker: its size, and a small read of its start (more while the header runs past).
 

@@ -16,7 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.progress import Phase
-from airflow_iceberg_maint.reachability.digests import DigestStore
+from airflow_iceberg_maint.reachability.digests import through_cache
 from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool, worker_count
 from airflow_iceberg_maint.reachability.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.reachability.path_hashes import PathHasher
@@ -57,7 +57,7 @@ class ReferenceWalk:
 
     def __post_init__(self) -> None:
         # The reads take the store from the FileIO, so the worker processes, built from its properties, use it too.
-        self.io = DigestStore(self.cache).attach(self.table.io) if self.cache else self.table.io
+        self.io = through_cache(self.table.io, self.cache)
         self.seen: set[str] = set()
         self._local = Uri.parse(self.table.metadata.location).is_local
         self._threads = None if self._local else ThreadPoolExecutor(max_workers=REMOTE_READERS)

@@ -62,6 +62,7 @@ from airflow_iceberg_maint.orphans.sharded.plan import (
     read_plan,
     shard_marker_name,
 )
+from airflow_iceberg_maint.reachability.digests import through_cache
 from airflow_iceberg_maint.reachability.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.reachability.other_tables import is_listed_metadata_file
 from airflow_iceberg_maint.reachability.path_hashes import HASH_SCHEMA, PathHasher, exact_bytes
@@ -207,7 +208,7 @@ def plan_sharded_scan(
     storage = storage_for(setup.root, table.io.properties)
     # Every capability the steps use, refused now rather than by a failed shard (no retry can add one).
     require_capabilities(storage, setup.root, SCAN_CAPABILITIES)
-    io, remote = table.io, not Uri.parse(setup.root).is_local
+    io, remote = through_cache(table.io, options.cache), not Uri.parse(setup.root).is_local
     with ThreadPoolExecutor(max_workers=REMOTE_READERS if remote else 1) as pool:
         lists = [s.manifest_list for s in table.metadata.snapshots if s.manifest_list]
         manifests = unique_manifest_paths(io, lists, pool.map)
@@ -238,6 +239,7 @@ def plan_sharded_scan(
                 "equal_authorities": dict(options.equal_authorities or {}),
                 "max_concurrent_deletes": options.max_concurrent_deletes,
                 "memory_budget_mb": options.memory_budget_mb,  # each match task's
+                "cache": options.cache,  # the scan tasks' digest cache (S22): a folder on each worker's disk
             },
             "others": [t.to_json() for t in setup.others],
             "partition_fields": fields,
@@ -289,7 +291,7 @@ def run_shard(table: Table, scratch: str, index: int, io_properties: Mapping[str
     lister.flush()
     refs = BucketWriter(store, "refs", owner, buckets, HASH_SCHEMA, plan_id)
     manifests = plan["manifests"][index]
-    io, remote = table.io, not Uri.parse(plan["root"]).is_local
+    io, remote = through_cache(table.io, plan["options"].get("cache")), not Uri.parse(plan["root"]).is_local
     with ThreadPoolExecutor(max_workers=REMOTE_READERS if remote else 1) as pool:
         for paths in pool.map(lambda m: live_file_paths(io, m), manifests):
             _add_paths(refs, hasher, paths)
