@@ -360,7 +360,9 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
     env = env_for(pg_port, s3_port)
     seaweed = int(env["TEST_SEAWEED_PORT"])
     wait = "import time; print('ready', flush=True); time.sleep(600)"
-    # A session of its own, so the Ctrl-C below reaches the script's group the way a terminal sends it.
+    # A session of its own, so the Ctrl-C below reaches the script's group the way a terminal sends it;
+    # Ctrl-C as a terminal has it, even under a runner started in the background (`cmd &`), which
+    # ignores SIGINT and passes that on: bash can then not trap it, nor the wrapped command end on it.
     proc = subprocess.Popen(
         [str(checkout / "scripts" / "services.sh"), "run", "--", sys.executable, "-c", wait],
         env=env,
@@ -368,6 +370,7 @@ def test_interrupt_stops_both_services_and_removes_the_folder(checkout: Path) ->
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None
