@@ -17,7 +17,8 @@
 # (default 20040), in memory only, the Celery deployment's broker (tests/celery); TEST_CELERY_PORT (default 20041)
 # is the first of the 4 consecutive ports that deployment's Airflow listens on (api-server, the two workers'
 # and the triggerer's log servers), passed through after a check that they are free.
-# The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing.
+# The command also sees TEST_CHROMIUM: Debian's chromium for the browser test, installed from Debian's packages when missing,
+# and TEST_AIRFLOW_PORT (default 23080), the port of the browser test's Airflow api-server.
 # Azurite is installed with npm into AZURITE_PREFIX (default .services/node) on first use.
 # Logs go to .services/<pg port>-<s3 port>/ (one folder per port pair: runs side by side never collide).
 # PostgreSQL's data and socket live in a private temporary folder, not in the checkout: as root the
@@ -35,6 +36,7 @@ FAKE_GCS_PORT=${TEST_FAKE_GCS_PORT:-20021}
 SEAWEED_PORT=${TEST_SEAWEED_PORT:-20030}
 REDIS_PORT=${TEST_REDIS_PORT:-20040}
 CELERY_PORT=${TEST_CELERY_PORT:-20041}
+AIRFLOW_PORT=${TEST_AIRFLOW_PORT:-23080}
 SEAWEED_ADMIN_PORT=${TEST_SEAWEED_ADMIN_PORT:-}  # empty: a free port the kernel picks at start
 SEAWEED_KEY_ID=admin
 SEAWEED_SECRET=secretkey
@@ -118,7 +120,13 @@ move_busy_defaults() {
   if [ -z "${TEST_REDIS_PORT+set}${TEST_CELERY_PORT+set}" ] && { block_busy "$REDIS_PORT" 1 || block_busy "$CELERY_PORT" 4; }; then
     REDIS_PORT=$(free_block 5); CELERY_PORT=$((REDIS_PORT + 1)); moved+=" TEST_REDIS_PORT=$REDIS_PORT TEST_CELERY_PORT=$CELERY_PORT"
   fi
+  # The browser test's api-server binds its port only when that test runs, so it is never busy yet: with
+  # another run beside this one (a default above moved) it moves too.
+  if [ -z "${TEST_AIRFLOW_PORT+set}" ] && { [ -n "$moved" ] || block_busy "$AIRFLOW_PORT" 1; }; then
+    AIRFLOW_PORT=$(free_block 1); moved+=" TEST_AIRFLOW_PORT=$AIRFLOW_PORT"
+  fi
   if [ -n "$moved" ]; then say "default ports in use (another run beside this one?); this run uses$moved"; fi
+  export TEST_AIRFLOW_PORT=$AIRFLOW_PORT
 }
 
 as_pg() {  # initdb and postgres refuse to run as root; start from / since the postgres user may not enter the checkout
@@ -413,6 +421,7 @@ case "${1:-}" in
     check_port TEST_SEAWEED_PORT "$SEAWEED_PORT"
     check_port TEST_REDIS_PORT "$REDIS_PORT"
     check_port TEST_CELERY_PORT "$CELERY_PORT"
+    check_port TEST_AIRFLOW_PORT "$AIRFLOW_PORT"
     if [ "$CELERY_PORT" -gt 65532 ]; then
       say "TEST_CELERY_PORT is the first of 4 ports, so at most 65532, got '$CELERY_PORT'"; exit 2
     fi

@@ -169,6 +169,7 @@ def env_for(pg_port: int, s3_port: int, *, venv: Path = VENV, tmpdir: Path | Non
         "TEST_SEAWEED_S3_ENDPOINT",
         "TEST_REDIS_URL",
         "TEST_CELERY_PORT",
+        "TEST_AIRFLOW_PORT",
         "TMPDIR",
     )
     env = {k: v for k, v in os.environ.items() if k not in exported}
@@ -463,12 +464,14 @@ def test_a_default_port_in_use_moves_to_a_free_one_so_two_runs_go_side_by_side(c
     del env["TEST_S3_PORT"]
     seen = tmp_path / "endpoint"
     try:
-        result = run(checkout, env, "sh", "-c", f'echo "$TEST_S3_ENDPOINT" > {seen}')
+        result = run(checkout, env, "sh", "-c", f'echo "$TEST_S3_ENDPOINT $TEST_AIRFLOW_PORT" > {seen}')
     finally:
         holder.close()
 
     assert result.returncode == 0, result.stderr
-    endpoint = seen.read_text().strip()
+    endpoint, airflow_port = seen.read_text().split()
     moved = int(endpoint.rsplit(":", 1)[1])
     assert moved != DEFAULT_S3_PORT
     assert f"this run uses TEST_S3_PORT={moved}" in result.stderr
+    # The browser test's port, bound only later by that test, moves with the others.
+    assert int(airflow_port) != 23080 and f"TEST_AIRFLOW_PORT={airflow_port}" in result.stderr
