@@ -48,13 +48,14 @@ def file_kinds(io: FileIO, before: TableMetadata, expired: Iterable[int], paths:
     for snapshot in snapshots:
         if snapshot.manifest_list in wanted:
             kinds[snapshot.manifest_list] = "manifest_list"
+    # ``kinds`` only ever holds paths of ``wanted``: every path has its kind once the sizes are equal.
     for snapshot in snapshots:
-        if wanted.issubset(kinds):
+        if len(kinds) == len(wanted):
             break
         for manifest_path in manifest_paths(io, snapshot.manifest_list) if snapshot.manifest_list else []:
             if manifest_path in wanted:
                 kinds.setdefault(manifest_path, "manifest")
-    if not wanted.issubset(kinds):
+    if len(kinds) < len(wanted):
         _entry_kinds(io, wanted, kinds)
     return {path: kinds.get(path, OTHER) for path in wanted}
 
@@ -62,7 +63,7 @@ def file_kinds(io: FileIO, before: TableMetadata, expired: Iterable[int], paths:
 def _entry_kinds(io: FileIO, wanted: set[str], kinds: dict[str, str]) -> None:
     """The kinds of the live entries in ``wanted`` of the deleted manifests (the only ones whose files go)."""
     for manifest in [path for path, kind in kinds.items() if kind == "manifest"]:
-        if wanted.issubset(kinds):
+        if len(kinds) == len(wanted):
             return
         for path, content, file_format in live_file_contents(io, manifest):
             if path in wanted:

@@ -11,7 +11,6 @@ read here: its header, then each block, checked against its sync marker and read
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
@@ -237,22 +236,18 @@ def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
 
 
 def live_file_contents(io: FileIO, manifest: str) -> list[tuple[str, int, str]]:
-    """Each live entry's path, content (0 data, 1 position deletes, 2 equality deletes) and file format."""
+    """Each live entry's path, content (0 data, 1 position deletes, 2 equality deletes) and file format.
+
+    A manifest whose ``data_file`` has no ``content`` field (a v1 manifest) holds data files only.
+    """
     try:
         data = _bytes(io, manifest)
-        schema = _header(data)[0].get("avro.schema", b"{}")
-        if _CONTENT in _data_file_field_ids(schema):
-            entries = _records(data, "manifest+kinds", _MANIFEST_KINDS)
-            return [(e[1][0], e[1][2], e[1][1]) for e in entries if e[0] != _DELETED]
-        entries = _records(data, "manifest+kinds-v1", _MANIFEST_KINDS_V1)
-        return [(e[1][0], 0, e[1][1]) for e in entries if e[0] != _DELETED]
+        try:
+            entries = list(_records(data, "manifest+kinds", _MANIFEST_KINDS))
+        except Damaged as exc:
+            if f"no field with id {_CONTENT}" not in str(exc):
+                raise
+            entries = [[e[0], [e[1][0], e[1][1], 0]] for e in _records(data, "manifest+kinds-v1", _MANIFEST_KINDS_V1)]
+        return [(e[1][0], e[1][2], e[1][1]) for e in entries if e[0] != _DELETED]
     except Exception as exc:
         raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
-
-
-def _data_file_field_ids(schema: bytes) -> set[int]:
-    """The field ids of a manifest schema's ``data_file`` record (field 2)."""
-    for field in json.loads(schema).get("fields", []):
-        if field.get("field-id") == 2 and isinstance(field.get("type"), dict):
-            return {f.get("field-id") for f in field["type"].get("fields", [])}
-    return set()

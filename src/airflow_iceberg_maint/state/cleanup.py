@@ -231,9 +231,21 @@ def default_state_url() -> str:
     return f"sqlite:///{base / 'iceberg-maint' / 'state.db'}"
 
 
-#: One engine per server database and process, shared by every store (see ``state_engine``).
-_SHARED: dict[tuple[str, int], sa.Engine] = {}
+#: One engine per server database, shared by every store of the process (see ``state_engine``).
+_SHARED: dict[str, sa.Engine] = {}
 _SHARED_LOCK = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """In a forked child: never use nor close the parent's connections; the child opens its own."""
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+    for engine in _SHARED.values():
+        engine.dispose(close=False)
+    _SHARED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def state_engine(url: str) -> sa.Engine:
@@ -242,22 +254,21 @@ def state_engine(url: str) -> sa.Engine:
     Every store of a process gets the same engine for a server database (PostgreSQL, MySQL), so the
     process holds at most one pool of connections, however many stores it makes (a store per task,
     per table of a fleet); with an engine each, the pooled connections outlived their stores until
-    a garbage collection and ran the database out of connections. The key holds the process id:
-    a forked child opens its own, never its parent's sockets. SQLite has no pool: opening the file
-    is cheap, and tests make thousands of them.
+    a garbage collection and ran the database out of connections. A forked child starts without
+    them (``_forget_in_child``). A SQLite file has no pool: opening it is cheap, and tests make
+    thousands; an in-memory SQLite database keeps SQLAlchemy's own pool, its one connection.
     """
     try:
         parsed = sa.engine.make_url(url)
         if parsed.get_backend_name() == "sqlite":
-            engine = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
-            if parsed.database:
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            return engine
+            if parsed.database in (None, "", ":memory:"):
+                return sa.create_engine(parsed)
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            return sa.create_engine(parsed, poolclass=sa.pool.NullPool)
         with _SHARED_LOCK:
-            key = (url, os.getpid())
-            if key not in _SHARED:
-                _SHARED[key] = sa.create_engine(parsed, pool_pre_ping=True)
-            return _SHARED[key]
+            if url not in _SHARED:
+                _SHARED[url] = sa.create_engine(parsed, pool_pre_ping=True)
+            return _SHARED[url]
     except (sa.exc.ArgumentError, ImportError) as exc:
         raise InvalidInputError(f"state store URL {url!r}: {exc}") from exc
 
