@@ -2,8 +2,9 @@
 
 Each share takes the table's lease, so the shares of one table commit one after another: the three that
 find it held defer (the triggerer watches the lease) and resume on whichever worker takes them. The test
-checks where each share ran, that each committed its own groups (one ``replace`` snapshot a group, a share's
-commits together in the log), that the rows are the same and that each partition is one file after.
+checks that each share ran once on a worker, that each committed its own groups (one ``replace``
+snapshot a group, a share's commits together in the log), that the rows are the same and that each
+partition is one file after.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def test_four_compaction_shares_run_on_both_workers_and_commit_every_group_as_a_
     assert sorted_rows(after) == before
     assert len(after.inspect.files()) == PARTITIONS
 
-    # Where the shares ran: each once (a lease wait defers and resumes the same try), over both workers.
+    # Where the shares ran: each once (a lease wait defers and resumes the same try), on the deployment's
+    # workers. Which one is Celery's choice: the lease runs the shares one after another and each resumed
+    # share goes to whichever worker asks first, so on a loaded machine one worker may take them all
+    # (tests/celery/test_sharded_orphans.py has both workers run shards that nothing serializes).
     tries = [t for t in celery_airflow.task_instances(DAG, run) if t["task_id"] == SHARE_TASK]
     assert sorted(t["map_index"] for t in tries) == list(range(SHARES)), tries
     assert all(t["state"] == "success" and t["try_number"] == 1 for t in tries), tries
@@ -89,4 +93,4 @@ def test_four_compaction_shares_run_on_both_workers_and_commit_every_group_as_a_
         [(i, hosts[i], len(shares[i]), commits[i]) for i in order],
         f"wall time from trigger to success {wall:.1f} s",
     )
-    assert set(hosts.values()) == set(WORKERS), hosts
+    assert set(hosts.values()) <= set(WORKERS), hosts
