@@ -110,6 +110,37 @@ def test_group_ids_and_max_commits(sqlite_catalog: Catalog) -> None:
     assert scanned(sqlite_catalog.load_table("db.t")) == before
 
 
+def test_the_manifests_holding_inputs_are_merged_and_keep_every_other_entry_as_it_was(sqlite_catalog: Catalog) -> None:
+    """12 appends of two partitions (a manifest each) with one partition rewritten: the commit writes
+    the 12 touched manifests as one, each rewritten file ``DELETED`` and each other entry ``EXISTING``
+    with its own snapshot and sequence numbers."""
+    table = append_files(create(sqlite_catalog, "t", partitioned=True, target=MB), random.Random(8), 12, 100, [1, 2])
+    base = table.current_snapshot()
+    assert base is not None
+    before_entries = {
+        e.data_file.file_path: (e.snapshot_id, e.sequence_number, e.file_sequence_number)
+        for m in base.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io)
+    }
+    before = scanned(table)
+    report = rewrite_data_files(table, dry_run=False, where="day = 1")
+    table = sqlite_catalog.load_table("db.t")
+    snapshot = table.current_snapshot()
+    assert report.commits == [snapshot.snapshot_id] and scanned(table) == before
+    manifests = snapshot.manifests(table.io)
+    assert len(manifests) == 2  # the added files' manifest and the 12 touched ones merged
+    entries = [e for m in manifests for e in m.fetch_manifest_entry(table.io, discard_deleted=False)]
+    statuses = Counter(e.status.name for e in entries)
+    assert statuses == {"DELETED": 12, "EXISTING": 12, "ADDED": report.added_data_files}
+    for entry in entries:
+        if entry.status.name == "EXISTING":
+            assert entry.data_file.partition[0] == 2
+            kept = (entry.snapshot_id, entry.sequence_number, entry.file_sequence_number)
+            assert kept == before_entries[entry.data_file.file_path]
+        elif entry.status.name == "DELETED":
+            assert entry.data_file.partition[0] == 1 and entry.snapshot_id == snapshot.snapshot_id
+
+
 def test_partition_evolution_keeps_each_files_spec(sqlite_catalog: Catalog) -> None:
     table = append_files(create(sqlite_catalog, "t", partitioned=True, target=MB), random.Random(4), 6, 300, [1, None])
     with table.update_spec() as update:

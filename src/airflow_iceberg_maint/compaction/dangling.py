@@ -4,7 +4,9 @@ A position delete file or deletion vector is dangling when none of the data file
 live. An equality delete file is dangling when no live data file in its scope (its partition, or
 every partition for an unpartitioned spec's) has a data sequence number below its own. Removing
 either changes no row of the snapshot. The set is computed again on the metadata of each commit
-attempt, so a file that a concurrent commit gives something to delete again is kept.
+attempt, so a file that a concurrent commit gives something to delete again is kept. A snapshot
+whose manifest list counts no added or existing file in any delete manifest has no live delete file,
+and its manifests are not read (a count that is missing is read as "some": the manifests are read).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from airflow_iceberg_maint.compaction.commit import commit_replace
 from airflow_iceberg_maint.compaction.live_files import (
     LiveEntries,
     live_entries,
+    may_hold_live_deletes,
     referenced_data_files,
     sequence_number,
 )
@@ -56,6 +59,8 @@ def dangling_deletes(table: Table, live: LiveEntries) -> set[str]:
 def remove_dangling_deletes(load: Callable[[], Table]) -> DanglingResult:
     for _attempt in range(COMMIT_ATTEMPTS):
         table = load()
+        if not may_hold_live_deletes(table):
+            return DanglingResult(None, 0)
         live = live_entries(table)
         dangling = dangling_deletes(table, live)
         if not dangling:

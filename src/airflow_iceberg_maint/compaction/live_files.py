@@ -11,13 +11,14 @@ from threading import Lock
 
 from cachetools import LRUCache, cached
 from cachetools.keys import hashkey
-from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, ManifestEntry
+from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFile, DataFileContent, ManifestContent, ManifestEntry
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.index.source.position_deletes import deleted_positions_by_file, single_target
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.reachability.manifest_entries import live_entries as manifest_live_entries
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,29 @@ def live_entries(table: Table) -> LiveEntries:
         return LiveEntries(None, data, deletes)
     try:
         for manifest in snapshot.manifests(table.io):
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            for entry in manifest_live_entries(table.io, manifest):
                 kind = data if entry.data_file.content == DataFileContent.DATA else deletes
                 kind[entry.data_file.file_path] = entry
     except Exception as exc:
         raise MetadataReadError(f"snapshot {snapshot.snapshot_id}: manifests cannot be read ({exc})") from exc
     return LiveEntries(snapshot, data, deletes)
+
+
+def may_hold_live_deletes(table: Table) -> bool:
+    """False when the current snapshot's manifest list counts no live entry in any delete manifest.
+
+    A count only ever lets the caller skip work that removes files (trusting it can keep a file, never
+    lose one); a manifest list without counts (they are optional in v1) reads as holding some."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    try:
+        manifests = snapshot.manifests(table.io)
+    except Exception as exc:
+        raise MetadataReadError(f"snapshot {snapshot.snapshot_id}: manifest list cannot be read ({exc})") from exc
+    return any(
+        m.content == ManifestContent.DELETES and (m.has_added_files() or m.has_existing_files()) for m in manifests
+    )
 
 
 @cached(LRUCache(maxsize=1024), lock=Lock(), key=lambda table, delete: hashkey(delete.file_path))

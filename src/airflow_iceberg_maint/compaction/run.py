@@ -18,6 +18,7 @@ from airflow_iceberg_maint.compaction.rewriter import GroupOutput, Layout, rewri
 from airflow_iceberg_maint.compaction.snapshot import check_format
 from airflow_iceberg_maint.errors import MaintenanceError, first_line
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.manifest_entries import reading_once
 
 
 def layout_of(table: Table, options: RewriteOptions) -> Layout:
@@ -56,7 +57,17 @@ def batches(groups: list[FileGroupPlan], max_commits: int | None) -> list[list[F
 def rewrite_data_files(
     load: Callable[[], Table], options: RewriteOptions, *, dry_run: bool, group_ids: Sequence[str] | None = None
 ) -> DataRewriteReport:
-    """The rewrite of the table ``load()`` returns (a fresh load each time it is called)."""
+    """The rewrite of the table ``load()`` returns (a fresh load each time it is called).
+
+    Each manifest is decoded once for the whole run: planning, every commit and the dangling-delete
+    check share what was read (manifests never change)."""
+    with reading_once():
+        return _rewrite(load, options, dry_run=dry_run, group_ids=group_ids)
+
+
+def _rewrite(
+    load: Callable[[], Table], options: RewriteOptions, *, dry_run: bool, group_ids: Sequence[str] | None
+) -> DataRewriteReport:
     table = load()
     layout = layout_of(table, options)
     plan = plan_rewrite(table, options)

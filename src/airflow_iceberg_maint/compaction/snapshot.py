@@ -3,17 +3,18 @@
 pyiceberg 0.12 has no rewrite operation (its overwrite removes data files only, puts added files in
 the default spec's manifest and gives them the commit's sequence number), so the snapshot is built
 here with its manifest writers. Manifests that hold none of the removed files are kept as they
-are; each that does is written again with those entries ``DELETED`` and the others ``EXISTING``
-(with their sequence numbers). Added files go into one manifest per spec, each entry with an
-explicit data sequence number: the rewrite's starting snapshot's, so that equality deletes
-committed since still apply to the rows the new files hold (Iceberg Java's
-``use-starting-sequence-number``). Their file sequence number is the new snapshot's.
+are; those that do are written again, merged per spec and content up to the manifest target size,
+with those entries ``DELETED`` and the others ``EXISTING`` (with their sequence numbers). Added
+files go into one manifest per spec, each entry with an explicit data sequence number: the
+rewrite's starting snapshot's, so that equality deletes committed since still apply to the rows
+the new files hold (Iceberg Java's ``use-starting-sequence-number``). Their file sequence number is
+the new snapshot's.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +33,10 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate, TableUpdate
 
+from airflow_iceberg_maint.compaction.manifests import target_size as manifest_target_size
 from airflow_iceberg_maint.errors import InvalidInputError
 from airflow_iceberg_maint.pyiceberg_compat import manifest_writer, replace_summary
+from airflow_iceberg_maint.reachability.manifest_entries import live_entries
 
 AVRO_COMPRESSION_PROPERTY = "write.avro.compression-codec"
 
@@ -85,22 +88,49 @@ def check_format(metadata: TableMetadata) -> None:
         )
 
 
-def _rewritten(
-    files: _Files, manifest: ManifestFile, removed: Collection[str], snapshot_id: int, found: list[DataFile]
-) -> ManifestFile:
-    entries = manifest.fetch_manifest_entry(files.io, discard_deleted=True)
-    if not any(e.data_file.file_path in removed for e in entries):
-        return manifest
-    writer = files.writer(manifest.partition_spec_id, snapshot_id, manifest.content == ManifestContent.DELETES)
-    with writer:
-        for entry in entries:
-            if entry.data_file.file_path in removed:
-                found.append(entry.data_file)
-                writer.delete(entry)
-            else:
-                writer.existing(entry)
-    written: ManifestFile = writer.to_manifest_file()
-    return written
+def _merged(items: list[tuple[ManifestFile, tuple[ManifestEntry, ...]]], target: int) -> Iterator[list[Any]]:
+    """``items`` in runs whose manifests add up to at most ``target`` bytes (one manifest at least)."""
+    run: list[tuple[ManifestFile, tuple[ManifestEntry, ...]]] = []
+    size = 0
+    for manifest, entries in items:
+        if run and size + manifest.manifest_length > target:
+            yield run
+            run, size = [], 0
+        run.append((manifest, entries))
+        size += manifest.manifest_length
+    if run:
+        yield run
+
+
+def _filtered(
+    files: _Files, manifests: list[ManifestFile], removed: Collection[str], snapshot_id: int, found: list[DataFile]
+) -> list[ManifestFile]:
+    """The snapshot's manifests with the removed files ``DELETED``: a manifest holding none is kept as it is;
+    those that hold some are written again, merged per spec and content into manifests of up to the target
+    size (``commit.manifest.target-size-bytes``, measured by the manifests they replace), as Iceberg Java's
+    merging commits do. Every other entry stays, ``EXISTING``, with its snapshot and sequence numbers."""
+    kept: list[ManifestFile] = []
+    touched: dict[tuple[int, int], list[tuple[ManifestFile, tuple[ManifestEntry, ...]]]] = {}
+    for manifest in manifests:
+        entries = live_entries(files.io, manifest)
+        if any(e.data_file.file_path in removed for e in entries):
+            touched.setdefault((manifest.partition_spec_id, int(manifest.content)), []).append((manifest, entries))
+        else:
+            kept.append(manifest)
+    written: list[ManifestFile] = []
+    for (spec_id, content), items in sorted(touched.items()):
+        for run in _merged(items, manifest_target_size(files.base, None)):
+            writer = files.writer(spec_id, snapshot_id, content == ManifestContent.DELETES)
+            with writer:
+                for _, entries in run:
+                    for entry in entries:
+                        if entry.data_file.file_path in removed:
+                            found.append(entry.data_file)
+                            writer.delete(entry)
+                        else:
+                            writer.existing(entry)
+            written.append(writer.to_manifest_file())
+    return written + kept
 
 
 def _added(
@@ -143,7 +173,7 @@ def replace_snapshot(
     snapshot_id = base.new_snapshot_id()
     manifests = _added(files, added, snapshot_id, data_sequence_number)
     found: list[DataFile] = []
-    manifests += [_rewritten(files, m, removed, snapshot_id, found) for m in parent.manifests(files.io)]
+    manifests += _filtered(files, parent.manifests(files.io), removed, snapshot_id, found)
     sequence_number = base.next_sequence_number()
     list_output = files.output(f"snap-{snapshot_id}-0-{files.commit_uuid}.avro")
     with write_manifest_list(

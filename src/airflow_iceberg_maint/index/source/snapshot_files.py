@@ -21,6 +21,7 @@ from pyiceberg.table.delete_file_index import DeleteFileIndex
 from pyiceberg.table.snapshots import Snapshot
 
 from airflow_iceberg_maint.errors import InvalidInputError, MetadataReadError
+from airflow_iceberg_maint.reachability.manifest_entries import live_entries
 
 _CACHE_SIZE = 16
 
@@ -90,7 +91,7 @@ def plan_snapshot(table: Table, snapshot: Snapshot) -> SnapshotFiles:
 def _manifest_entries(table: Table, snapshot: Snapshot) -> Iterable[ManifestEntry]:
     try:
         for manifest in snapshot.manifests(table.io):
-            yield from manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            yield from live_entries(table.io, manifest)
     except Exception as exc:
         raise MetadataReadError(f"snapshot {snapshot.snapshot_id}: manifests cannot be read ({exc})") from exc
 
