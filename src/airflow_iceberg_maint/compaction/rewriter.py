@@ -179,6 +179,26 @@ def _write_ordered(
         return len(runs.runs)
 
 
+def _write_behind(
+    writer: SizedWriter, batches: Iterator[pa.Table], held_bytes: int, on_file: Callable[[], None]
+) -> None:
+    """``batches`` handed to ``writer`` in order on a thread of its own, so that files are read while a row
+    group is encoded and compressed; reading waits when more than ``held_bytes`` of rows wait for the writer."""
+    with ThreadPoolExecutor(1, thread_name_prefix="compaction-write") as pool:
+        waiting: deque[tuple[Future[None], int]] = deque()
+        held = 0
+        for rows in batches:
+            waiting.append((pool.submit(writer.write, rows), rows.nbytes))
+            held += rows.nbytes
+            while waiting and (held > held_bytes or waiting[0][0].done()):
+                done, size = waiting.popleft()
+                done.result()
+                held -= size
+            on_file()
+        for done, _ in waiting:
+            done.result()
+
+
 def rewrite_group(
     table: Table,
     plan: SnapshotFiles,
@@ -200,9 +220,8 @@ def rewrite_group(
     spilled = 0
     try:
         if layout.strategy == Strategy.BINPACK:
-            for rows in _live_batches(table, plan, group.input_files, options.memory_budget_mb * MB):
-                writer.write(rows)
-                on_file()
+            budget = options.memory_budget_mb * MB
+            _write_behind(writer, _live_batches(table, plan, group.input_files, budget), budget // 4, on_file)
         else:
             spilled = _write_ordered(table, plan, group, options, layout, writer, on_file)
         return GroupOutput(group, writer.finish(), writer.paths, spilled)

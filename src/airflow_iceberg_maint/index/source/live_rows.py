@@ -15,6 +15,7 @@ from functools import lru_cache
 from threading import Lock
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,11 +41,8 @@ _CACHE_SIZE = 256
 
 
 def arange(start: int, stop: int) -> pa.Array:
-    """``start, start+1, ..., stop-1`` as int64, built vectorised (no numpy)."""
-    if stop <= start:
-        return pa.array([], type=pa.int64())
-    ones = pc.fill_null(pa.nulls(stop - start, type=pa.int64()), 1)
-    return pc.add(pc.cumulative_sum(ones), start - 1)
+    """``start, start+1, ..., stop-1`` as int64."""
+    return pa.array(np.arange(start, max(start, stop), dtype=np.int64))
 
 
 def _read_positions(handle: ParquetHandle, path: str, positions: Sequence[int], columns: list[str]) -> pa.Table:
@@ -108,11 +106,43 @@ def _file_projection(table: Table, path: str, parquet: pq.ParquetFile, field_ids
     return prune_columns(file_schema, set(field_ids), select_full_types=False)
 
 
+class _Fields:
+    """A schema's fields as a cache key whose hash is computed once (a pydantic field hashes recursively,
+    which cost more than decoding a small file's rows when done for every file)."""
+
+    __slots__ = ("_hash", "fields")
+
+    def __init__(self, fields: tuple[NestedField, ...]) -> None:
+        self.fields = fields
+        self._hash = hash(fields)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Fields) and (self.fields is other.fields or self.fields == other.fields)
+
+
+_fields_keys: LRUCache[int, tuple[Schema, _Fields]] = LRUCache(maxsize=_CACHE_SIZE)
+_fields_keys_lock = Lock()
+
+
+def _fields_of(schema: Schema) -> _Fields:
+    """``schema``'s fields as a key, made once per schema object (the same object is asked for every file)."""
+    with _fields_keys_lock:
+        hit = _fields_keys.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        key = _Fields(tuple(schema.fields))
+        _fields_keys[id(schema)] = (schema, key)  # the schema is held, so its id is not reused meanwhile
+        return key
+
+
 @lru_cache(maxsize=256)
-def _projected_ids(fields: tuple[NestedField, ...]) -> frozenset[int]:
+def _projected_ids(fields: _Fields) -> frozenset[int]:
     """The field IDs to project for these columns: lists and maps are projected through their
     element, key and value IDs (pyiceberg refuses them explicitly, as its scans do)."""
-    schema = Schema(*fields)
+    schema = Schema(*fields.fields)
     return frozenset(i for i in schema.field_ids if not isinstance(schema.find_type(i), ListType | MapType))
 
 
@@ -130,12 +160,12 @@ def read_rows(table: Table, data_file: DataFile, schema: Schema, positions: Sequ
     if positions is None:
         with table.io.new_input(path).open() as stream:
             parquet = pq.ParquetFile(stream)
-            file_project_schema = _file_projection(table, path, parquet, _projected_ids(tuple(schema.fields)))
+            file_project_schema = _file_projection(table, path, parquet, _projected_ids(_fields_of(schema)))
             raw = parquet.read(columns=[c.name for c in file_project_schema.columns], use_threads=False)
         row_positions = arange(0, raw.num_rows)
     else:
         with opened_parquet(table.io, path) as handle:
-            file_project_schema = _file_projection(table, path, handle.file, _projected_ids(tuple(schema.fields)))
+            file_project_schema = _file_projection(table, path, handle.file, _projected_ids(_fields_of(schema)))
             raw = _read_positions(handle, path, positions, [c.name for c in file_project_schema.columns])
         row_positions = pa.array(positions, type=pa.int64())
     missing = missing_column_values(
@@ -155,7 +185,7 @@ def iter_rows(table: Table, data_file: DataFile, schema: Schema, batch_rows: int
     path = data_file.file_path
     with table.io.new_input(path).open() as stream:
         parquet = pq.ParquetFile(stream)
-        file_project_schema = _file_projection(table, path, parquet, _projected_ids(tuple(schema.fields)))
+        file_project_schema = _file_projection(table, path, parquet, _projected_ids(_fields_of(schema)))
         missing = missing_column_values(
             data_file, schema, metadata.schema(), metadata.specs().get(data_file.spec_id), file_project_schema.field_ids
         )
@@ -182,7 +212,7 @@ def _project(
     IDs included), file schema and schema: every file a writer wrote alike.
     """
     key = (
-        hashkey(_arrow_schema_key(batch.schema), tuple(file_schema.fields), tuple(schema.fields), downcast)
+        hashkey(_arrow_schema_key(batch.schema), _fields_of(file_schema), _fields_of(schema), downcast)
         if not missing
         else None
     )
@@ -304,7 +334,7 @@ def live_rows_of_file(table: Table, plan: SnapshotFiles, path: str, schema: Sche
     rows = _live(
         table, path, deletes, read_schema, schema, read_rows(table, plan.data_files[path].data_file, read_schema)
     )
-    zeros = pc.fill_null(pa.nulls(rows.num_rows, type=pa.int32()), 0)
+    zeros = pa.array(np.zeros(rows.num_rows, dtype=np.int32))
     file_column = pa.DictionaryArray.from_arrays(zeros, pa.array([path]))
     return rows.add_column(rows.num_columns - 1, FILE_COLUMN, file_column)
 
@@ -323,6 +353,8 @@ def live_row_batches(
 def _with_equality_columns(table: Table, plan: SnapshotFiles, deletes: list[DataFile], schema: Schema) -> Schema:
     """``schema`` plus the columns the equality deletes compare that it lacks."""
     equality_ids = {i for d in deletes if d.content == DataFileContent.EQUALITY_DELETES for i in d.equality_ids or []}
+    if equality_ids <= set(schema.field_ids):
+        return schema
     extra = prune_columns(plan_schema(table, plan), equality_ids - set(schema.field_ids), select_full_types=False)
     return Schema(*schema.fields, *extra.fields, schema_id=schema.schema_id)
 
@@ -332,11 +364,10 @@ def _live(
 ) -> pa.Table:
     """``rows`` of ``path`` (with ``_pos``) without those its deletes remove, projected on ``schema``."""
     if deletes:
-        removed = pc.or_(
-            pc.is_in(rows.column(POS_COLUMN), value_set=deleted_positions(table, deletes, path)),
-            equality_deleted_mask(table, rows, read_schema, deletes),
-        )
-        rows = rows.filter(pc.invert(removed))
+        kept = pc.invert(pc.is_in(rows.column(POS_COLUMN), value_set=deleted_positions(table, deletes, path)))
+        if any(d.content == DataFileContent.EQUALITY_DELETES for d in deletes):
+            kept = pc.and_(kept, pc.invert(equality_deleted_mask(table, rows, read_schema, deletes)))
+        rows = rows.filter(kept)
     return rows.select([f.name for f in schema.fields] + [POS_COLUMN])
 
 
