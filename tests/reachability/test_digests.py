@@ -5,6 +5,7 @@
   cache, a cache warmed by the history's own runs, and the same cache warm again.
 - Planted corrupt, truncated and stale digests (a manifest list replaced by another file, a file
   rewritten with another sync marker) are ignored: the file is decoded and the result is the same.
+- Digests no run used for ``MAX_AGE_DAYS`` are pruned, and nothing else.
 - A warm run decodes only the files committed since the last run; worker processes use the cache.
 """
 
@@ -33,7 +34,7 @@ from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.orphans.options import OrphanOptions
 from airflow_iceberg_maint.orphans.removal import remove_orphan_files
-from airflow_iceberg_maint.reachability import manifests
+from airflow_iceberg_maint.reachability import digests, manifests
 from airflow_iceberg_maint.reachability.digests import DigestStore
 from tests.expiry.history import after_clock_passes
 from tests.orphans.scenario import SCHEMA, Files, rows
@@ -308,3 +309,45 @@ def test_on_s3_a_warm_expiry_decodes_no_file_and_finds_the_same(
     # ranged read on S3); the report reads the manifests it deletes, for their entries' kinds.
     assert decodes.take() == deleted_manifests
     assert expiry(table, None, cutoff) == cold
+
+
+def test_digests_unused_for_the_maximum_age_are_pruned_and_nothing_else(
+    sqlite_catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run touches the digests it uses; pruning (once a day, when a run opens the store) removes the
+    store's files unused for ``MAX_AGE_DAYS`` (a killed writer's temporary file too) and never a file
+    the store did not name; the next run reads what was pruned and finds the same."""
+    cache = tmp_path / "digests"
+    table = _table(sqlite_catalog, 3)
+    first = orphans(table, str(cache))
+    stored = sorted(cache.rglob("*.list")) + sorted(cache.rglob("*.manifest"))
+    stale = datetime.now(UTC).timestamp() - (digests.MAX_AGE_DAYS + 1) * 86400
+    for path in stored:
+        os.utime(path, (stale, stale))
+    sub = stored[0].parent
+    leftover, foreign = sub / ".tmp-k1ll3d", sub / "notes.txt"
+    outside = cache / ("f" * 64 + ".list")  # the store's kind of name, not in its subfolder
+    for path in (leftover, foreign, outside):
+        path.write_bytes(b"x")
+        os.utime(path, (stale, stale))
+
+    assert orphans(table, str(cache)) == first  # pruned at its first use today: not again
+    assert all(p.stat().st_mtime > stale + 86400 for p in stored)  # each used, so touched
+    unused = stored[::2]
+    for path in unused:
+        os.utime(path, (stale, stale))
+    yesterday = datetime.now(UTC).timestamp() - 86400 - 60
+    os.utime(cache / "last-pruned", (yesterday, yesterday))
+
+    DigestStore(str(cache)).prune_if_due()
+    assert {p for p in stored if not p.exists()} == set(unused)
+    assert not leftover.exists() and foreign.exists() and outside.exists()
+    kept = next(p for p in stored if p.exists())
+    os.utime(kept, (stale, stale))
+    DigestStore(str(cache)).prune_if_due()  # pruned a moment ago: not due
+    assert kept.exists()
+
+    decodes = Decodes(monkeypatch)
+    assert orphans(table, str(cache)) == first
+    read_again = {_digest(cache, kind, path) for path in decodes.paths for kind in ("list", "manifest")}
+    assert set(unused) <= read_again and all(p.exists() for p in stored)

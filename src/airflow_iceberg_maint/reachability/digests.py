@@ -8,6 +8,11 @@ Everything else fails closed: a missing, corrupt, partial or mismatched digest, 
 the store, means the file itself is read (and a cache error never fails the run). Only
 manifest lists and manifests are stored: never a metadata.json, nor anything a writer changes.
 
+Digests no run has used for ``MAX_AGE_DAYS`` (those of expired snapshots, rewritten manifests and
+dropped tables) are removed: a run touches each digest it uses, and a run opening the store prunes
+it when the last pruning is a day old. Only the store's own files are removed (their names are
+the hashes it gives them, in the subfolders it makes); losing a digest costs a read, nothing else.
+
 The store is a local folder; its location travels with the table's ``FileIO`` as a property,
 so decoding worker processes use it too (``attach``). Stdlib only: the command line's parsers
 import ``default_location``.
@@ -15,12 +20,15 @@ import ``default_location``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +43,12 @@ DEFAULT = ":default:"  # the API's and the command line's default: ``default_loc
 _VERSION = 1
 _HEADER_READ = 16 * 1024  # bytes of a file's start read for its identity; doubled while the header runs past
 _MAX_HEADER = 16 * 1024 * 1024
+
+#: Days a digest is kept after the last run that used it.
+MAX_AGE_DAYS = 30
+_PRUNE_EVERY_SECONDS = 24 * 3600
+_PRUNED_MARKER = "last-pruned"  # its modification time says when
+_OWN_FILE = re.compile(r"[0-9a-f]{64}\.(?:list|manifest)|\.tmp-\w+")
 
 #: (length, sync marker): with the path, what makes a file the one a digest was made from.
 Identity = tuple[int, bytes]
@@ -136,10 +150,57 @@ class DigestStore:
         except OSError as exc:
             log.warning("digest cache: cannot store the digest of %s (%s)", path, exc)
 
+    def touch(self, kind: str, path: str) -> None:
+        """Mark a digest used now, so that pruning keeps it another ``MAX_AGE_DAYS``."""
+        with contextlib.suppress(OSError):  # at worst pruned early: the file is read again
+            os.utime(self._file(kind, path))
+
+    def prune(self, max_age_days: float = MAX_AGE_DAYS) -> int:
+        """Remove the store's digests (and temporary files of killed writers) unused for ``max_age_days``;
+        returns how many. Files the store did not name itself are never touched."""
+        cutoff = time.time() - max_age_days * 24 * 3600
+        removed = 0
+        if not os.path.isdir(self.folder):
+            return 0
+        for sub in os.scandir(self.folder):
+            if not (sub.is_dir(follow_symlinks=False) and re.fullmatch(r"[0-9a-f]{2}", sub.name)):
+                continue
+            for entry in os.scandir(sub.path):
+                own = _OWN_FILE.fullmatch(entry.name) and (entry.name.startswith(".") or entry.name[:2] == sub.name)
+                if own and entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    Path(entry.path).unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    def prune_if_due(self) -> None:
+        """``prune`` when the store was last pruned a day ago or more (never: now). Errors are logged."""
+        marker = Path(self.folder) / _PRUNED_MARKER
+        try:
+            if time.time() - marker.stat().st_mtime < _PRUNE_EVERY_SECONDS:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            removed = self.prune()
+        except OSError as exc:
+            log.warning("digest cache: cannot prune %s (%s)", self.folder, exc)
+            return
+        if removed:
+            log.info("digest cache: removed %d digests unused for %d days from %s", removed, MAX_AGE_DAYS, self.folder)
+
 
 def through_cache(io: FileIO, cache: str | None) -> FileIO:
-    """``io``, reading manifest lists and manifests through the store at ``cache`` when there is one."""
-    return DigestStore(cache).attach(io) if cache else io
+    """``io``, reading manifest lists and manifests through the store at ``cache`` when there is one
+    (pruned first when due)."""
+    if not cache:
+        return io
+    store = DigestStore(cache)
+    store.prune_if_due()
+    return store.attach(io)
 
 
 def identity(io: FileIO, path: str, header: Any) -> Identity:

@@ -137,6 +137,7 @@ def _cached(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
     if stored is not None:
         try:
             if identity(io, path, _sync) == stored[0]:
+                store.touch(kind, path)
                 return stored[0][0], stored[1]
             log.info("digest cache: %s is not the file its digest was made from; reading it", path)
         except Exception as exc:  # the file is read below, where its read error aborts
