@@ -49,13 +49,14 @@ def _millis(settings: Settings) -> int:
 
 def ancestors(metadata: TableMetadata, snapshot_id: int) -> Iterator[Snapshot]:
     """The snapshot and its parents, newest first, until a parent is missing (expired earlier)."""
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}  # snapshot_by_id is a linear search
     seen: set[int] = set()
-    snapshot = metadata.snapshot_by_id(snapshot_id)
+    snapshot = by_id.get(snapshot_id)
     while snapshot is not None and snapshot.snapshot_id not in seen:  # a cycle would be damaged metadata
         seen.add(snapshot.snapshot_id)
         yield snapshot
         parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        snapshot = by_id.get(parent) if parent is not None else None
 
 
 def ref_expired(name: str, ref: SnapshotRef, metadata: TableMetadata, settings: Settings, now_ms: int) -> bool:
