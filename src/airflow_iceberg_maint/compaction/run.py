@@ -59,16 +59,23 @@ def rewrite_data_files(
 ) -> DataRewriteReport:
     """The rewrite of the table ``load()`` returns (a fresh load each time it is called).
 
-    Each manifest is decoded once for the whole run: planning, every commit and the dangling-delete
-    check share what was read (manifests never change)."""
-    with reading_once():
-        return _rewrite(load, options, dry_run=dry_run, group_ids=group_ids)
+    Each manifest of the starting snapshot is decoded once for the whole run: planning, every
+    commit and the dangling-delete check share what was read (manifests never change)."""
+    table = load()
+    current = table.current_snapshot()
+    starting = (current.sequence_number or 0) if current is not None else -1
+    with reading_once(starting):
+        return _rewrite(table, load, options, dry_run=dry_run, group_ids=group_ids)
 
 
 def _rewrite(
-    load: Callable[[], Table], options: RewriteOptions, *, dry_run: bool, group_ids: Sequence[str] | None
+    table: Table,
+    load: Callable[[], Table],
+    options: RewriteOptions,
+    *,
+    dry_run: bool,
+    group_ids: Sequence[str] | None,
 ) -> DataRewriteReport:
-    table = load()
     layout = layout_of(table, options)
     plan = plan_rewrite(table, options)
     groups, gone = selected(plan, group_ids)
