@@ -15,6 +15,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.transforms import BucketTransform
 
 from airflow_iceberg_maint import InvalidInputError, plan_data_rewrite, rewrite_data_files
+from airflow_iceberg_maint.compaction import writer
 from tests.compaction.helpers import MB, SCHEMA, append_files, create, data_files, delete_files, scanned
 from tests.index.row_deletes import commit_position_deletes
 
@@ -76,6 +77,30 @@ def test_a_dry_run_writes_and_commits_nothing(sqlite_catalog: Catalog, warehouse
     assert sorted(p for p in warehouse.rglob("*") if p.is_file()) == files_before
     assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
     assert report.to_json() == plan_data_rewrite(table, target_file_size_bytes=MB).to_json()
+
+
+def test_a_write_failing_in_a_binpack_group_leaves_no_file_and_commits_nothing(
+    sqlite_catalog: Catalog, warehouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows go to the writer on a thread of its own: a write failing after a file was written fails the
+    group with its message, and every file the group wrote is removed; the table is as it was."""
+    table = append_files(create(sqlite_catalog, "t", partitioned=False), random.Random(11), 40, 500, [1])
+    files_before = sorted(p for p in warehouse.rglob("*") if p.is_file())
+    real, calls, opened = writer.SizedWriter.write, [], []
+
+    def failing(sized: writer.SizedWriter, rows: Any) -> None:
+        calls.append(rows.num_rows)
+        if sized.paths and len(calls) > 20:
+            opened.extend(sized.paths)
+            raise OSError("disk full")
+        real(sized, rows)
+
+    monkeypatch.setattr(writer.SizedWriter, "write", failing)
+    report = rewrite_data_files(table, dry_run=False, target_file_size_bytes=64 * 1024)
+    assert len(report.failed) == 1 and "disk full" in str(report.failed[0]) and report.commits == []
+    assert opened  # a file of the group was written before the failure
+    assert sorted(p for p in warehouse.rglob("*") if p.is_file()) == files_before
+    assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
 
 
 def test_candidate_rules_and_options(sqlite_catalog: Catalog) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,15 +41,19 @@ from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 MB = 1024 * 1024
 #: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
 DECODED_PER_STORED_BYTE = 10
-#: Input files read at the same time from an object store, where each read mostly waits on the network.
+#: Input files read at the same time from an object store (at least), where each read mostly waits on the network.
 REMOTE_READERS = 4
+#: At most this many: each file in flight may take an equal share of half the memory budget.
+MAX_READERS = 8
 
 
 def readers(table: Table) -> int:
-    """Input files read at the same time: one a core on local disk (more threads only contend for the
-    interpreter: 2,000 small files took 2.7 s with 4 readers on 2 cores, 2.5 s with 2), else ``REMOTE_READERS``."""
-    cores = os.cpu_count() or 1
-    return max(2, cores) if Uri.parse(table.metadata.location).is_local else max(REMOTE_READERS, cores)
+    """Input files read at the same time: one a usable core on local disk (more threads only contend for
+    the interpreter: 2,000 small files took 2.7 s with 4 readers on 2 cores, 2.5 s with 2), at least
+    ``REMOTE_READERS`` on an object store; never more than ``MAX_READERS``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    wanted = max(2, cores) if Uri.parse(table.metadata.location).is_local else max(REMOTE_READERS, cores)
+    return min(wanted, MAX_READERS)
 
 
 #: The column giving each row its place in the group's order while it goes through the sorted runs.
@@ -110,7 +115,9 @@ def _streamed(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iter
         yield rows.drop_columns([POS_COLUMN])
 
 
-def _live_batches(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], budget: int) -> Iterator[pa.Table]:
+def _live_batches(
+    table: Table, plan: SnapshotFiles, paths: tuple[str, ...], budget: int
+) -> Generator[pa.Table, None, None]:
     """The live rows of ``paths`` in order. Files that surely fit in a share of half the budget are read
     ``readers(table)`` at a time (pyarrow decodes outside the GIL); a larger one is streamed on its own."""
     count = readers(table)
@@ -190,23 +197,28 @@ def _write_ordered(
 
 
 def _write_behind(
-    writer: SizedWriter, batches: Iterator[pa.Table], held_bytes: int, on_file: Callable[[], None]
+    writer: SizedWriter, batches: Generator[pa.Table, None, None], held_bytes: int, on_file: Callable[[], None]
 ) -> None:
     """``batches`` handed to ``writer`` in order on a thread of its own, so that files are read while a row
-    group is encoded and compressed; reading waits when more than ``held_bytes`` of rows wait for the writer."""
-    with ThreadPoolExecutor(1, thread_name_prefix="compaction-write") as pool:
+    group is encoded and compressed; reading waits when more than ``held_bytes`` of rows wait for the writer.
+    On a failure (a read's or a write's) the writes not started are cancelled and the reads stopped."""
+    with ThreadPoolExecutor(1, thread_name_prefix="compaction-write") as pool, closing(batches):
         waiting: deque[tuple[Future[None], int]] = deque()
         held = 0
-        for rows in batches:
-            waiting.append((pool.submit(writer.write, rows), rows.nbytes))
-            held += rows.nbytes
-            while waiting and (held > held_bytes or waiting[0][0].done()):
-                done, size = waiting.popleft()
+        try:
+            for rows in batches:
+                waiting.append((pool.submit(writer.write, rows), rows.nbytes))
+                held += rows.nbytes
+                while waiting and (held > held_bytes or waiting[0][0].done()):
+                    done, size = waiting.popleft()
+                    done.result()
+                    held -= size
+                on_file()
+            for done, _ in waiting:
                 done.result()
-                held -= size
-            on_file()
-        for done, _ in waiting:
-            done.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def rewrite_group(
