@@ -167,7 +167,7 @@ class DigestStore:
                 continue
             for entry in os.scandir(sub.path):
                 own = _OWN_FILE.fullmatch(entry.name) and (entry.name.startswith(".") or entry.name[:2] == sub.name)
-                if own and entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                if own and entry.is_file(follow_symlinks=False) and _unused_since(entry, cutoff):
                     Path(entry.path).unlink(missing_ok=True)
                     removed += 1
         return removed
@@ -191,6 +191,14 @@ class DigestStore:
             return
         if removed:
             log.info("digest cache: removed %d digests unused for %d days from %s", removed, MAX_AGE_DAYS, self.folder)
+
+
+def _unused_since(entry: os.DirEntry[str], cutoff: float) -> bool:
+    """Last used before ``cutoff``; a file gone meanwhile (another run pruned or replaced it) is not."""
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime < cutoff
+    except FileNotFoundError:
+        return False
 
 
 def through_cache(io: FileIO, cache: str | None) -> FileIO:
