@@ -355,8 +355,15 @@ def _with_equality_columns(table: Table, plan: SnapshotFiles, deletes: list[Data
     equality_ids = {i for d in deletes if d.content == DataFileContent.EQUALITY_DELETES for i in d.equality_ids or []}
     if equality_ids <= set(schema.field_ids):
         return schema
-    extra = prune_columns(plan_schema(table, plan), equality_ids - set(schema.field_ids), select_full_types=False)
-    return Schema(*schema.fields, *extra.fields, schema_id=schema.schema_id)
+    missing = frozenset(equality_ids - set(schema.field_ids))
+    return _extended(_fields_of(schema), _fields_of(plan_schema(table, plan)), missing, schema.schema_id)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _extended(schema: _Fields, source: _Fields, missing: frozenset[int], schema_id: int) -> Schema:
+    """One schema object for each extension (the files of a table share it, and with it the keys made of it)."""
+    extra = prune_columns(Schema(*source.fields), set(missing), select_full_types=False)
+    return Schema(*schema.fields, *extra.fields, schema_id=schema_id)
 
 
 def _live(
