@@ -88,9 +88,13 @@ def check_format(metadata: TableMetadata) -> None:
         )
 
 
-def _merged(items: list[tuple[ManifestFile, tuple[ManifestEntry, ...]]], target: int) -> Iterator[list[Any]]:
+#: A manifest with its live entries.
+_Read = tuple[ManifestFile, tuple[ManifestEntry, ...]]
+
+
+def _merged(items: list[_Read], target: int) -> Iterator[list[_Read]]:
     """``items`` in runs whose manifests add up to at most ``target`` bytes (one manifest at least)."""
-    run: list[tuple[ManifestFile, tuple[ManifestEntry, ...]]] = []
+    run: list[_Read] = []
     size = 0
     for manifest, entries in items:
         if run and size + manifest.manifest_length > target:
@@ -110,7 +114,7 @@ def _filtered(
     size (``commit.manifest.target-size-bytes``, measured by the manifests they replace), as Iceberg Java's
     merging commits do. Every other entry stays, ``EXISTING``, with its snapshot and sequence numbers."""
     kept: list[ManifestFile] = []
-    touched: dict[tuple[int, int], list[tuple[ManifestFile, tuple[ManifestEntry, ...]]]] = {}
+    touched: dict[tuple[int, int], list[_Read]] = {}
     for manifest in manifests:
         entries = live_entries(files.io, manifest)
         if any(e.data_file.file_path in removed for e in entries):
@@ -118,8 +122,9 @@ def _filtered(
         else:
             kept.append(manifest)
     written: list[ManifestFile] = []
+    target = manifest_target_size(files.base, None)
     for (spec_id, content), items in sorted(touched.items()):
-        for run in _merged(items, manifest_target_size(files.base, None)):
+        for run in _merged(items, target):
             writer = files.writer(spec_id, snapshot_id, content == ManifestContent.DELETES)
             with writer:
                 for _, entries in run:
