@@ -351,3 +351,55 @@ def test_digests_unused_for_the_maximum_age_are_pruned_and_nothing_else(
     assert orphans(table, str(cache)) == first
     read_again = {_digest(cache, kind, path) for path in decodes.paths for kind in ("list", "manifest")}
     assert set(unused) <= read_again and all(p.exists() for p in stored)
+
+
+_NAMED = st.sampled_from(["digest", "tmp", "foreign", "other-folder", "upper-case", "symlink", "folder"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=_SLOW)
+@given(files=st.lists(st.tuples(_NAMED, st.booleans(), st.integers(0, 2**64)), min_size=1, max_size=12))
+def test_pruning_removes_exactly_the_stores_own_unused_files(files: list[tuple[str, bool, int]]) -> None:
+    """Over any mix of names, ages and kinds in the folder: pruning removes a regular file only when the
+    store named it (a hash and a kind in the subfolder of its first two digits, or a writer's temporary
+    file in such a subfolder) and it is unused for ``MAX_AGE_DAYS``; never a symlink, a folder, a name
+    in another case, one in the wrong subfolder, or a file of anyone else."""
+    stale = datetime.now(UTC).timestamp() - (digests.MAX_AGE_DAYS + 1) * 86400
+    with TemporaryDirectory() as tmp:
+        root = Path(tmp) / "digests"
+        store = DigestStore(str(root))
+        outside = Path(tmp) / "elsewhere.list"
+        outside.write_bytes(b"x")
+        expected: set[Path] = set()
+        made: list[Path] = []
+        for n, (kind, old, seed) in enumerate(files):
+            digest = f"{seed:064x}"[-64:]
+            sub = root / digest[:2]
+            sub.mkdir(parents=True, exist_ok=True)
+            path = {
+                "digest": sub / f"{digest}.{'list' if n % 2 else 'manifest'}",
+                "tmp": sub / f".tmp-{n}x{seed % 997}",
+                "foreign": sub / f"notes-{n}.txt",
+                "other-folder": root / f"{(int(digest[:2], 16) + 1) % 256:02x}" / f"{digest}.list",
+                "upper-case": sub / f"{digest.upper()}.list",
+                "symlink": sub / f"{digest}.manifest",
+                "folder": sub / f"{digest}.list",
+            }[kind]
+            if path.exists() or path.is_symlink():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if kind == "symlink":
+                path.symlink_to(outside)
+            elif kind == "folder":
+                path.mkdir()
+            else:
+                path.write_bytes(b"x")
+            if old:
+                os.utime(path, (stale, stale), follow_symlinks=False)
+            made.append(path)
+            upper = kind == "upper-case" and digest.upper() != digest
+            if old and (kind in ("digest", "tmp") or (kind == "upper-case" and not upper)):
+                expected.add(path)
+        removed = store.prune()
+        gone = {p for p in made if not (p.exists() or p.is_symlink())}
+        assert gone == expected and removed == len(expected)
+        assert outside.exists()
