@@ -34,9 +34,10 @@ def read_lists(io: FileIO, lists: list[str]) -> tuple[Sized, Sized]:
     sizes: Sized = {}
     manifests: Sized = {}
     for manifest_list in lists:
-        sizes[manifest_list], named = sized_manifest_paths(io, manifest_list)
-        for path, length in named:
-            manifests.setdefault(path, length)
+        sizes[manifest_list], (paths, lengths) = sized_manifest_paths(io, manifest_list)
+        # A manifest keeps its first place; its length is the same in every list (one file). In C:
+        # the lists of a table name its manifests again and again (a warm run's main cost).
+        manifests.update(zip(paths, lengths, strict=True))
     return sizes, manifests
 
 

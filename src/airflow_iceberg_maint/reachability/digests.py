@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_maint.reachability import digest_deltas
+from airflow_iceberg_maint.reachability.digest_deltas import Entries
+
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
 
@@ -40,7 +43,6 @@ log = logging.getLogger(__name__)
 
 PROPERTY = "airflow-iceberg-maint.digest-cache"  # a FileIO property pyiceberg ignores
 DEFAULT = ":default:"  # the API's and the command line's default: ``default_location()``
-_VERSION = 1
 _HEADER_READ = 16 * 1024  # bytes of a file's start read for its identity; doubled while the header runs past
 _MAX_HEADER = 16 * 1024 * 1024
 
@@ -50,10 +52,10 @@ _PRUNE_EVERY_SECONDS = 24 * 3600
 _PRUNED_MARKER = "last-pruned"  # its modification time says when
 _OWN_FILE = re.compile(r"[0-9a-f]{64}\.(?:list|manifest)|\.tmp-\w+")
 
+_BASES = digest_deltas.Bases()  # this process's full list digests, to build deltas on and read them over
+
 #: (length, sync marker): with the path, what makes a file the one a digest was made from.
 Identity = tuple[int, bytes]
-#: What a file names: paths, and the size of each (a manifest's length, a content file's size).
-Entries = tuple[list[str], list[int]]
 
 
 def default_location() -> str:
@@ -106,49 +108,104 @@ class DigestStore:
         return Path(self.folder) / key[:2] / f"{key}.{kind}"
 
     def read(self, kind: str, path: str) -> tuple[Identity, Entries] | None:
-        """The identity and entries stored for ``path``; None when absent, corrupt or unreadable."""
+        """The identity and entries stored for ``path``; None when absent, corrupt or unreadable,
+        or a delta whose base is (``digest_deltas``)."""
         try:
-            data = self._file(kind, path).read_bytes()
+            head, entries, runs, checksum = self._parsed(kind, path)
+            if runs is None:
+                if kind == "list":
+                    _BASES.put(self.folder, path, checksum, entries)
+                return (head[3], bytes.fromhex(head[4])), entries
+            base_path, base_checksum = head[5]
+            base = _BASES.get(self.folder, base_path, base_checksum) or self._base(base_path, base_checksum)
+            if base is None:
+                log.info("digest cache: the base of the digest of %s is gone; reading the file", path)
+                return None
+            return (head[3], bytes.fromhex(head[4])), digest_deltas.apply(base, runs, entries)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.warning("digest cache: cannot read the digest of %s (%s); reading the file", path, exc)
             return None
-        try:
-            body, _, trailer = data.rstrip(b"\n").rpartition(b"\n")
-            if trailer != hashlib.sha256(body).hexdigest().encode():
-                raise ValueError("its checksum does not match its content")
-            head, paths, sizes = (json.loads(line) for line in body.split(b"\n"))
-            if head != [_VERSION, kind, path, head[3], head[4]] or not isinstance(head[3], int):
-                raise ValueError("it is another file's or another version's")
-            # Types checked in C (map), not an entry at a time: decoding a warm table's digests is the cost left.
-            if not (isinstance(paths, list) and isinstance(sizes, list) and len(paths) == len(sizes)):
-                raise ValueError("its paths and sizes do not pair up")
-            if not set(map(type, paths)) <= {str} or not set(map(type, sizes)) <= {int}:
-                raise ValueError("an entry is not a path with a size")
-            return (head[3], bytes.fromhex(head[4])), (paths, sizes)
         except (ValueError, TypeError, IndexError) as exc:
             log.warning("digest cache: ignoring the digest of %s (%s); reading the file", path, exc)
             return None
 
+    def _base(self, path: str, checksum: str) -> Entries | None:
+        """The full list digest of ``path`` when its checksum is ``checksum`` (touched: in use), else None."""
+        try:
+            _, entries, runs, found = self._parsed("list", path)
+        except FileNotFoundError:
+            return None
+        if runs is not None or found != checksum:
+            return None
+        _BASES.put(self.folder, path, checksum, entries)
+        self.touch("list", path)
+        return entries
+
+    def _parsed(self, kind: str, path: str) -> tuple[list[Any], Entries, list[Any] | None, str]:
+        """A digest's head, its entries (a delta's own), a delta's layout (else None), and its checksum.
+
+        Raises OSError when it cannot be read, ValueError (TypeError, IndexError) when it is not
+        a digest of ``path`` written by this version.
+        """
+        data = self._file(kind, path).read_bytes()
+        body, _, trailer = data.rstrip(b"\n").rpartition(b"\n")
+        checksum = hashlib.sha256(body).hexdigest()
+        if trailer != checksum.encode():
+            raise ValueError("its checksum does not match its content")
+        head, *columns = (json.loads(line) for line in body.split(b"\n"))
+        # Version 1: [1, kind, path, length, sync]; version 2, a delta: the same and [base path, base checksum].
+        if head[:5] != [len(head) - 4, kind, path, head[3], head[4]] or not isinstance(head[3], int):
+            raise ValueError("it is another file's or another version's")
+        full = len(head) == 5 and len(columns) == 2
+        delta = len(head) == 6 and kind == "list" and len(columns) == 3 and _is_base_ref(head[5])
+        if not (full or delta):
+            raise ValueError("it is another file's or another version's")
+        paths, sizes = columns[:2]
+        # Types checked in C (map), not an entry at a time: decoding a warm table's digests is the cost left.
+        if not (isinstance(paths, list) and isinstance(sizes, list) and len(paths) == len(sizes)):
+            raise ValueError("its paths and sizes do not pair up")
+        if not set(map(type, paths)) <= {str} or not set(map(type, sizes)) <= {int}:
+            raise ValueError("an entry is not a path with a size")
+        if full:
+            return head, (paths, sizes), None, checksum
+        if not isinstance(columns[2], list):
+            raise ValueError("its layout is not a list")
+        return head, (paths, sizes), columns[2], checksum
+
     def write(self, kind: str, path: str, identity: Identity, entries: Entries) -> None:
-        """Store a digest: written whole to a temporary name, then renamed. An error is logged, never raised."""
+        """Store a digest: written whole to a temporary name, then renamed. An error is logged, never raised.
+
+        A list's digest is stored as a delta over the last full list digest this process met
+        when that is much smaller (``digest_deltas``).
+        """
+        head: list[Any] = [1, kind, path, identity[0], identity[1].hex()]
+        columns: list[Any] = list(entries)
+        base = _BASES.latest(self.folder) if kind == "list" else None
+        if base is not None and base[0] != path:
+            runs, own = digest_deltas.layout(base[2], entries)
+            if digest_deltas.worth_it(own, entries) and digest_deltas.apply(base[2], runs, own) == entries:
+                head = [2, kind, path, identity[0], identity[1].hex(), [base[0], base[1]]]
+                columns = [*own, runs]
+        body = "\n".join(json.dumps(line) for line in [head, *columns]).encode()
+        checksum = hashlib.sha256(body).hexdigest()
         target = self._file(kind, path)
-        lines = [json.dumps([_VERSION, kind, path, identity[0], identity[1].hex()])]
-        lines.extend(json.dumps(column) for column in entries)
-        body = "\n".join(lines).encode()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n")
+                    f.write(body + b"\n" + checksum.encode() + b"\n")
                 os.replace(temp, target)
             except BaseException:
                 Path(temp).unlink(missing_ok=True)
                 raise
         except OSError as exc:
             log.warning("digest cache: cannot store the digest of %s (%s)", path, exc)
+            return
+        if kind == "list" and len(head) == 5:
+            _BASES.put(self.folder, path, checksum, entries)
 
     def touch(self, kind: str, path: str) -> None:
         """Mark a digest used now, so that pruning keeps it another ``MAX_AGE_DAYS``."""
@@ -191,6 +248,10 @@ class DigestStore:
             return
         if removed:
             log.info("digest cache: removed %d digests unused for %d days from %s", removed, MAX_AGE_DAYS, self.folder)
+
+
+def _is_base_ref(ref: Any) -> bool:
+    return isinstance(ref, list) and len(ref) == 2 and all(isinstance(part, str) for part in ref)
 
 
 def _unused_since(entry: os.DirEntry[str], cutoff: float) -> bool:

@@ -22,7 +22,8 @@ from pyiceberg.manifest import ManifestEntryStatus
 from airflow_iceberg_maint.errors import MetadataReadError
 from airflow_iceberg_maint.pyiceberg_compat import AVRO_CODECS, avro_decoder
 from airflow_iceberg_maint.reachability.avro_plans import Damaged, Want, record_plan
-from airflow_iceberg_maint.reachability.digests import DigestStore, Entries, identity
+from airflow_iceberg_maint.reachability.digest_deltas import Entries
+from airflow_iceberg_maint.reachability.digests import DigestStore, identity
 
 log = logging.getLogger(__name__)
 
@@ -208,13 +209,14 @@ def live_file_path_chunks(io: FileIO, manifest: str, size: int | None = None) ->
 # With sizes: what snapshot expiry reports as freed bytes, read in the same pass as the paths.
 
 
-def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, list[tuple[str, int]]]:
-    """The manifest list's own size, and each manifest it names with its length. Any read error aborts (S2)."""
+def sized_manifest_paths(io: FileIO, manifest_list: str) -> tuple[int, Entries]:
+    """The manifest list's own size, and the manifests it names with their lengths. Any read error aborts (S2)."""
     try:
         if (cached := _cached(io, manifest_list, "list")) is not None:
-            return cached[0], list(zip(*cached[1], strict=True))
+            return cached
         data = _bytes(io, manifest_list)
-        return len(data), [(entry[0], entry[1]) for entry in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
+        records = list(_records(data, "list+length", _MANIFEST_LIST_SIZED))
+        return len(data), ([entry[0] for entry in records], [entry[1] for entry in records])
     except Exception as exc:
         raise MetadataReadError(f"manifest list {manifest_list!r}: cannot be read ({exc})") from exc
 
