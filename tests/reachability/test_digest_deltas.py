@@ -147,14 +147,14 @@ def test_the_store_returns_a_lists_digest_as_written_or_nothing(ops: list[tuple[
                     written[op[1]] = (identity, _entries(last))
                 elif op[0] == "forget":
                     digests._BASES = Bases()
-                elif (file := store._file("list", op[1])).exists():
+                elif (file := Path(store.file("list", op[1]))).exists():
                     if op[2] == "corrupt":  # not undone by a second corruption, unlike a flipped bit
                         data = bytearray(file.read_bytes())
                         data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
                         file.write_bytes(bytes(data))
                     elif op[2] == "unlink":
                         file.unlink()
-                    elif (other := store._file("list", _PATHS[(_PATHS.index(op[1]) + 1) % 5])).exists():
+                    elif (other := Path(store.file("list", _PATHS[(_PATHS.index(op[1]) + 1) % 5]))).exists():
                         file.write_bytes(other.read_bytes())  # another list's digest under this one's name
                     else:
                         continue

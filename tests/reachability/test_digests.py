@@ -197,7 +197,7 @@ def test_worker_processes_read_and_write_the_cache(sqlite_catalog: Catalog, tmp_
 
 
 def _digest(cache: Path, kind: str, path: str) -> Path:
-    return DigestStore(str(cache))._file(kind, path)
+    return Path(DigestStore(str(cache)).file(kind, path))
 
 
 def _corrupt(file: Path) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from pyiceberg.io import FileIO
 from pyiceberg.table.metadata import TableMetadata
 
+from airflow_iceberg_maint.reachability.digest_deltas import Entries
 from airflow_iceberg_maint.reachability.manifests import sized_manifest_paths
 from airflow_iceberg_maint.reachability.reference_walk import ReferenceWalk, metadata_level_paths
 from airflow_iceberg_maint.reachability.referenced import ReferencedSet
@@ -31,10 +32,19 @@ Sized = dict[str, int]
 
 def read_lists(io: FileIO, lists: list[str]) -> tuple[Sized, Sized]:
     """Each manifest list's own size, and the manifests they name with their lengths (each once)."""
+    return _sized((manifest_list, sized_manifest_paths(io, manifest_list)) for manifest_list in lists)
+
+
+def held_lists(held: dict[str, tuple[int, Entries]], lists: list[str]) -> tuple[Sized, Sized]:
+    """``read_lists`` of those ``lists`` in ``held`` (``stored_manifest_lists``)."""
+    return _sized((manifest_list, held[manifest_list]) for manifest_list in lists if manifest_list in held)
+
+
+def _sized(named: Iterable[tuple[str, tuple[int, Entries]]]) -> tuple[Sized, Sized]:
     sizes: Sized = {}
     manifests: Sized = {}
-    for manifest_list in lists:
-        sizes[manifest_list], (paths, lengths) = sized_manifest_paths(io, manifest_list)
+    for manifest_list, (size, (paths, lengths)) in named:
+        sizes[manifest_list] = size
         # A manifest keeps its first place; its length is the same in every list (one file). In C:
         # the lists of a table name its manifests again and again (a warm run's main cost).
         manifests.update(zip(paths, lengths, strict=True))

@@ -25,6 +25,7 @@ from airflow_iceberg_maint.expiry.dropped import (
     Sized,
     expired_lists,
     expired_statistics,
+    held_lists,
     kept_lists,
     kept_references,
     merged,
@@ -98,10 +99,14 @@ def deletable_files(
     The manifest lists, expired and kept, are read first (queued together); when they show that no
     manifest is dropped, no kept manifest is read (``dropped``). Otherwise every kept reference is.
     """
-    kept_paths = kept_lists(after[0])
-    expired_read = walk.read_chunks(read_lists, expired_lists(before, expired))  # both queued now: side by side
-    kept_read = walk.read_chunks(read_lists, kept_paths)
-    reached, (_, kept_manifests) = merged(expired_read), merged(kept_read)
+    kept_paths, expired_paths = kept_lists(after[0]), expired_lists(before, expired)
+    # Lists the digest cache holds are read here (a digest costs less than a worker's start), the rest
+    # queued for the workers at once, both side by side.
+    held = walk.stored_lists([*expired_paths, *kept_paths])
+    expired_read = walk.read_chunks(read_lists, [p for p in expired_paths if p not in held])
+    kept_read = walk.read_chunks(read_lists, [p for p in kept_paths if p not in held])
+    reached = merged([held_lists(held, expired_paths), *expired_read])
+    _, kept_manifests = merged([held_lists(held, kept_paths), *kept_read])
     kept = kept_references(walk, after, (kept_paths, kept_manifests), sources)
     if all(manifest in kept_manifests for manifest in reached[1]):
         return _unreferenced({**reached[0], **expired_statistics(before, expired)}, kept)

@@ -124,25 +124,34 @@ def _sync(data: bytes) -> bytes:
     return _header(data)[1]
 
 
-def _cached(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
-    """The file's length and its digest's entries when ``io`` has a digest store (S22), else None.
+def _stored(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
+    """The file's length and its digest's entries when ``io`` has a digest store holding the file's
+    digest and the file's identity matches it (S22), else None.
 
     ``kind`` "list": [manifest path, length] a manifest; "manifest": [path, size] a live entry.
-    A stored digest is used only when the file's identity matches; otherwise the file is read
-    (its read errors raise as without a store) and its digest stored.
     """
+    store = DigestStore.of(io)
+    stored = store.read(kind, path) if store is not None else None
+    if store is None or stored is None:
+        return None
+    try:
+        if identity(io, path, _sync) == stored[0]:
+            store.touch(kind, path)
+            return stored[0][0], stored[1]
+        log.info("digest cache: %s is not the file its digest was made from; reading it", path)
+    except Exception as exc:  # the file is read by the caller, where its read error aborts
+        log.info("digest cache: cannot read the identity of %s (%s); reading it", path, exc)
+    return None
+
+
+def _cached(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
+    """``_stored``, else the file read (its read errors raise as without a store) and its digest
+    stored; None when ``io`` has no digest store."""
     store = DigestStore.of(io)
     if store is None:
         return None
-    stored = store.read(kind, path)
-    if stored is not None:
-        try:
-            if identity(io, path, _sync) == stored[0]:
-                store.touch(kind, path)
-                return stored[0][0], stored[1]
-            log.info("digest cache: %s is not the file its digest was made from; reading it", path)
-        except Exception as exc:  # the file is read below, where its read error aborts
-            log.info("digest cache: cannot read the identity of %s (%s); reading it", path, exc)
+    if (stored := _stored(io, path, kind)) is not None:
+        return stored
     data = _bytes(io, path)
     if kind == "list":
         named = [(e[0], e[1]) for e in _records(data, "list+length", _MANIFEST_LIST_SIZED)]
@@ -233,6 +242,15 @@ def sized_live_file_paths(io: FileIO, manifest: str) -> list[tuple[str, int]]:
         ]
     except Exception as exc:
         raise MetadataReadError(f"manifest {manifest!r}: cannot be read ({exc})") from exc
+
+
+def stored_manifest_lists(
+    io: FileIO, manifest_lists: list[str], map_: Callable[..., Iterable[tuple[int, Entries] | None]] = map
+) -> dict[str, tuple[int, Entries]]:
+    """The manifest lists the digest store holds (``sized_manifest_paths`` of each, S22); the others
+    are left out, unread. ``map_`` runs the look-ups (threads on object stores)."""
+    found = map_(lambda manifest_list: _stored(io, manifest_list, "list"), manifest_lists)
+    return {path: held for path, held in zip(manifest_lists, found, strict=True) if held is not None}
 
 
 # With what each file is: what snapshot expiry reports about the files it deletes.

@@ -16,9 +16,15 @@ from pyiceberg.table.metadata import TableMetadata
 
 from airflow_iceberg_maint.fs.locations import PathEquivalence, Uri
 from airflow_iceberg_maint.progress import Phase
+from airflow_iceberg_maint.reachability.digest_deltas import Entries
 from airflow_iceberg_maint.reachability.digests import through_cache
 from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool, worker_count
-from airflow_iceberg_maint.reachability.manifests import live_file_path_chunks, live_file_paths, unique_manifest_paths
+from airflow_iceberg_maint.reachability.manifests import (
+    live_file_path_chunks,
+    live_file_paths,
+    stored_manifest_lists,
+    unique_manifest_paths,
+)
 from airflow_iceberg_maint.reachability.path_hashes import PathHasher
 from airflow_iceberg_maint.reachability.referenced import ReferencedSet, Reread, given_paths, manifest_rereads
 from airflow_iceberg_maint.reachability.sources import ReferenceSource, source_path_batches
@@ -65,7 +71,8 @@ class ReferenceWalk:
         self._workers_failed = False
 
     def __enter__(self) -> ReferenceWalk:
-        self._start_workers(len(self.table.metadata.snapshots))  # one manifest list a snapshot
+        if not self.cache:  # with a digest cache, workers start when files it does not hold are to be read
+            self._start_workers(len(self.table.metadata.snapshots))  # one manifest list a snapshot
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -100,6 +107,10 @@ class ReferenceWalk:
                 self._workers.close()
                 self._workers, self._workers_failed = None, True
         yield from here()
+
+    def stored_lists(self, manifest_lists: list[str]) -> dict[str, tuple[int, Entries]]:
+        """The manifest lists the digest cache holds, read here (on threads on object stores)."""
+        return stored_manifest_lists(self.io, manifest_lists, self._map)
 
     def read_chunks(self, read: Callable[[FileIO, list[str]], T], files: list[str]) -> Iterator[T]:
         """``read(io, chunk)`` of chunks that hold each file once (a file may come twice if the workers broke).
