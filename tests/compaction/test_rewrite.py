@@ -16,7 +16,8 @@ from pyiceberg.transforms import BucketTransform
 
 from airflow_iceberg_maint import InvalidInputError, plan_data_rewrite, rewrite_data_files
 from airflow_iceberg_maint.compaction import writer
-from tests.compaction.helpers import MB, SCHEMA, append_files, create, data_files, delete_files, scanned
+from airflow_iceberg_maint.compaction.snapshot import check_format
+from tests.compaction.helpers import BY_DAY, MB, SCHEMA, append_files, create, data_files, delete_files, scanned
 from tests.index.row_deletes import commit_position_deletes
 
 CATALOGS = ["sqlite_catalog", "pg_catalog", "s3_catalog"]
@@ -197,8 +198,23 @@ def test_bad_input_is_refused_before_anything(sqlite_catalog: Catalog) -> None:
     assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
 
 
-def test_a_v1_table_is_refused_with_one_line(sqlite_catalog: Catalog) -> None:
-    table = sqlite_catalog.create_table("db.t", schema=SCHEMA, properties={"format-version": "1"})
-    table = append_files(table, random.Random(8), 6, 10, [1])
-    with pytest.raises(InvalidInputError, match="table format version 1: compaction commits v2 tables only"):
-        rewrite_data_files(table, dry_run=False)
+def test_a_v1_table_is_compacted_and_a_v3_table_refused_with_one_line(sqlite_catalog: Catalog) -> None:
+    """v1 tables have no delete files nor sequence numbers: bin-pack, written with v1 manifests. pyiceberg
+    0.12 writes no v3 manifest, so a v3 table is refused before anything is read or written."""
+    table = sqlite_catalog.create_table(
+        "db.t", schema=SCHEMA, partition_spec=BY_DAY, properties={"format-version": "1"}
+    )
+    table = append_files(table, random.Random(8), 6, 300, [1, None])
+    before, history = scanned(table), _snapshots(table)
+    report = rewrite_data_files(table, dry_run=False)
+    table = sqlite_catalog.load_table("db.t")
+    assert table.metadata.format_version == 1 and len(report.commits) == 2  # a group a partition
+    assert scanned(table) == before
+    assert {sid: scanned(table, sid) for sid in history} == history
+    assert sorted(f["record_count"] for f in data_files(table))[-1] > 300  # files merged, one a partition
+    assert len(data_files(table)) == 2 and sum(f["record_count"] for f in data_files(table)) == 1800
+
+    # pyiceberg 0.12 cannot create a v3 table either: the check, on this table's metadata marked v3.
+    v3 = table.metadata.model_copy(update={"format_version": 3})
+    with pytest.raises(InvalidInputError, match="table format version 3: compaction commits v1 and v2 tables only"):
+        check_format(v3)

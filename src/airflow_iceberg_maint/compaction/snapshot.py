@@ -81,10 +81,10 @@ class _Files:
 
 
 def check_format(metadata: TableMetadata) -> None:
-    if metadata.format_version != 2:
+    if metadata.format_version not in (1, 2):
         raise InvalidInputError(
-            f"table format version {metadata.format_version}: compaction commits v2 tables only "
-            "(pyiceberg 0.12 writes no v1 delete manifests nor v3 manifests)"
+            f"table format version {metadata.format_version}: compaction commits v1 and v2 tables only "
+            "(pyiceberg 0.12 writes no v3 manifests)"
         )
 
 
