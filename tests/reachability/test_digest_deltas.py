@@ -175,3 +175,42 @@ def test_a_layout_outside_its_base_or_own_entries_is_refused() -> None:
     for runs in ([[0, 4]], [[-1, 2]], [[0, 1]], [[2, 1], [-1, 1]], [[-1, 1], ["0", 1]], [[-1, 1], [0]]):
         with pytest.raises(ValueError):
             digest_deltas.apply(base, runs, own)
+
+
+_BODIES = [
+    b"[" * 100_000 + b"]" * 100_000,  # deeper than the parser's recursion
+    b'{"a": 1}\n[]\n[]',  # a head that is no list
+    b'[1, "list", "p", "12", "00"]\n[]\n[]',  # a length that is no number
+    b'[1, "list", "p", 12, "zz"]\n[]\n[]',  # a sync marker that is no hex
+    b'[1, "list", "p", 12, "00"]\n["a"]\n[]',  # paths and sizes that do not pair
+    b'[1, "list", "p", 12, "00"]\n[1]\n[1]',  # a path that is no string
+    b'[2, "list", "p", 12, "00", ["q", "x"]]\n[]\n[]\n[[true, 1]]',  # a delta's layout of booleans
+    b'[2, "list", "p", 12, "00", {"q": 1}]\n[]\n[]\n[]',  # a base that is not [path, checksum]
+    b'[2, "manifest", "p", 12, "00", ["q", "x"]]\n[]\n[]\n[]',  # a manifest's digest as a delta
+    b"\xff\xfe",  # no text
+]
+
+
+@pytest.mark.parametrize("body", _BODIES, ids=range(len(_BODIES)))
+def test_a_digest_with_a_valid_checksum_and_odd_content_is_ignored(body: bytes, tmp_path: Path) -> None:
+    """A checksum proves the digest is whole, not that its writer was sane: whatever it holds, a read
+    gives nothing (the file is read) and raises nothing."""
+    store = DigestStore(str(tmp_path))
+    kind = "manifest" if b'"manifest"' in body else "list"
+    file = Path(store.file(kind, "p"))
+    file.parent.mkdir(parents=True)
+    file.write_bytes(body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n")
+    assert store.read(kind, "p") is None
+
+
+def test_the_bases_a_process_holds_are_bounded_by_their_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(digest_deltas, "MAX_HELD_BYTES", 10_000)
+    bases = Bases()
+    lists = {f"l{n}": ([f"m{n}-{i}" for i in range(20)], list(range(20))) for n in range(10)}
+    for path, entries in lists.items():
+        bases.put("f", path, "c", entries)
+    held = [path for path in lists if bases.get("f", path, "c") is not None]
+    assert held == ["l6", "l7", "l8", "l9"]  # 20 entries of 125 bytes or so each: 4 fit in 10,000
+    bases.drop("f", "l9")
+    assert bases.get("f", "l9", "c") is None and bases.latest("f") == ("l8", "c", lists["l8"])
+    assert bases.get("f", "l8", "another checksum") is None

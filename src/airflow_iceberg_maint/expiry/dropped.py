@@ -45,8 +45,9 @@ def _sized(named: Iterable[tuple[str, tuple[int, Entries]]]) -> tuple[Sized, Siz
     manifests: Sized = {}
     for manifest_list, (size, (paths, lengths)) in named:
         sizes[manifest_list] = size
-        # A manifest keeps its first place; its length is the same in every list (one file). In C:
-        # the lists of a table name its manifests again and again (a warm run's main cost).
+        # In C: a table's lists name its manifests again and again (a warm run's main cost). A manifest
+        # keeps its first place, with the length the last list gave it (every list of a correct
+        # writer gives the same: one file; it only counts in the bytes a report says were freed).
         manifests.update(zip(paths, lengths, strict=True))
     return sizes, manifests
 
@@ -57,8 +58,7 @@ def merged(parts: Iterable[tuple[Sized, Sized]]) -> tuple[Sized, Sized]:
     manifests: Sized = {}
     for part_sizes, named in parts:
         sizes.update(part_sizes)
-        for path, length in named.items():
-            manifests.setdefault(path, length)
+        manifests.update(named)  # as ``_sized``
     return sizes, manifests
 
 

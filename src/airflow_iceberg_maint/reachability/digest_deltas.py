@@ -20,8 +20,9 @@ Entries = tuple[list[str], list[int]]
 #: [start, stop]: the base's entries start to stop; [-1, count]: the next count own entries.
 Layout = list[list[int]]
 
-#: Entries the bases held in a process add up to, at most (pointers to shared strings: about 8 MB).
-MAX_HELD_ENTRIES = 1_000_000
+#: Bytes the bases held in a process take, at most, by ``_weight`` (a base larger than that alone is held alone).
+MAX_HELD_BYTES = 64 * 1024 * 1024
+_ENTRY_OVERHEAD = 120  # a str and an int object and two list slots, beside the path's characters
 
 
 def layout(base: Entries, entries: Entries) -> tuple[Layout, Entries]:
@@ -83,11 +84,11 @@ def worth_it(own: Entries, entries: Entries) -> bool:
 
 class Bases:
     """Full list digests a process met, by (store folder, path), with their checksums; the least
-    recently used go first once they hold more than ``MAX_HELD_ENTRIES`` entries. Thread-safe."""
+    recently used go first once they weigh more than ``MAX_HELD_BYTES``. Thread-safe."""
 
     def __init__(self) -> None:
         self._held: OrderedDict[tuple[str, str], tuple[str, Entries]] = OrderedDict()
-        self._count = 0
+        self._weight = 0
         self._lock = threading.Lock()
 
     def get(self, folder: str, path: str, checksum: str) -> Entries | None:
@@ -108,9 +109,22 @@ class Bases:
 
     def put(self, folder: str, path: str, checksum: str, entries: Entries) -> None:
         with self._lock:
-            old = self._held.pop((folder, path), None)
-            self._count += len(entries[0]) - (len(old[1][0]) if old else 0)
+            self._drop(folder, path)
             self._held[(folder, path)] = (checksum, entries)
-            while self._count > MAX_HELD_ENTRIES and len(self._held) > 1:
+            self._weight += _weight(entries)
+            while self._weight > MAX_HELD_BYTES and len(self._held) > 1:
                 _, (_, dropped) = self._held.popitem(last=False)
-                self._count -= len(dropped[0])
+                self._weight -= _weight(dropped)
+
+    def drop(self, folder: str, path: str) -> None:
+        with self._lock:
+            self._drop(folder, path)
+
+    def _drop(self, folder: str, path: str) -> None:
+        old = self._held.pop((folder, path), None)
+        if old is not None:
+            self._weight -= _weight(old[1])
+
+
+def _weight(entries: Entries) -> int:
+    return sum(map(len, entries[0])) + _ENTRY_OVERHEAD * len(entries[0])

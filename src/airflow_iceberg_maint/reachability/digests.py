@@ -128,7 +128,7 @@ class DigestStore:
         except OSError as exc:
             log.warning("digest cache: cannot read the digest of %s (%s); reading the file", path, exc)
             return None
-        except (ValueError, TypeError, IndexError) as exc:
+        except Exception as exc:  # whatever its content (a checksum proves who wrote it, not that it is sane)
             log.warning("digest cache: ignoring the digest of %s (%s); reading the file", path, exc)
             return None
 
@@ -147,8 +147,8 @@ class DigestStore:
     def _parsed(self, kind: str, path: str) -> tuple[list[Any], Entries, list[Any] | None, str]:
         """A digest's head, its entries (a delta's own), a delta's layout (else None), and its checksum.
 
-        Raises OSError when it cannot be read, ValueError (TypeError, IndexError) when it is not
-        a digest of ``path`` written by this version.
+        Raises OSError when it cannot be read, another exception (ValueError mostly) when it is
+        not a digest of ``path`` written by this version.
         """
         with open(self.file(kind, path), "rb") as f:
             data = f.read()
@@ -159,7 +159,9 @@ class DigestStore:
         # One parse of the lines as an array (JSON escapes every newline in a string): a warm run reads thousands.
         head, *columns = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
         # Version 1: [1, kind, path, length, sync]; version 2, a delta: the same and [base path, base checksum].
-        if head[:5] != [len(head) - 4, kind, path, head[3], head[4]] or not isinstance(head[3], int):
+        if not isinstance(head, list) or head[:5] != [len(head) - 4, kind, path, head[3], head[4]]:
+            raise ValueError("it is another file's or another version's")
+        if not isinstance(head[3], int):
             raise ValueError("it is another file's or another version's")
         full = len(head) == 5 and len(columns) == 2
         delta = len(head) == 6 and kind == "list" and len(columns) == 3 and _is_base_ref(head[5])
@@ -209,6 +211,8 @@ class DigestStore:
             return
         if kind == "list" and len(head) == 5:
             _BASES.put(self.folder, path, checksum, entries)
+        elif kind == "list":  # its full digest, if held, is no longer on disk: no delta may name it
+            _BASES.drop(self.folder, path)
 
     def touch(self, kind: str, path: str) -> None:
         """Mark a digest used now, so that pruning keeps it another ``MAX_AGE_DAYS``."""
