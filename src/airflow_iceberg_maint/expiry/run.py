@@ -279,7 +279,9 @@ def expire_snapshots(
         log.warning("table %s: %s", name, report.kept_all_files)
         return report
     expired = set(state.retention.expired_snapshot_ids)
-    with ReferenceWalk(table, PathEquivalence(), options.reader_processes, cache=options.cache) as walk:
+    with ReferenceWalk(
+        table, PathEquivalence(), options.reader_processes, cache=options.cache, early_workers=options.cache is None
+    ) as walk:
         planned = deletable_files(walk, state.before, state.after, expired, sources)
         if options.approved is not None:
             report.not_approved_files = sorted(p for p in planned if p not in options.approved.files)

@@ -54,6 +54,6 @@ def expirable(table: Table, now: datetime, reader_processes: int | None = None, 
         return Expirable([], {})
     expired = set(retention.expired_snapshot_ids)
     after = (metadata_after(metadata, retention), location)
-    with ReferenceWalk(table, PathEquivalence(), reader_processes, cache=cache) as walk:
+    with ReferenceWalk(table, PathEquivalence(), reader_processes, cache=cache, early_workers=cache is None) as walk:
         files = deletable_files(walk, metadata, after, expired, [INDEX_FILES])
     return Expirable(retention.expired_snapshot_ids, files)

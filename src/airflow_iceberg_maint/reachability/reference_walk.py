@@ -60,6 +60,10 @@ class ReferenceWalk:
     snapshots: int = 0
     manifests_read: int = 0
     cache: str | None = None  # a digest store's folder (S22); None: every file is read
+    #: Start the workers on entering, so that their start overlaps what the caller does first (an
+    #: orphan run's listing; after it, threads may be alive, and workers then come from the slower
+    #: forkserver). False: only when files are read that the cache does not hold (an expiry).
+    early_workers: bool = True
 
     def __post_init__(self) -> None:
         # The reads take the store from the FileIO, so the worker processes, built from its properties, use it too.
@@ -71,7 +75,7 @@ class ReferenceWalk:
         self._workers_failed = False
 
     def __enter__(self) -> ReferenceWalk:
-        if not self.cache:  # with a digest cache, workers start when files it does not hold are to be read
+        if self.early_workers:
             self._start_workers(len(self.table.metadata.snapshots))  # one manifest list a snapshot
         return self
 
