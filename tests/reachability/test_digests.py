@@ -37,6 +37,7 @@ from airflow_iceberg_maint.orphans.removal import remove_orphan_files
 from airflow_iceberg_maint.reachability import digests, manifests
 from airflow_iceberg_maint.reachability.digests import DigestStore
 from tests.expiry.history import after_clock_passes
+from tests.orphans.inventories import bucket_objects, inventory_time, s3_client_of, write_s3_inventory
 from tests.orphans.scenario import SCHEMA, Files, rows
 
 OLD = datetime.now(UTC).timestamp() - 10 * 86400
@@ -309,6 +310,39 @@ def test_on_s3_a_warm_expiry_decodes_no_file_and_finds_the_same(
     # ranged read on S3); the report reads the manifests it deletes, for their entries' kinds.
     assert decodes.take() == deleted_manifests
     assert expiry(table, None, cutoff) == cold
+
+
+@pytest.mark.s3
+def test_on_s3_an_orphan_run_from_an_inventory_reads_only_the_new_lists_and_manifests(
+    s3_catalog: Catalog, s3_bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A daily orphan run listing from an S3 Inventory: after one new commit, the warm run GETs the new
+    manifest list and manifest whole and no other (the others' identities are a HEAD and a ranged GET
+    of the header each), and finds the same orphans."""
+    cache = str(tmp_path / "digests")
+    table = s3_catalog.create_table("db.h", schema=SCHEMA, properties={"format-version": "2"})
+    for n in range(4):
+        table.append(rows(10 * n, 2))
+    table = s3_catalog.load_table("db.h")
+    orphan = Files(table).put(f"{table.location()}/data/orphan-1.parquet", b"x")
+    s3 = s3_client_of(table)
+
+    def run(table: Table) -> list[str]:
+        created = inventory_time()
+        listing = write_s3_inventory(s3, s3_bucket, s3_bucket, bucket_objects(s3, s3_bucket), "CSV", created)
+        options = OrphanOptions(older_than=created, dry_run=True, listing=listing, only_this_table=True, cache=cache)
+        return sorted(remove_orphan_files(table, options, sources=[INDEX_FILES]).orphan_files)
+
+    decodes = Decodes(monkeypatch)
+    assert run(table) == [orphan]
+    assert decodes.take() == _metadata_files(table)  # cold: every list and manifest
+    before = _metadata_files(table)
+    table.append(rows(900, 2))
+    table = s3_catalog.load_table("db.h")
+    new = _metadata_files(table) - before
+    assert len(new) == 2
+    assert run(table) == [orphan]
+    assert decodes.take() == new
 
 
 def test_digests_unused_for_the_maximum_age_are_pruned_and_nothing_else(
