@@ -4,7 +4,7 @@
   their own commits, statistics files) and random cutoffs, the dry run's deleted files and bytes
   equal those of the full algorithm: every kept reference read with the orphan engine's walk
   (``collect_referenced``, as expiry did before), the candidates subtracted from it.
-- On the local S3 server, an expiry that drops no manifest makes no GET of any manifest (every
+- On the local S3 servers (moto, SeaweedFS), an expiry that drops no manifest makes no GET of any manifest (every
   read of the table's files counted through its FileIO); one that drops a manifest reads them.
 """
 
@@ -167,10 +167,11 @@ def _fast_appends(catalog: Catalog, count: int) -> Iterator[Table]:
         yield table
 
 
-@pytest.mark.s3
+@pytest.mark.parametrize("backend", ["s3_catalog", "seaweed_s3_catalog"])  # moto and SeaweedFS
 def test_on_s3_an_expiry_that_drops_no_manifest_reads_none(
-    s3_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+    backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    s3_catalog: Catalog = request.getfixturevalue(backend)
     tables = list(_fast_appends(s3_catalog, 5))
     table = tables[-1]
     path = f"{table.location()}/metadata/stats-a1.puffin"
