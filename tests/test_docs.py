@@ -259,3 +259,23 @@ def test_benchmarks_md_has_a_section_for_each_bench_script() -> None:
         assert any(name in section for section in sections if not section.startswith("How")), f"no section runs {name}"
     dated = re.findall(r"^### \d{4}-\d\d-\d\d", text, flags=re.MULTILINE)
     assert not dated, "dated entries go to docs/benchmarks/history.md"
+
+
+def _defined_tests() -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names.update(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(encoding="utf-8"), re.MULTILINE))
+    return names
+
+
+def test_every_test_a_document_names_exists() -> None:
+    """The safety rules and guides cite their tests as ``file.py::test_name`` or ``::test_name``:
+    a renamed or removed test must not leave a rule pointing at nothing (``test_name`` itself is
+    CONTRIBUTING.md's placeholder)."""
+    defined = _defined_tests() | {"test_name"}
+    cited = {
+        (document.name, name)
+        for document in DOCUMENTS
+        for name in re.findall(r"::(test_\w+)", document.read_text(encoding="utf-8"))
+    }
+    assert cited and {(document, name) for document, name in cited if name not in defined} == set()
