@@ -131,8 +131,7 @@ def _stored(io: FileIO, path: str, kind: str) -> tuple[int, Entries] | None:
     ``kind`` "list": [manifest path, length] a manifest; "manifest": [path, size] a live entry.
     """
     store = DigestStore.of(io)
-    stored = store.read(kind, path) if store is not None else None
-    if store is None or stored is None:
+    if store is None or (stored := store.read(kind, path)) is None:
         return None
     try:
         if identity(io, path, _sync) == stored[0]:
