@@ -22,6 +22,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from airflow_iceberg_maint.api.compaction import rewrite_data_files
 from airflow_iceberg_maint.expiry.run import expire_snapshots
 from airflow_iceberg_maint.expiry.settings import ExpireOptions
+from airflow_iceberg_maint.fs.locations import local_path
 from airflow_iceberg_maint.index.lifecycle.expire import expire_extracts
 from airflow_iceberg_maint.index.lifecycle.references import INDEX_FILES, INDEX_SNAPSHOTS
 from airflow_iceberg_maint.index.write.incremental import refresh_index
@@ -65,9 +66,16 @@ def leased_index_refresh(state_url: str, catalog_uri: str, warehouse: str, name:
         index_refresh(catalog_uri, warehouse, name, index, result)
 
 
+def digest_cache(warehouse: str) -> str:
+    """The digest cache beside a local warehouse, as ``iceberg-maint`` keeps one by default (S22): shared by
+    every run of a test, so later runs read through digests earlier (and killed) runs wrote."""
+    return f"{local_path(warehouse)}-digests"
+
+
 def orphan_run(catalog_uri: str, warehouse: str, name: str, older_than_iso: str, result_path: str) -> None:
     table = _table(catalog_uri, warehouse, name)
-    options = OrphanOptions(older_than=datetime.fromisoformat(older_than_iso).astimezone(UTC))
+    older_than = datetime.fromisoformat(older_than_iso).astimezone(UTC)
+    options = OrphanOptions(older_than=older_than, cache=digest_cache(warehouse))
     _finish(result_path, remove_orphan_files(table, options, sources=[INDEX_FILES]).to_json())
 
 
@@ -85,7 +93,9 @@ def snapshot_expiry(
 ) -> None:
     """The call ``iceberg-maint expire-snapshots`` makes, with the same reference sources and pins."""
     table = _table(catalog_uri, warehouse, name)
-    options = ExpireOptions(older_than=datetime.fromisoformat(older_than_iso), retain_last=retain_last)
+    options = ExpireOptions(
+        older_than=datetime.fromisoformat(older_than_iso), retain_last=retain_last, cache=digest_cache(warehouse)
+    )
     report = expire_snapshots(table, options, sources=[INDEX_FILES], pins=[INDEX_SNAPSHOTS])
     _finish(result_path, report.to_json())
 
