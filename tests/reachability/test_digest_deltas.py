@@ -214,3 +214,35 @@ def test_the_bases_a_process_holds_are_bounded_by_their_weight(monkeypatch: pyte
     bases.drop("f", "l9")
     assert bases.get("f", "l9", "c") is None and bases.latest("f") == ("l8", "c", lists["l8"])
     assert bases.get("f", "l8", "another checksum") is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=20,
+)
+_HEAD = st.tuples(st.sampled_from([1, 2, 3, "1", None]), st.sampled_from(["list", "manifest", 1]), st.just("p"))
+_LINE = st.one_of(
+    _JSON.map(lambda v: json.dumps(v).encode()),
+    st.tuples(_HEAD, st.lists(_JSON, max_size=4)).map(lambda h: json.dumps([*h[0], *h[1]]).encode()),
+    st.binary(max_size=20),
+    st.integers(1, 200_000).map(lambda depth: b"[" * depth + b"]" * depth),  # past the parser's recursion
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(_LINE, min_size=1, max_size=5), kind=st.sampled_from(["list", "manifest"]))
+def test_a_read_never_raises_whatever_a_checksummed_digest_holds(lines: list[bytes], kind: str) -> None:
+    """The class of the odd contents above: any lines under a valid checksum. A read gives nothing or a
+    well-formed digest (paths that are strings, sizes that are integers, paired), and never raises."""
+    with TemporaryDirectory() as folder:
+        store = DigestStore(folder)
+        body = b"\n".join(lines)
+        file = Path(store.file(kind, "p"))
+        file.parent.mkdir(parents=True)
+        file.write_bytes(body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n")
+        found = store.read(kind, "p")
+        if found is not None:
+            (length, sync), (paths, sizes) = found
+            assert type(length) is int and isinstance(sync, bytes) and len(paths) == len(sizes)
+            assert all(type(p) is str for p in paths) and all(type(s) is int for s in sizes)
