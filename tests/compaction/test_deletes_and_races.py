@@ -32,8 +32,9 @@ def _rows(rows: Any) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(sorted(r.items())) for r in rows)
 
 
-def _oracle(catalog: Catalog, seed: int = 11, appends: int = 8) -> OracleTable:
-    oracle = OracleTable.create(catalog, "t", seed, {"write.target-file-size-bytes": str(TARGET)})
+def _oracle(catalog: Catalog, seed: int = 11, appends: int = 8, format_version: str = "2") -> OracleTable:
+    properties = {"write.target-file-size-bytes": str(TARGET), "format-version": format_version}
+    oracle = OracleTable.create(catalog, "t", seed, properties)
     for _ in range(appends):
         oracle.append(300)
     return oracle
@@ -119,10 +120,11 @@ def test_a_position_delete_on_an_input_during_the_rewrite_fails_the_group(
     assert on_disk == live  # the group's new files were removed
 
 
+@pytest.mark.parametrize("format_version", ["1", "2"])
 def test_an_input_file_rewritten_during_the_rewrite_fails_the_group(
-    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, format_version: str
 ) -> None:
-    oracle = _oracle(sqlite_catalog)
+    oracle = _oracle(sqlite_catalog, format_version=format_version)
     _after_each_group(monkeypatch, lambda: oracle.delete_copy_on_write(3))  # pyiceberg rewrites one input file
     report = rewrite_data_files(sqlite_catalog.load_table("db.t"), dry_run=False, min_input_files=2)
     assert report.commits == [] and [f["group"] for f in report.failed] == ["0/{}"]
@@ -130,8 +132,11 @@ def test_an_input_file_rewritten_during_the_rewrite_fails_the_group(
     assert scanned(sqlite_catalog.load_table("db.t")) == _rows(oracle.rows.values())
 
 
-def test_an_append_during_the_rewrite_commits(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    oracle = _oracle(sqlite_catalog)
+@pytest.mark.parametrize("format_version", ["1", "2"])
+def test_an_append_during_the_rewrite_commits(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, format_version: str
+) -> None:
+    oracle = _oracle(sqlite_catalog, format_version=format_version)
     _after_each_group(monkeypatch, lambda: oracle.append(50))
     report = rewrite_data_files(sqlite_catalog.load_table("db.t"), dry_run=False, min_input_files=2)
     assert report.failed == [] and len(report.commits) == 1 and report.rewritten_data_files == 8
@@ -140,8 +145,11 @@ def test_an_append_during_the_rewrite_commits(sqlite_catalog: Catalog, monkeypat
     assert len(table.inspect.files()) == report.added_data_files + 1  # the appended file is still there
 
 
-def test_an_append_racing_the_commit_is_retried(sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    oracle = _oracle(sqlite_catalog)
+@pytest.mark.parametrize("format_version", ["1", "2"])
+def test_an_append_racing_the_commit_is_retried(
+    sqlite_catalog: Catalog, monkeypatch: pytest.MonkeyPatch, format_version: str
+) -> None:
+    oracle = _oracle(sqlite_catalog, format_version=format_version)
     real, calls = commit.commit_fenced, []  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
 
     def append_first(table: Table, *args: Any) -> Any:
