@@ -138,7 +138,9 @@ def test_compaction_commits_under_steady_appends(tmp_path: Path, monkeypatch: py
     appended_ids = [i for entry in appends for i in entry["ids"]]
 
     assert result.failed == [], result.failed  # no group gave up
-    assert refused[0] == 6  # each group lost one race to an append, and committed on the new metadata
+    # Each group lost the race the test forces, and committed on the new metadata; a retry can lose one more
+    # to the writer's own appends (one a second) when the machine is slow: that is the same path again.
+    assert refused[0] >= 6
     assert len(result.commits) == 6  # one replace commit a partition
     table = catalog.load_table("db.stream")
     operations = {s.snapshot_id: s.summary.operation for s in table.metadata.snapshots if s.summary}
