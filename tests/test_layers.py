@@ -29,7 +29,16 @@ ROOT = "airflow_iceberg_maint"
 LAYERS: list[tuple[str, set[str]]] = [
     (
         "base",
-        {"errors", "progress", "fencing", "pyiceberg_compat", "load_errors", "metadata_check", "reviewed_table"},
+        {
+            "errors",
+            "progress",
+            "fencing",
+            "quiet_threads",
+            "pyiceberg_compat",
+            "load_errors",
+            "metadata_check",
+            "reviewed_table",
+        },
     ),
     ("storage", {"fs", "catalog", "commit_fence", "sorting"}),
     ("reachability and state", {"reachability", "state"}),
@@ -61,7 +70,7 @@ SIDEWAYS: dict[str, set[str]] = {
 #: state needs neither storage nor catalog.
 NARROWER: dict[str, set[str]] = {
     "reachability": {"errors", "fs", "progress", "pyiceberg_compat", "sorting"},
-    "state": {"errors", "fencing"},
+    "state": {"errors", "fencing", "quiet_threads"},
 }
 #: Within the orphan engine: each part and the other parts it may import (its top-level modules are ``.``).
 ORPHANS = {"listing": set(), ".": {"listing"}, "sharded": {".", "listing"}}

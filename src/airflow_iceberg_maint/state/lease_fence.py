@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.fencing import fenced
+from airflow_iceberg_maint.quiet_threads import quiet_thread, working
 from airflow_iceberg_maint.state.leases import Lease, LeaseLog, LeaseStore, busy_with
 
 
@@ -88,8 +89,11 @@ def held(store: LeaseStore, lease: Lease, ttl: timedelta, log: LeaseLog) -> Iter
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(ttl.total_seconds() / 3) and fence.renew():
-            pass
+        with quiet_thread():  # reader processes may fork while it waits (``quiet_threads``)
+            while not stop.wait(ttl.total_seconds() / 3):
+                with working():
+                    if not fence.renew():
+                        return
 
     renewer = threading.Thread(target=renew, name=f"lease {lease.table}", daemon=True)
     try:
