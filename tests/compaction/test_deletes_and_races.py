@@ -18,7 +18,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from airflow_iceberg_maint import CommitOutcomeUnknownError, rewrite_data_files
-from airflow_iceberg_maint.compaction import commit, rewriter, run
+from airflow_iceberg_maint.compaction import commit, group_reads, run
 from airflow_iceberg_maint.errors import LeaseLostError
 from airflow_iceberg_maint.fencing import fenced
 from tests.compaction.helpers import MB, append_files, create, data_files, delete_files, read_live, scanned
@@ -223,14 +223,14 @@ def test_files_larger_than_the_budget_stream_with_every_delete(
     expected = Counter({row: n for row, n in scanned(table).items() if ("day", 1) not in row})
     table = commit_equality_deletes(table, ["day"], [[1]])
     batches: list[int] = []
-    real = rewriter.live_row_batches  # type: ignore[attr-defined]  # the name as the module imported it (patched there)
+    real = group_reads.live_row_batches  # the name as the module imported it (patched there)
 
     def counted(*args: Any) -> Any:
         for rows in real(*args):
             batches.append(rows.num_rows)
             yield rows
 
-    monkeypatch.setattr(rewriter, "live_row_batches", counted)
+    monkeypatch.setattr(group_reads, "live_row_batches", counted)
     report = rewrite_data_files(table, dry_run=False, min_input_files=2, memory_budget_mb=1)
     table = sqlite_catalog.load_table("db.t")
     assert report.failed == [] and len(batches) > 3  # each input file read in several batches

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -80,16 +79,6 @@ def test_zorder_clusters_both_columns(sqlite_catalog: Catalog) -> None:
         ids, days = _column(f["file_path"], "id"), _column(f["file_path"], "day")
         box = _span(ids) * _span(days)
         assert box <= 0.6 * 1024 * 1024
-
-
-@pytest.fixture
-def env(tmp_path: Path, sqlite_catalog: Catalog, warehouse: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYICEBERG_CATALOG__DEFAULT__TYPE": "sql",
-        "PYICEBERG_CATALOG__DEFAULT__URI": f"sqlite:///{tmp_path}/catalog.db",
-        "PYICEBERG_CATALOG__DEFAULT__WAREHOUSE": f"file://{warehouse}",
-    }
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,9 +1,8 @@
 """A file group's live rows, every delete applied, written into new files of the target size.
 
-Rows are read with the index engine's readers (``index/source/live_rows``), which apply position
-deletes, deletion vectors and equality deletes exactly, projected on the table's current schema.
-Bin-pack streams: one input file's live rows are in memory at a time, handed to the sized writer, and a
-file too large for half the memory budget is read in batches of rows that fit.
+Rows are read by ``group_reads`` (every delete applied, on the table's current schema). Bin-pack
+streams: the rows read are handed to the sized writer in order as they come, which encodes them on a
+thread of its own; reading waits while a quarter of the memory budget waits for the writer.
 Sort and z-order read the group twice. The first pass keeps only the key columns of its live rows
 and orders them as one in-memory sort would (z-order's ranks are over the whole group's values), giving
 each row its place. The second pass reads the rows again, each with its place, into ``SortedRuns``:
@@ -15,9 +14,8 @@ fails, with a message saying so (it is left as it is).
 
 from __future__ import annotations
 
-import os
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -28,32 +26,16 @@ import pyarrow as pa
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from airflow_iceberg_maint.compaction.group_reads import live_batches
 from airflow_iceberg_maint.compaction.options import RewriteOptions, Strategy
 from airflow_iceberg_maint.compaction.ordering import SortKey, sort_order, zorder_order
 from airflow_iceberg_maint.compaction.planning import FileGroupPlan
 from airflow_iceberg_maint.compaction.writer import SizedWriter
 from airflow_iceberg_maint.errors import MaintenanceError
-from airflow_iceberg_maint.fs.locations import Uri
-from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_row_batches, live_rows_of_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.sorting.sorted_runs import SortedRuns
 
 MB = 1024 * 1024
-#: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
-DECODED_PER_STORED_BYTE = 10
-#: Input files read at the same time from an object store (at least), where each read mostly waits on the network.
-REMOTE_READERS = 4
-#: At most this many: each file in flight may take an equal share of half the memory budget.
-MAX_READERS = 8
-
-
-def readers(table: Table) -> int:
-    """Input files read at the same time: one a usable core on local disk (more threads only contend for
-    the interpreter: 2,000 small files took 2.7 s with 4 readers on 2 cores, 2.5 s with 2), at least
-    ``REMOTE_READERS`` on an object store; never more than ``MAX_READERS``."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    wanted = max(2, cores) if Uri.parse(table.metadata.location).is_local else max(REMOTE_READERS, cores)
-    return min(wanted, MAX_READERS)
 
 
 #: The column giving each row its place in the group's order while it goes through the sorted runs.
@@ -98,45 +80,6 @@ def delete_quietly(table: Table, paths: list[str]) -> None:
             continue
 
 
-def _live_rows(table: Table, plan: SnapshotFiles, path: str) -> pa.Table:
-    return live_rows_of_file(table, plan, path, table.schema()).drop_columns([FILE_COLUMN, POS_COLUMN])
-
-
-def _fits(plan: SnapshotFiles, path: str, share: int) -> bool:
-    return plan.data_files[path].data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE <= share
-
-
-def _streamed(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iterator[pa.Table]:
-    """A file too large for memory, in batches of rows that fit in half the budget."""
-    data_file = plan.data_files[path].data_file
-    per_row = data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE / max(data_file.record_count, 1)
-    batch_rows = max(1024, int(budget // 2 / per_row))
-    for rows in live_row_batches(table, plan, path, table.schema(), batch_rows):
-        yield rows.drop_columns([POS_COLUMN])
-
-
-def _live_batches(
-    table: Table, plan: SnapshotFiles, paths: tuple[str, ...], budget: int
-) -> Generator[pa.Table, None, None]:
-    """The live rows of ``paths`` in order. Files that surely fit in a share of half the budget are read
-    ``readers(table)`` at a time (pyarrow decodes outside the GIL); a larger one is streamed on its own."""
-    count = readers(table)
-    share = budget // 2 // count
-    with ThreadPoolExecutor(count, thread_name_prefix="compaction-read") as pool:
-        pending: deque[Future[pa.Table]] = deque()
-        for path in paths:
-            if _fits(plan, path, share):
-                pending.append(pool.submit(_live_rows, table, plan, path))
-                if len(pending) >= count:
-                    yield pending.popleft().result()
-                continue
-            while pending:
-                yield pending.popleft().result()
-            yield from _streamed(table, plan, path, budget)
-        while pending:
-            yield pending.popleft().result()
-
-
 def _key_columns(layout: Layout) -> list[str]:
     return [k.column for k in layout.sort] if layout.strategy == Strategy.SORT else list(layout.zorder)
 
@@ -151,7 +94,7 @@ def _places(
     columns = _key_columns(layout)
     parts: list[pa.Table] = []
     held = 0
-    for rows in _live_batches(table, plan, group.input_files, budget):
+    for rows, _ in live_batches(table, plan, group.input_files, budget):
         parts.append(rows.select(columns))
         held += parts[-1].nbytes + 16 * rows.num_rows  # the places and the order computed from the keys
         if held > budget:
@@ -175,7 +118,7 @@ def _write_ordered(
     options: RewriteOptions,
     layout: Layout,
     writer: SizedWriter,
-    on_file: Callable[[], None],
+    on_files: Callable[[int], None],
 ) -> int:
     """The group's live rows written in their order, through sorted runs; returns the runs spilled."""
     places = _places(table, plan, group, layout, options)
@@ -184,10 +127,10 @@ def _write_ordered(
         lambda rows: [rows.column(PLACE_COLUMN)], budget, reserved_bytes=places.nbytes, dir_prefix=SPILL_PREFIX
     ) as runs:
         start = 0
-        for rows in _live_batches(table, plan, group.input_files, budget):
+        for rows, files in live_batches(table, plan, group.input_files, budget):
             runs.add(rows.append_column(PLACE_COLUMN, pa.array(places[start : start + rows.num_rows])))
             start += rows.num_rows
-            on_file()
+            on_files(files)
         if start != len(places):  # the files read back other rows: never write a mix of two reads
             raise MaintenanceError(f"group {group.group_id}: its files gave {len(places)} live rows, then {start}")
         del places
@@ -197,7 +140,10 @@ def _write_ordered(
 
 
 def _write_behind(
-    writer: SizedWriter, batches: Generator[pa.Table, None, None], held_bytes: int, on_file: Callable[[], None]
+    writer: SizedWriter,
+    batches: Generator[tuple[pa.Table, int], None, None],
+    held_bytes: int,
+    on_files: Callable[[int], None],
 ) -> None:
     """``batches`` handed to ``writer`` in order on a thread of its own, so that files are read while a row
     group is encoded and compressed; reading waits when more than ``held_bytes`` of rows wait for the writer.
@@ -206,14 +152,14 @@ def _write_behind(
         waiting: deque[tuple[Future[None], int]] = deque()
         held = 0
         try:
-            for rows in batches:
+            for rows, files in batches:
                 waiting.append((pool.submit(writer.write, rows), rows.nbytes))
                 held += rows.nbytes
                 while waiting and (held > held_bytes or waiting[0][0].done()):
                     done, size = waiting.popleft()
                     done.result()
                     held -= size
-                on_file()
+                on_files(files)
             for done, _ in waiting:
                 done.result()
         except BaseException:
@@ -227,7 +173,7 @@ def rewrite_group(
     group: FileGroupPlan,
     options: RewriteOptions,
     layout: Layout,
-    on_file: Callable[[], None] = lambda: None,
+    on_files: Callable[[int], None] = lambda files: None,
 ) -> GroupOutput:
     """Write the group's live rows into new files (not committed); on failure the files written are removed."""
     bytes_per_row = group.input_bytes / max(group.input_records, 1)
@@ -243,9 +189,9 @@ def rewrite_group(
     try:
         if layout.strategy == Strategy.BINPACK:
             budget = options.memory_budget_mb * MB
-            _write_behind(writer, _live_batches(table, plan, group.input_files, budget), budget // 4, on_file)
+            _write_behind(writer, live_batches(table, plan, group.input_files, budget), budget // 4, on_files)
         else:
-            spilled = _write_ordered(table, plan, group, options, layout, writer, on_file)
+            spilled = _write_ordered(table, plan, group, options, layout, writer, on_files)
         return GroupOutput(group, writer.finish(), writer.paths, spilled)
     except BaseException:
         writer.abort()

@@ -92,7 +92,7 @@ def _rewrite(
             outputs: list[GroupOutput] = []
             for group in batch:
                 try:
-                    outputs.append(rewrite_group(table, start, group, options, layout, lambda: phase.advance(1)))
+                    outputs.append(rewrite_group(table, start, group, options, layout, phase.advance))
                 except (MaintenanceError, OSError, pa.ArrowException) as exc:
                     report.fail(group.group_id, first_line(exc))
             if not outputs:

@@ -1,0 +1,98 @@
+"""A group of many local files is read by forked reader processes: the rows and their order are those the
+threads read, a file too large for a chunk is streamed in its place, and a reader killed fails only its group.
+
+Each rewrite runs in a process of its own (the command line, started from a short script that records
+which processes read): readers are forked only while the process runs one thread, which a test session
+cannot promise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from airflow_iceberg_maint.compaction.group_reads import MIN_FILES_FOR_PROCESSES
+from tests.compaction.helpers import append_files, create, data_files, delete_files, read_live, scanned
+from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
+
+SCRIPT = """
+    import os, signal, sys
+    from pathlib import Path
+    from airflow_iceberg_maint.cli import main
+    from airflow_iceberg_maint.compaction import group_reads
+
+    record, parent, real = Path(sys.argv[1]), os.getpid(), group_reads.live_rows
+
+    def recorded(table, plan, path):
+        if os.getpid() != parent and sys.argv[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        (record / str(os.getpid())).touch()
+        return real(table, plan, path)
+
+    group_reads.live_rows = recorded
+    sys.exit(main(["rewrite-data-files", *sys.argv[3:]]))
+"""
+
+
+def _table(catalog: Catalog) -> tuple[Table, Counter[tuple[object, ...]]]:
+    """Many small files and one large one amid them, with every delete kind; and the rows to expect."""
+    rng = random.Random(11)
+    table = append_files(create(catalog, "t", False), rng, MIN_FILES_FOR_PROCESSES // 2, 40, [1, 2, None])
+    table = append_files(table, rng, 1, 30000, [1, 2, None])  # too large for a chunk at a 1 MB budget
+    table = append_files(table, rng, MIN_FILES_FOR_PROCESSES // 2 + 4, 40, [1, 2, None])
+    paths = [f["file_path"] for f in data_files(table)]
+    table = commit_position_deletes(table, {paths[1]: [0, 5, 39], paths[-1]: list(range(0, 40, 3))})
+    table = commit_deletion_vector(table, paths[2], [1, 2, 3])
+    expected = Counter({row: n for row, n in scanned(table).items() if ("day", 2) not in row})
+    return commit_equality_deletes(table, ["day"], [[2]]), expected
+
+
+def _rewrite(tmp_path: Path, env: dict[str, str], mode: str, *args: str) -> tuple[dict[str, object], set[int], int]:
+    """The JSON report of the command, the processes that read files, and the command's exit code."""
+    record = tmp_path / f"readers-{mode}-{len(list(tmp_path.iterdir()))}"
+    record.mkdir()
+    script = [sys.executable, "-c", textwrap.dedent(SCRIPT), str(record), mode, "db.t", "--json", *args]
+    done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.stdout, done.stderr
+    report = json.loads(done.stdout)
+    return report, {int(p.name) for p in record.iterdir()}, done.returncode
+
+
+def test_forked_readers_give_every_row_once_in_the_threads_order(
+    tmp_path: Path, env: dict[str, str], sqlite_catalog: Catalog
+) -> None:
+    table, expected = _table(sqlite_catalog)
+    history = {s.snapshot_id: read_live(table, s.snapshot_id) for s in table.snapshots()}
+    options = ["--min-input-files", "2", "--memory-budget-mb", "1", "--strategy", "sort", "--sort", "id"]
+    report, readers, code = _rewrite(tmp_path, env, "record", *options)
+    assert code == 0 and report["failed"] == [] and report["rewritten_data_files"] == MIN_FILES_FOR_PROCESSES + 5
+    assert len(readers) >= 2  # forked readers, not the command's own process alone
+    table = sqlite_catalog.load_table("db.t")
+    assert delete_files(table) == [] and scanned(table) == expected
+    ids = [i for f in data_files(table) for i in pq.read_table(f["file_path"], columns=["id"])["id"].to_pylist()]
+    assert ids == sorted(ids)  # both passes of the sort read the chunks in one order
+    for snapshot_id, rows in history.items():
+        assert read_live(table, snapshot_id) == rows
+
+
+def test_a_reader_process_killed_fails_its_group_and_changes_nothing(
+    tmp_path: Path, env: dict[str, str], sqlite_catalog: Catalog, warehouse: Path
+) -> None:
+    table, _ = _table(sqlite_catalog)
+    before = {p for p in warehouse.rglob("*") if p.is_file()}
+    report, readers, code = _rewrite(tmp_path, env, "kill", "--min-input-files", "2", "--no-remove-dangling-deletes")
+    assert code == 0 and report["commits"] == [] and len(report["failed"]) == 1  # a failed group is reported
+    assert "a reader process ended without its rows" in report["failed"][0]["error"]
+    assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
+    assert {p for p in warehouse.rglob("*") if p.is_file()} == before  # the files written were removed
+    assert os.getpid() not in readers
