@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "progress",
             "fencing",
             "quiet_threads",
+            "parent_watch",
             "pyiceberg_compat",
             "load_errors",
             "metadata_check",
@@ -69,7 +70,7 @@ SIDEWAYS: dict[str, set[str]] = {
 #: Packages held to fewer imports than their layer allows: what a table references needs no catalog, and the
 #: state needs neither storage nor catalog.
 NARROWER: dict[str, set[str]] = {
-    "reachability": {"errors", "fs", "progress", "pyiceberg_compat", "sorting"},
+    "reachability": {"errors", "fs", "parent_watch", "progress", "pyiceberg_compat", "sorting"},
     "state": {"errors", "fencing", "quiet_threads"},
 }
 #: Within the orphan engine: each part and the other parts it may import (its top-level modules are ``.``).

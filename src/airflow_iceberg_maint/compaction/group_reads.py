@@ -31,6 +31,7 @@ from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_row_batches, live_rows_of_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
+from airflow_iceberg_maint.parent_watch import end_with_parent
 from airflow_iceberg_maint.quiet_threads import forking
 
 #: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
@@ -88,7 +89,8 @@ def _executor(table: Table, paths: tuple[str, ...], count: int) -> Executor | No
             return None
         # Python 3.12 warns of any fork with threads; the others are quiet, waiting on their events.
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        executor = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
+        context = multiprocessing.get_context("fork")
+        executor = ProcessPoolExecutor(count, context, initializer=end_with_parent, initargs=(os.getpid(),))
         executor.submit(_ready)
         return executor
 

@@ -22,6 +22,7 @@ from typing import TypeVar
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
+from airflow_iceberg_maint.parent_watch import end_with_parent
 from airflow_iceberg_maint.reachability.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.reachability.path_hashes import PathHasher
 
@@ -92,7 +93,10 @@ class ManifestPool:
         context = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":  # workers fork from a server that has already imported the readers
             context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
-        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        if self.start_method == "fork":  # a forked worker holds its queue's writing end: it watches its parent
+            self._executor = ProcessPoolExecutor(workers, context, initializer=end_with_parent, initargs=(os.getpid(),))
+        else:  # a forkserver's workers see their queue end with the caller
+            self._executor = ProcessPoolExecutor(workers, context)
         # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
         for _ in range(workers):
             self._executor.submit(_file_io, self.spec)
