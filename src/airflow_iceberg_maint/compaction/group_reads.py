@@ -16,8 +16,10 @@ memory budget is read in this process in batches of rows that fit.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import threading
 import warnings
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -33,6 +35,8 @@ from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
 from airflow_iceberg_maint.parent_watch import end_with_parent
 from airflow_iceberg_maint.quiet_threads import forking
+
+log = logging.getLogger(__name__)
 
 #: Arrow bytes a stored Parquet byte decodes to, at most in the common case (compression and encodings).
 DECODED_PER_STORED_BYTE = 10
@@ -86,13 +90,16 @@ def _executor(table: Table, paths: tuple[str, ...], count: int) -> Executor | No
         return None
     with forking() as safe, warnings.catch_warnings():
         if not safe:
+            others = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
+            log.info("%d local files read by threads: other threads run (%s)", len(paths), ", ".join(others))
             return None
         # Python 3.12 warns of any fork with threads; the others are quiet, waiting on their events.
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
         context = multiprocessing.get_context("fork")
         executor = ProcessPoolExecutor(count, context, initializer=end_with_parent, initargs=(os.getpid(),))
         executor.submit(_ready)
-        return executor
+    log.info("%d local files read by %d forked reader processes", len(paths), count)
+    return executor
 
 
 def live_rows(table: Table, plan: SnapshotFiles, path: str) -> pa.Table:
