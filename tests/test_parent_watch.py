@@ -2,7 +2,7 @@
 
 Each case runs a process that forks its workers and gives them work that never ends; the test kills
 that process once the workers are at work, then waits for every worker to be gone. Without the watch
-they wait on their task queue for ever (measured: still there minutes later).
+they live on (here in their endless task; workers left idle wait on their task queue for ever).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ GROUP_READS = """
 
     if __name__ == "__main__":
         group_reads._worth_forking = lambda table, paths: True  # no table: the pool alone
-        pool = group_reads._executor(None, (), 2)
+        pool = group_reads._executor(None, None, (), 2)
         assert pool is not None
         pool.submit(hang)
         pool.submit(hang)

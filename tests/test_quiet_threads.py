@@ -61,7 +61,7 @@ def test_an_unknown_thread_means_no_fork_and_a_quiet_one_allows_it() -> None:
 
 
 def test_a_fork_waits_for_a_quiet_threads_work_to_end() -> None:
-    working_now, release, forked = threading.Event(), threading.Event(), threading.Event()
+    working_now, release, trying, forked = threading.Event(), threading.Event(), threading.Event(), threading.Event()
 
     def work(stop: threading.Event) -> None:
         with quiet_thread(), working():
@@ -69,12 +69,29 @@ def test_a_fork_waits_for_a_quiet_threads_work_to_end() -> None:
             release.wait()
 
     def fork(stop: threading.Event) -> None:
-        with forking():
+        trying.set()
+        with forking(wait_seconds=600):
             forked.set()
 
     with _running(work):
         assert working_now.wait(60)
         with _running(fork):
+            assert trying.wait(60)
             assert not forked.wait(0.5)  # held out while the work goes on
             release.set()
             assert forked.wait(60)
+
+
+def test_a_fork_gives_up_on_work_that_takes_too_long() -> None:
+    working_now, release = threading.Event(), threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        with quiet_thread(), working():
+            working_now.set()
+            release.wait()
+
+    with _running(work):
+        assert working_now.wait(60)
+        with forking(wait_seconds=0.05) as safe:
+            assert not safe  # the reads stay on threads
+        release.set()

@@ -21,11 +21,16 @@ PR_SET_PDEATHSIG = 1
 WATCH_SECONDS = 1.0
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def end_with_parent(parent: int) -> None:
-    """A forked worker's initializer: end this process once ``parent`` (the pid that forked it) ends."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    else:
+    """A forked worker's initializer: end this process once ``parent`` (the pid that forked it) ends.
+
+    The worker also takes the default action on SIGTERM (its pool's way to stop it), not a handler it
+    inherited: Airflow's would raise inside the worker as if the task were stopped."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if _LIBC is None or _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
         threading.Thread(target=_watch, args=(parent,), name="parent watch", daemon=True).start()
     if os.getppid() != parent:  # it ended before the request
         os._exit(1)

@@ -223,7 +223,7 @@ def test_files_larger_than_the_budget_stream_with_every_delete(
     expected = Counter({row: n for row, n in scanned(table).items() if ("day", 1) not in row})
     table = commit_equality_deletes(table, ["day"], [[1]])
     batches: list[int] = []
-    real = group_reads.live_row_batches  # the name as the module imported it (patched there)
+    real = group_reads.live_row_batches  # type: ignore[attr-defined]  # the name as the module imported it
 
     def counted(*args: Any) -> Any:
         for rows in real(*args):

@@ -1,5 +1,5 @@
-"""A group of many local files is read by forked reader processes: the rows and their order are those the
-threads read, a file too large for a chunk is streamed in its place, and a reader killed fails only its group.
+"""A group of many local files is read by forked reader processes: every row once, in one order for
+both passes of a sort, a file too large for a chunk streamed in its place; a reader killed fails its group.
 
 Each rewrite runs in a process of its own (the command line, started from a short script that records
 which processes read): readers are forked only while the process runs one thread, which a test session
@@ -9,21 +9,24 @@ cannot promise.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from airflow_iceberg_maint.compaction.group_reads import MIN_FILES_FOR_PROCESSES
+from airflow_iceberg_maint.compaction.group_reads import MIN_FILES_FOR_PROCESSES, usable_cores
 from tests.compaction.helpers import append_files, create, data_files, delete_files, read_live, scanned
 from tests.index.row_deletes import commit_deletion_vector, commit_equality_deletes, commit_position_deletes
+
+pytestmark = pytest.mark.skipif(usable_cores() < 2, reason="readers are forked only with two usable cores or more")
 
 SCRIPT = """
     import os, signal, sys
@@ -32,6 +35,7 @@ SCRIPT = """
     from airflow_iceberg_maint.compaction import group_reads
 
     record, parent, real = Path(sys.argv[1]), os.getpid(), group_reads.live_rows
+    (record / "command").write_text(str(parent))
 
     def recorded(table, plan, path):
         if os.getpid() != parent and sys.argv[2] == "kill":
@@ -57,18 +61,21 @@ def _table(catalog: Catalog) -> tuple[Table, Counter[tuple[object, ...]]]:
     return commit_equality_deletes(table, ["day"], [[2]]), expected
 
 
-def _rewrite(tmp_path: Path, env: dict[str, str], mode: str, *args: str) -> tuple[dict[str, object], set[int], int]:
-    """The JSON report of the command, the processes that read files, and the command's exit code."""
+def _rewrite(tmp_path: Path, env: dict[str, str], mode: str, *args: str) -> tuple[dict[str, Any], set[int], int]:
+    """The JSON report of the command, the processes that read files (the command's own pid negated), and
+    the command's exit code."""
     record = tmp_path / f"readers-{mode}-{len(list(tmp_path.iterdir()))}"
     record.mkdir()
     script = [sys.executable, "-c", textwrap.dedent(SCRIPT), str(record), mode, "db.t", "--json", *args]
     done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.stdout, done.stderr
     report = json.loads(done.stdout)
-    return report, {int(p.name) for p in record.iterdir()}, done.returncode
+    command = int((record / "command").read_text())
+    readers = {-pid if pid == command else pid for pid in (int(p.name) for p in record.iterdir() if p.name.isdigit())}
+    return report, readers, done.returncode
 
 
-def test_forked_readers_give_every_row_once_in_the_threads_order(
+def test_forked_readers_give_every_row_once_and_both_sort_passes_one_order(
     tmp_path: Path, env: dict[str, str], sqlite_catalog: Catalog
 ) -> None:
     table, expected = _table(sqlite_catalog)
@@ -76,7 +83,7 @@ def test_forked_readers_give_every_row_once_in_the_threads_order(
     options = ["--min-input-files", "2", "--memory-budget-mb", "1", "--strategy", "sort", "--sort", "id"]
     report, readers, code = _rewrite(tmp_path, env, "record", *options)
     assert code == 0 and report["failed"] == [] and report["rewritten_data_files"] == MIN_FILES_FOR_PROCESSES + 5
-    assert len(readers) >= 2  # forked readers, not the command's own process alone
+    assert len(readers) >= 2 and all(pid > 0 for pid in readers)  # forked readers, never the command itself
     table = sqlite_catalog.load_table("db.t")
     assert delete_files(table) == [] and scanned(table) == expected
     ids = [i for f in data_files(table) for i in pq.read_table(f["file_path"], columns=["id"])["id"].to_pylist()]
@@ -95,4 +102,4 @@ def test_a_reader_process_killed_fails_its_group_and_changes_nothing(
     assert "a reader process ended without its rows" in report["failed"][0]["error"]
     assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
     assert {p for p in warehouse.rglob("*") if p.is_file()} == before  # the files written were removed
-    assert os.getpid() not in readers
+    assert readers == set()  # each reader died before its first file; the command read none

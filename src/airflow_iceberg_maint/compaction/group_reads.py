@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.table import Table
@@ -72,19 +73,32 @@ def readers(table: Table) -> int:
 
 
 def _worth_forking(table: Table, paths: tuple[str, ...]) -> bool:
+    """A large local group, read from the main thread (a reader's end is tied to the thread that forked it)."""
     return (
         Uri.parse(table.metadata.location).is_local
         and usable_cores() > 1
         and len(paths) >= MIN_FILES_FOR_PROCESSES
+        and threading.current_thread() is threading.main_thread()
         and "fork" in multiprocessing.get_all_start_methods()
     )
+
+
+#: In a forked reader: the table and the snapshot's files of the group it reads (set by ``_start_reader``).
+_READING: tuple[Table, SnapshotFiles] | None = None
+
+
+def _start_reader(parent: int, table: Table, plan: SnapshotFiles) -> None:
+    """A reader's initializer; its arguments are inherited through the fork, not pickled."""
+    global _READING
+    end_with_parent(parent)
+    _READING = (table, plan)
 
 
 def _ready() -> None:
     """A first task: the pool forks every reader on its first submit."""
 
 
-def _executor(table: Table, paths: tuple[str, ...], count: int) -> Executor | None:
+def _executor(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], count: int) -> Executor | None:
     """Forked readers, all forked now (while quiet threads wait), or None where threads read."""
     if not _worth_forking(table, paths):
         return None
@@ -96,18 +110,26 @@ def _executor(table: Table, paths: tuple[str, ...], count: int) -> Executor | No
         # Python 3.12 warns of any fork with threads; the others are quiet, waiting on their events.
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
         context = multiprocessing.get_context("fork")
-        executor = ProcessPoolExecutor(count, context, initializer=end_with_parent, initargs=(os.getpid(),))
-        executor.submit(_ready)
+        initargs = (os.getpid(), table, plan)
+        executor = ProcessPoolExecutor(count, context, initializer=_start_reader, initargs=initargs)
+        before = set(multiprocessing.active_children())
+        try:
+            executor.submit(_ready)
+        except BaseException as exc:
+            # The readers forked before the failure wait for tasks that never come: end them here.
+            for child in set(multiprocessing.active_children()) - before:
+                child.kill()
+            executor.shutdown(wait=False, cancel_futures=True)
+            if not isinstance(exc, OSError):
+                raise
+            log.info("%d local files read by threads: no reader process could fork (%s)", len(paths), exc)
+            return None
     log.info("%d local files read by %d forked reader processes", len(paths), count)
     return executor
 
 
 def live_rows(table: Table, plan: SnapshotFiles, path: str) -> pa.Table:
     return live_rows_of_file(table, plan, path, table.schema()).drop_columns([FILE_COLUMN, POS_COLUMN])
-
-
-def _fits(plan: SnapshotFiles, path: str, share: int) -> bool:
-    return plan.data_files[path].data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE <= share
 
 
 def _streamed(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iterator[pa.Table]:
@@ -119,30 +141,45 @@ def _streamed(table: Table, plan: SnapshotFiles, path: str, budget: int) -> Iter
         yield rows.drop_columns([POS_COLUMN])
 
 
-#: What forked readers inherit: the table and the snapshot's files of the group being read.
-_FORKED: tuple[Table, SnapshotFiles] | None = None
-
-
 def _read_chunk(paths: tuple[str, ...]) -> pa.Table:
     """In a forked reader: the live rows of ``paths``, in order, as one table."""
-    assert _FORKED is not None, "a reader process is forked after the group is set"
-    table, plan = _FORKED
+    assert _READING is not None, "set by the reader's initializer"
+    table, plan = _READING
     return pa.concat_tables([live_rows(table, plan, p) for p in paths])
 
 
-def _chunks(plan: SnapshotFiles, paths: tuple[str, ...], share: int, size: int) -> Iterator[tuple[str, ...] | str]:
-    """Consecutive files that fit ``share`` together (at most ``size`` of them), or one path alone that does not fit."""
+@dataclass(frozen=True)
+class _Shares:
+    """Estimated decoded bytes: of a file read at once (larger: streamed here), and of the files of one chunk."""
+
+    alone: int
+    together: int
+    files: int
+
+
+def _shares(budget: int, count: int, forked: bool) -> _Shares:
+    """Half the budget for what is in flight: a file a thread, or a chunk a queued task plus a copy of the
+    rows each reader is handing over (pickled, then unpickled here)."""
+    alone = budget // 2 // count
+    if not forked:
+        return _Shares(alone, alone, 1)
+    return _Shares(alone, budget // 2 // (count * CHUNKS_PER_PROCESS + count), FILES_PER_CHUNK)
+
+
+def _chunks(plan: SnapshotFiles, paths: tuple[str, ...], shares: _Shares) -> Iterator[tuple[str, ...] | str]:
+    """Consecutive files that fit ``shares.together`` (at most ``shares.files`` of them; a file of up to
+    ``shares.alone`` makes a chunk of its own), or one path alone that is larger than ``shares.alone``."""
     chunk: list[str] = []
     held = 0
     for path in paths:
         decoded = plan.data_files[path].data_file.file_size_in_bytes * DECODED_PER_STORED_BYTE
-        if decoded > share:
+        if decoded > shares.alone:
             if chunk:
                 yield tuple(chunk)
                 chunk, held = [], 0
             yield path
             continue
-        if chunk and (len(chunk) >= size or held + decoded > share):
+        if chunk and (len(chunk) >= shares.files or held + decoded > shares.together):
             yield tuple(chunk)
             chunk, held = [], 0
         chunk.append(path)
@@ -155,22 +192,19 @@ def live_batches(
     table: Table, plan: SnapshotFiles, paths: tuple[str, ...], budget: int
 ) -> Generator[tuple[pa.Table, int], None, None]:
     """The live rows of ``paths`` in order (see the module's docstring), each batch with the number of files
-    it begins (for progress); at most half of ``budget`` is in flight."""
-    global _FORKED
+    it begins (for progress); about half of ``budget`` at most is in flight."""
     count = readers(table)
-    _FORKED = (table, plan)  # before the fork, so that the readers inherit it
+    processes = _executor(table, plan, paths, count)
+    forked = processes is not None
+    executor = processes or ThreadPoolExecutor(count, thread_name_prefix="compaction-read")
+    in_flight = count * CHUNKS_PER_PROCESS if forked else count
     try:
-        processes = _executor(table, paths, count)
-        forked = processes is not None
-        executor = processes or ThreadPoolExecutor(count, thread_name_prefix="compaction-read")
-        in_flight = count * CHUNKS_PER_PROCESS if forked else count
-        share = budget // 2 // in_flight
-        with executor:
-            yield from _in_order(executor, table, plan, paths, budget, share, in_flight, forked)
+        yield from _in_order(executor, table, plan, paths, budget, _shares(budget, count, forked), in_flight, forked)
     except BrokenProcessPool as exc:
         raise ReaderProcessError(f"a reader process ended without its rows ({exc}); the group is left as is") from exc
     finally:
-        _FORKED = None
+        # On a failure (or the consumer stopping) the reads not started are dropped, not waited for.
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _in_order(
@@ -179,13 +213,13 @@ def _in_order(
     plan: SnapshotFiles,
     paths: tuple[str, ...],
     budget: int,
-    share: int,
+    shares: _Shares,
     in_flight: int,
     forked: bool,
 ) -> Generator[tuple[pa.Table, int], None, None]:
     pending: deque[tuple[Future[pa.Table], int]] = deque()
-    for chunk in _chunks(plan, paths, share, FILES_PER_CHUNK if forked else 1):
-        if isinstance(chunk, str):  # too large for a share: streamed here, after what is in flight
+    for chunk in _chunks(plan, paths, shares):
+        if isinstance(chunk, str):  # too large to read at once: streamed here, after what is in flight
             while pending:
                 yield _result(pending.popleft())
             for i, rows in enumerate(_streamed(table, plan, chunk, budget)):
