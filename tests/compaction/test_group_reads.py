@@ -44,6 +44,16 @@ SCRIPT = """
         return real(table, plan, path)
 
     group_reads.live_rows = recorded
+    if sys.argv[2] == "second-fork-fails":
+        real_fork, forks = os.fork, []
+
+        def failing_fork():
+            forks.append(1)
+            if len(forks) == 2:
+                raise BlockingIOError(11, "Resource temporarily unavailable")
+            return real_fork()
+
+        os.fork = failing_fork
     sys.exit(main(["rewrite-data-files", *sys.argv[3:]]))
 """
 
@@ -103,3 +113,14 @@ def test_a_reader_process_killed_fails_its_group_and_changes_nothing(
     assert sqlite_catalog.load_table("db.t").metadata_location == table.metadata_location
     assert {p for p in warehouse.rglob("*") if p.is_file()} == before  # the files written were removed
     assert readers == set()  # each reader died before its first file; the command read none
+
+
+def test_a_fork_failing_midway_ends_the_forked_reader_and_threads_read(
+    tmp_path: Path, env: dict[str, str], sqlite_catalog: Catalog
+) -> None:
+    table, expected = _table(sqlite_catalog)
+    report, readers, code = _rewrite(tmp_path, env, "second-fork-fails", "--min-input-files", "2")
+    assert code == 0 and report["failed"] == [] and len(report["commits"]) == 2  # and the command ended
+    assert len(readers) == 1 and min(readers) < 0  # the command read every file itself, on threads
+    table = sqlite_catalog.load_table("db.t")
+    assert delete_files(table) == [] and scanned(table) == expected
