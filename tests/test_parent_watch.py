@@ -85,3 +85,33 @@ def test_forked_workers_end_when_their_parent_is_killed(tmp_path: Path, body: st
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+SECOND_FORK_FAILS = """
+import os, sys
+from pyiceberg.io import load_file_io
+from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool
+
+real_fork, forks = os.fork, []
+
+def failing_fork():
+    forks.append(1)
+    if len(forks) == 2:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    return real_fork()
+
+os.fork = failing_fork
+try:
+    ManifestPool(load_file_io({}, "file:///tmp"), "file:///tmp", 2)
+except OSError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_pool_whose_second_fork_fails_ends_its_first_worker_and_the_process_exits() -> None:
+    """The caller (``ReferenceWalk``) reads in its own process then; before, the first worker waited for ever
+    and the process hung at exit."""
+    done = subprocess.run(
+        [sys.executable, "-c", SECOND_FORK_FAILS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.startswith("refused: [Errno 11]"), done.stderr

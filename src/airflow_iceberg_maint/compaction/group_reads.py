@@ -23,7 +23,7 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Generator, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
@@ -34,7 +34,7 @@ from airflow_iceberg_maint.errors import MaintenanceError
 from airflow_iceberg_maint.fs.locations import Uri
 from airflow_iceberg_maint.index.source.live_rows import FILE_COLUMN, POS_COLUMN, live_row_batches, live_rows_of_file
 from airflow_iceberg_maint.index.source.snapshot_files import SnapshotFiles
-from airflow_iceberg_maint.parent_watch import end_with_parent
+from airflow_iceberg_maint.parent_watch import started_pool
 from airflow_iceberg_maint.quiet_threads import forking
 
 log = logging.getLogger(__name__)
@@ -87,15 +87,10 @@ def _worth_forking(table: Table, paths: tuple[str, ...]) -> bool:
 _READING: tuple[Table, SnapshotFiles] | None = None
 
 
-def _start_reader(parent: int, table: Table, plan: SnapshotFiles) -> None:
+def _start_reader(table: Table, plan: SnapshotFiles) -> None:
     """A reader's initializer; its arguments are inherited through the fork, not pickled."""
     global _READING
-    end_with_parent(parent)
     _READING = (table, plan)
-
-
-def _ready() -> None:
-    """A first task: the pool forks every reader on its first submit."""
 
 
 def _executor(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], count: int) -> Executor | None:
@@ -109,19 +104,9 @@ def _executor(table: Table, plan: SnapshotFiles, paths: tuple[str, ...], count: 
             return None
         # Python 3.12 warns of any fork with threads; the others are quiet, waiting on their events.
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        context = multiprocessing.get_context("fork")
-        initargs = (os.getpid(), table, plan)
-        executor = ProcessPoolExecutor(count, context, initializer=_start_reader, initargs=initargs)
-        before = set(multiprocessing.active_children())
         try:
-            executor.submit(_ready)
-        except BaseException as exc:
-            # The readers forked before the failure wait for tasks that never come: end them here.
-            for child in set(multiprocessing.active_children()) - before:
-                child.kill()
-            executor.shutdown(wait=False, cancel_futures=True)
-            if not isinstance(exc, OSError):
-                raise
+            executor = started_pool(count, multiprocessing.get_context("fork"), _start_reader, (table, plan))
+        except OSError as exc:
             log.info("%d local files read by threads: no reader process could fork (%s)", len(paths), exc)
             return None
     log.info("%d local files read by %d forked reader processes", len(paths), count)

@@ -15,14 +15,14 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from functools import lru_cache
 from typing import TypeVar
 
 import pyarrow as pa
 from pyiceberg.io import FileIO, load_file_io
 
-from airflow_iceberg_maint.parent_watch import end_with_parent
+from airflow_iceberg_maint.parent_watch import started_pool
 from airflow_iceberg_maint.reachability.manifests import live_file_paths, unique_manifest_paths
 from airflow_iceberg_maint.reachability.path_hashes import PathHasher
 
@@ -93,10 +93,7 @@ class ManifestPool:
         context = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":  # workers fork from a server that has already imported the readers
             context.set_forkserver_preload([__name__, "pyiceberg.io.pyarrow"])
-        if self.start_method == "fork":  # a forked worker holds its queue's writing end: it watches its parent
-            self._executor = ProcessPoolExecutor(workers, context, initializer=end_with_parent, initargs=(os.getpid(),))
-        else:  # a forkserver's workers see their queue end with the caller
-            self._executor = ProcessPoolExecutor(workers, context)
+        self._executor = started_pool(workers, context)
         # Start the workers now: their start-up then overlaps the listing instead of delaying the reads.
         for _ in range(workers):
             self._executor.submit(_file_io, self.spec)
