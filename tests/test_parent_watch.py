@@ -88,19 +88,11 @@ def test_forked_workers_end_when_their_parent_is_killed(tmp_path: Path, body: st
 
 
 SECOND_FORK_FAILS = """
-import os, sys
 from pyiceberg.io import load_file_io
 from airflow_iceberg_maint.reachability.manifest_pool import ManifestPool
+from tests.support.fork_faults import fail_second_fork
 
-real_fork, forks = os.fork, []
-
-def failing_fork():
-    forks.append(1)
-    if len(forks) == 2:
-        raise BlockingIOError(11, "Resource temporarily unavailable")
-    return real_fork()
-
-os.fork = failing_fork
+fail_second_fork()
 try:
     ManifestPool(load_file_io({}, "file:///tmp"), "file:///tmp", 2)
 except OSError as exc:

@@ -45,15 +45,9 @@ SCRIPT = """
 
     group_reads.live_rows = recorded
     if sys.argv[2] == "second-fork-fails":
-        real_fork, forks = os.fork, []
+        from tests.support.fork_faults import fail_second_fork
 
-        def failing_fork():
-            forks.append(1)
-            if len(forks) == 2:
-                raise BlockingIOError(11, "Resource temporarily unavailable")
-            return real_fork()
-
-        os.fork = failing_fork
+        fail_second_fork()
     sys.exit(main(["rewrite-data-files", *sys.argv[3:]]))
 """
 
